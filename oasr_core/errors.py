@@ -32,3 +32,19 @@ class DatabaseError(OasrError):
 
 class ConfigurationError(OasrError):
     """A bad environment variable or argument."""
+
+
+class OasrWarning(UserWarning):
+    """Something was skipped and the next tier or plugin serves instead (slower, never wrong)."""
+
+
+class ToolchainError(OasrError):
+    """nvcc or the CUTLASS headers are missing or cannot build for the requested arch.
+
+    The message says which tool is missing and how to provide it (``OASR_NVCC``, ``CUDA_HOME``,
+    ``pip install nvidia-cutlass==4.2.0.0``); callers fall back to the next tier.
+    """
+
+
+class JitBuildError(OasrError):
+    """A JIT module could not be built, found, or loaded (every unit failed, link failed)."""

@@ -1,6 +1,36 @@
 """Every hook an oasr plugin can implement (pluggy project ``oasr``).
 
-SKELETON: signatures are fixed; docstrings to be completed to the STYLE.md standard.
+The plugin model
+----------------
+
+oasr is a small core plus plugins. The core (census, bench, cost model, partition, tuning
+database, runtime selection) knows no kernel family by name; everything family-specific comes
+from plugins, found through the ``oasr`` entry-point group::
+
+    # pyproject.toml of the plugin distribution oasr-gemm
+    [project.entry-points.oasr]
+    gemm = "oasr_gemm.hooks"
+
+The entry-point name (``gemm``) is the plugin's name: it is what ``OASR_PLUGINS=gemm``,
+``-p no:gemm`` and ``oasr plugins`` call it. The value is the plugin's hooks module, which
+marks its implementations with ``from oasr_core import hookimpl`` (see the examples below).
+
+The hooks below are the whole contract. Registration hooks (``oasr_register_*``) return typed,
+frozen records from :mod:`oasr_core.types` (:class:`~oasr_core.types.Family`,
+:class:`~oasr_core.types.Lane`, :class:`~oasr_core.types.Config`); a record carries all of a
+family's or lane's behaviour as data and plain callables. Separate ``firstresult`` hooks exist
+only for decisions several plugins may weigh in on; there ``None`` means "no opinion".
+
+Rules every implementation follows:
+
+* Importing a hooks module does no work: no entry-point loading, no compilation, no GPU access,
+  no ``import torch`` at module level. The core imports the module when a plugin manager is
+  built (:func:`oasr_core.plugins.make_plugin_manager`), long before anything runs.
+* An implementation takes only the parameters it names (pluggy passes them by keyword), so the
+  core can add parameters to a hook without breaking plugins.
+* A plugin that fails (import error, hook raising, wrong return type, duplicate name) is
+  skipped with one warning naming it and its distribution; the others keep working.
+  ``OASR_STRICT_PLUGINS=1`` turns every such warning into an error.
 """
 
 from __future__ import annotations
@@ -18,17 +48,134 @@ hookspec = pluggy.HookspecMarker("oasr")
 
 @hookspec
 def oasr_register_families() -> Iterable[Family]:
-    """Register kernel families (instances of ``oasr_core.types.Family``)."""
+    """Register kernel families.
+
+    **When:** the core calls this when it builds a registry
+    (:meth:`oasr_core.registry.Registry.from_plugin_manager`), once per CLI invocation or
+    process, after every entry point has loaded. It calls each plugin's implementation on its
+    own, so every family is attributed to the plugin and distribution that returned it
+    (wrapper implementations are not applied to this hook).
+
+    **Parameters:** none.
+
+    **Returns:** an iterable (list, tuple or generator) of :class:`oasr_core.types.Family`
+    *instances*, possibly empty. ``None`` registers nothing. A class instead of an instance, a
+    non-iterable, or an item that is not a ``Family`` is a contract violation: that plugin's bad
+    records are dropped with one warning naming the plugin, its distribution and this hook. If
+    the implementation raises, nothing it returned is used. A family name registered by two
+    plugins (or twice by one) is a conflict: both records are dropped and an error line asks
+    the user to report it to the plugin authors; it is never resolved by "last wins" or by
+    renaming.
+
+    **firstresult:** no; every implementation is called and all results are kept.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from oasr_core import hookimpl
+
+        @hookimpl
+        def oasr_register_families():
+            from oasr_core.types import Family, Sentinel
+            from oasr_gemm import numerics, patches
+
+            return [
+                Family(
+                    name="gemm", ops=("gemm", "gemm_activation"), dims=("N", "K"),
+                    dtypes=("fp16", "bf16"), dtype_classes={"half": ("fp16", "bf16")},
+                    sentinels={Sentinel.DEFAULT, Sentinel.TORCH},
+                    recorder_patches=patches.recorder_patches,
+                    numerics_gate=numerics.allclose_gate,
+                )
+            ]
+    """
 
 
 @hookspec
 def oasr_register_lanes() -> Iterable[Lane]:
-    """Register lanes (instances of ``oasr_core.types.Lane``) of any installed family."""
+    """Register lanes (kernel generations with their config spaces) of any installed family.
+
+    **When:** the core calls this right after :func:`oasr_register_families`, while building a
+    registry, once per implementation (as there) so that each lane is attributed to its plugin
+    and distribution. A lane may belong to a family another plugin registers: that is how a
+    third-party package adds kernels to an installed family without forking it.
+
+    **Parameters:** none.
+
+    **Returns:** an iterable of :class:`oasr_core.types.Lane` *instances*, possibly empty;
+    ``None`` registers nothing. The same checks as for families apply: classes instead of
+    instances, non-iterables and non-``Lane`` items are dropped with one warning per plugin and
+    hook, and a lane name registered twice drops both lanes with an error line. A lane whose
+    ``family`` no loaded plugin registers is dropped with a warning. ``Lane.config_space`` is
+    explicit data (:class:`~oasr_core.types.Config` records with JSON parameters);
+    ``Lane.jit_module``, if set, is a *class* the core instantiates per config when it needs a
+    kernel, never an instance and never compiled at import.
+
+    **firstresult:** no; every implementation is called and all results are kept.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from oasr_core import hookimpl
+
+        @hookimpl
+        def oasr_register_lanes():
+            from oasr_core.types import Config, Lane
+            from oasr_gemm_simt import feasibility, jit
+
+            tiles = [(64, 64, 32), (128, 64, 32), (128, 128, 32)]
+            space = [Config(id=f"simt_{m}x{n}x{k}", lane="gemm_simt",
+                            params={"tile": [m, n, k], "stages": 2}) for m, n, k in tiles]
+            return [Lane(name="gemm_simt", family="gemm", arch_families=("sm80", "sm90"),
+                         config_space=space, default_config="simt_128x64x32",
+                         supports=feasibility.supports, jit_module=jit.SimtGemmModule)]
+    """
 
 
 @hookspec(firstresult=True)
 def oasr_select_lane(family: Family, arch: str, lanes: tuple[Lane, ...]) -> str | None:
-    """Name the lane a family runs on an arch family; None = no opinion."""
+    """Name the lane a family runs on an arch family, overriding the lanes' ``default_on``.
+
+    **When:** the core calls this from :meth:`oasr_core.registry.Registry.active_lane`, when
+    runtime selection, ``oasr tune build`` or ``oasr tune status`` needs the lane that serves
+    ``family`` on ``arch`` (the device's arch family, or the one named on the command line).
+    Runtime selection asks on the first resolution of a shape in an epoch (the answer is
+    memoised with the selection), never per call; answer the same way for the same inputs.
+
+    :param family: the :class:`~oasr_core.types.Family` record being resolved.
+    :param arch: the arch family, e.g. ``"sm90"`` (never a SKU such as ``"sm90a"``).
+    :param lanes: the registered :class:`~oasr_core.types.Lane` records of ``family`` whose
+        ``arch_families`` contain ``arch``, in registration order; possibly empty.
+
+    **Returns:** the *name* (a ``str``) of one lane in ``lanes``, or ``None`` for "no opinion".
+    When every implementation returns ``None`` the core uses the unique lane whose
+    ``default_on`` contains ``arch``; failing that, the only lane of ``lanes`` if there is
+    exactly one; otherwise the family has no active lane on that arch. A name that is not in
+    ``lanes`` (or a ``Lane`` object instead of its name) is a contract violation: it is
+    ignored with a warning, or raised as ``PluginError`` under ``OASR_STRICT_PLUGINS=1``.
+
+    **firstresult:** yes. Stops at first non-None result; use ``tryfirst``/``trylast`` on the
+    implementation to order it against other plugins.
+
+    **Example:**
+
+    .. code-block:: python
+
+        import os
+
+        from oasr_core import hookimpl
+
+        @hookimpl
+        def oasr_select_lane(family, arch, lanes):
+            # Let an operator pin the gemm lane while a new generation is evaluated.
+            wanted = os.environ.get("MY_GEMM_LANE")
+            if family.name != "gemm" or not wanted:
+                return None
+            names = {lane.name for lane in lanes}
+            return wanted if wanted in names else None
+    """
 
 
 @hookspec(firstresult=True)
@@ -39,4 +186,48 @@ def oasr_model_select(
     candidates: tuple[Config, ...],
     model: Mapping[str, Any] | None,
 ) -> Config | None:
-    """The cost-model tier: pick a config for a shape no tuning entry covers; None = no pick."""
+    """The cost-model tier: pick a config for a shape no tuning entry covers.
+
+    **When:** runtime selection (:func:`oasr_core.select`) calls this on the first resolution
+    of a shape in an epoch, after the user and system tiers of the tuning database both miss
+    and before it falls back to the family's untuned selector (the lane default or the shape
+    heuristic). The answer is memoised with the selection, so the hook is not on the per-call
+    path.
+
+    :param family: the :class:`~oasr_core.types.Family` record of the call.
+    :param lane: the active :class:`~oasr_core.types.Lane` the config must belong to.
+    :param problem: the call shape, a :class:`~oasr_core.types.Problem` (op, dtype, static
+        dims and the dynamic-axis value ``m``).
+    :param candidates: the lane's configs that are statically feasible, available in this
+        process and support ``problem``, in config-space order; never empty when called.
+    :param model: the calibration data of the cost model for this arch and family (a
+        read-only JSON mapping), or ``None`` when no calibration is loaded; an implementation
+        that cannot work uncalibrated returns ``None``.
+
+    **Returns:** one :class:`~oasr_core.types.Config` *instance* taken from ``candidates``, or
+    ``None`` for "no pick", in which case the next tier answers. A config that is not in
+    ``candidates`` is never launched: it is treated as ``None``.
+
+    **firstresult:** yes. Stops at first non-None result; a generic model should be marked
+    ``trylast=True`` so that a family's own model is asked first.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from math import ceil
+
+        from oasr_core import hookimpl
+
+        @hookimpl
+        def oasr_model_select(family, problem, candidates, model):
+            if family.name != "gemm" or model is None:
+                return None
+
+            def waves(config):
+                tile_m, tile_n = config.params["tile"][:2]
+                ctas = ceil(problem.m / tile_m) * ceil(problem.dim("N") / tile_n)
+                return ceil(ctas / model["sm_count"])
+
+            return min(candidates, key=waves)
+    """

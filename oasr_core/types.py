@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
-ARCH_RE = re.compile(r"^sm[0-9]+[a-z]?$")
+ARCH_RE = re.compile(r"^sm[0-9]{2,3}$")
 
 
 class Sentinel(enum.Enum):

@@ -1,0 +1,122 @@
+"""Reading tuning files and checking their hard validators.
+
+:func:`read_tuning_file` checks only the file itself (JSON, schema, structure, references);
+:func:`load_tuning_file` also checks it against the family, arch family and lanes of this
+process. Both raise :class:`~oasr_core.errors.DatabaseError` with one line naming the file
+and what is wrong, and no other exception type, whatever the bytes on disk are; the runtime
+skips such a file with one warning.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
+
+from oasr_core.errors import DatabaseError
+from oasr_core.types import Family, Lane, Sentinel
+
+from .codec import decode, parse_text
+from .keys import check_key
+from .migrations import SchemaTooNewError
+from .schema import TuningFile
+
+
+def read_tuning_file(path: str | os.PathLike[str]) -> TuningFile:
+    """Parse, migrate and structure the file at ``path``, without family or arch checks.
+
+    For tools that look at any tuning file (``oasr tune diff``); the runtime uses
+    :func:`load_tuning_file`.
+    """
+    origin = str(path)
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise DatabaseError(f"{origin}: no such file") from None
+    except OSError as exc:
+        raise DatabaseError(f"{origin}: cannot read ({exc.strerror or exc})") from None
+    if not data.strip():
+        raise DatabaseError(f"{origin}: empty file")
+    return decode(parse_text(data, origin=origin), origin=origin)
+
+
+def load_tuning_file(path: str | os.PathLike[str], *, family: Family, arch: str,
+                     lanes: Mapping[str, Lane] | None) -> TuningFile:
+    """Read the file at ``path`` and check it is usable for ``family`` on ``arch``.
+
+    Hard validators: schema (too new or unmigratable), family name and family schema,
+    arch family, and the lane: ``arch.lane`` must be a lane in ``lanes`` registered for
+    ``family`` that runs on ``arch`` (``lanes=None`` skips only this check, for writers and
+    tools without a registry). Content checks for the family: every key is one the family
+    can produce, every sentinel named is one it allows, exact points only where it uses
+    them. Configs of another lane than the file's are kept: the runtime warns and skips them.
+    """
+    tuning_file = read_tuning_file(path)
+    check_tuning_file(tuning_file, family=family, arch=arch, lanes=lanes, origin=str(path))
+    return tuning_file
+
+
+def check_tuning_file(tuning_file: TuningFile, *, family: Family, arch: str,
+                      lanes: Mapping[str, Lane] | None, origin: str,
+                      keys: Iterable[str] | None = None) -> None:
+    """Raise ``DatabaseError`` unless ``tuning_file`` passes :func:`load_tuning_file`'s checks.
+
+    ``keys`` limits the per-entry checks to those entries (a writer re-checks only what it
+    changed in a file that passed them when it was read).
+    """
+    check_hard_validators(tuning_file, family=family, arch=arch, lanes=lanes, origin=origin)
+    allowed = set(family.sentinels) | {family.fallback}
+    entries = tuning_file.entries
+    selected = entries.items() if keys is None else ((k, entries[k]) for k in keys
+                                                     if k in entries)
+    for key, entry in selected:
+        try:
+            check_key(family, key)
+        except ValueError as exc:
+            raise DatabaseError(f"{origin}: {exc}") from None
+        if entry.points and not family.exact_points:
+            raise DatabaseError(f"{origin}: entry {key!r} has exact points, but family "
+                                f"{family.name} does not use them")
+        for choice in sorted(entry.choices()):
+            sentinel = Sentinel.parse(choice)
+            if sentinel is not None and sentinel not in allowed:
+                names = ", ".join(sorted(s.value for s in allowed))
+                raise DatabaseError(f"{origin}: entry {key!r} names sentinel {choice!r}, "
+                                    f"which family {family.name} does not allow ({names})")
+
+
+def check_hard_validators(tuning_file: TuningFile, *, family: Family, arch: str,
+                          lanes: Mapping[str, Lane] | None, origin: str) -> None:
+    """Raise ``DatabaseError`` on a family, family-schema, arch family or lane mismatch.
+
+    A family schema newer than the plugin's raises :class:`SchemaTooNewError`.
+    """
+    if tuning_file.family != family.name:
+        raise DatabaseError(f"{origin}: a {tuning_file.family!r} file, expected family "
+                            f"{family.name!r}")
+    version = tuning_file.family_schema_version
+    if version > family.schema_version:
+        raise SchemaTooNewError(
+            f"{origin}: family_schema_version {version} was written by a newer {family.name} "
+            f"plugin (this one reads {family.schema_version}); upgrade the plugin")
+    if version != family.schema_version:
+        raise DatabaseError(f"{origin}: family_schema_version {version}, but the "
+                            f"{family.name} plugin reads {family.schema_version}; rebuild it")
+    if tuning_file.arch.family != arch:
+        raise DatabaseError(f"{origin}: measured on arch family {tuning_file.arch.family}, "
+                            f"this is {arch}")
+    if lanes is None:
+        return
+    lane_name = tuning_file.arch.lane
+    runnable = sorted(name for name, lane in lanes.items()
+                      if lane.family == family.name and arch in lane.arch_families)
+    lane = lanes.get(lane_name)
+    if lane is None or lane.family != family.name or arch not in lane.arch_families:
+        if lane is None:
+            why = "is not a registered lane"
+        elif lane.family != family.name:
+            why = f"is a lane of family {lane.family}"
+        else:
+            why = f"does not run on {arch}"
+        raise DatabaseError(f"{origin}: lane {lane_name!r} {why} (lanes of {family.name} on "
+                            f"{arch}: {', '.join(runnable) or 'none'})")

@@ -1,0 +1,98 @@
+"""Where the two tiers live, and the file of one (arch family, kernel family) in a tier.
+
+The **system** tier is shipped and changed only by review: ``OASR_TUNE_SYSTEM_DB`` when set,
+else the package data directory ``oasr_core/db`` (a wheel force-includes the repository's
+``db/`` there), else the checkout's ``db/`` beside the ``oasr_core`` package. The **user**
+tier is this machine's: ``OASR_TUNE_USER_DB`` when set (``off`` and friends disable it,
+as the test suite does), else ``<user cache>/oasr/tune/v2``.
+"""
+
+from __future__ import annotations
+
+import os
+from pathlib import Path
+
+import platformdirs
+
+from oasr_core.errors import ConfigurationError
+from oasr_core.types import ARCH_RE, Family
+
+SYSTEM_ENV = "OASR_TUNE_SYSTEM_DB"
+"""Environment variable overriding the system tier's root directory."""
+USER_ENV = "OASR_TUNE_USER_DB"
+"""Environment variable moving (or, with ``off``, disabling) the user tier."""
+DISABLED_VALUES = frozenset({"", "0", "off", "none", "false", "no"})
+"""Values (case-insensitive, stripped) that disable a tier."""
+USER_LAYOUT = "v2"
+"""Layout version of the user-cache directory. It is not the file schema: files carry
+their own ``schema_version`` and migrate in place, so a schema bump keeps tuned data."""
+
+_PACKAGE_DIR = Path(__file__).resolve().parent.parent
+
+
+def _disabled(value: str) -> bool:
+    return value.strip().lower() in DISABLED_VALUES
+
+
+def _env_dir(name: str, value: str, *, must_exist: bool) -> Path:
+    if "\x00" in value:
+        raise ConfigurationError(f"{name}={value!r}: not a usable path")
+    path = Path(value).expanduser()
+    if not path.is_absolute():
+        path = Path.cwd() / path
+    if path.exists() and not path.is_dir():
+        raise ConfigurationError(f"{name}={value!r} is not a directory; point it at a "
+                                 f"directory or unset it")
+    if must_exist and not path.is_dir():
+        raise ConfigurationError(f"{name}={value!r} does not exist; point it at the directory "
+                                 f"holding sm<NN>/<family>.json files, or unset it")
+    return path
+
+
+def default_system_root(package_dir: Path = _PACKAGE_DIR) -> Path | None:
+    """The system tier without the environment override, for ``package_dir`` (oasr_core).
+
+    The installed package data (``<package>/db``) wins; a checkout's ``<repo>/db`` is used
+    only when the package's parent holds ``pyproject.toml``, so an unrelated ``db`` folder
+    in ``site-packages`` is never taken for the tuning database.
+    """
+    installed = package_dir / "db"
+    if installed.is_dir():
+        return installed
+    checkout = package_dir.parent
+    if (checkout / "db").is_dir() and (checkout / "pyproject.toml").is_file():
+        return checkout / "db"
+    return None
+
+
+def system_root() -> Path | None:
+    """The system tier's root, or None when there is none (or ``OASR_TUNE_SYSTEM_DB=off``).
+
+    Raises ``ConfigurationError`` when ``OASR_TUNE_SYSTEM_DB`` names no directory.
+    """
+    value = os.environ.get(SYSTEM_ENV)
+    if value is None:
+        return default_system_root()
+    if _disabled(value):
+        return None
+    return _env_dir(SYSTEM_ENV, value, must_exist=True)
+
+
+def user_root() -> Path | None:
+    """The user tier's root (created on first write), or None when it is disabled.
+
+    Raises ``ConfigurationError`` when ``OASR_TUNE_USER_DB`` names an existing non-directory.
+    """
+    value = os.environ.get(USER_ENV)
+    if value is None:
+        return platformdirs.user_cache_path("oasr") / "tune" / USER_LAYOUT
+    if _disabled(value):
+        return None
+    return _env_dir(USER_ENV, value, must_exist=False)
+
+
+def tier_path(root: str | os.PathLike[str], arch: str, family: Family) -> Path:
+    """The tuning file of ``family`` on ``arch`` under ``root``: ``<root>/sm90/gemm.json``."""
+    if not isinstance(arch, str) or not ARCH_RE.match(arch):
+        raise ConfigurationError(f"arch family {arch!r} is not like 'sm90'")
+    return Path(root) / arch / f"{family.stem}.json"

@@ -1,0 +1,159 @@
+"""Soft validators: the build environment an entry was measured under, and its staleness.
+
+A soft mismatch (kernel implementation hash, SKU, nvcc, CUTLASS stamp) keeps a file in
+service and marks the affected entries stale: every config is re-checked against the
+compiled set and the feasibility predicates when it is resolved, so a stale entry can only
+be slower than a fresh tune, never wrong. A stamped value of None or ``"*"`` is a wildcard;
+a current value of None (unknown here, e.g. no GPU or no nvcc) never makes anything stale.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import shutil
+import subprocess
+from collections.abc import Mapping
+from pathlib import Path
+from typing import Any
+
+from oasr_core.errors import PluginError
+from oasr_core.serialization import Invalid, check_json
+from oasr_core.types import Family, thaw
+
+from .schema import TuningFile
+
+WILDCARD = "*"
+"""A stamped value that matches anything."""
+
+_NVCC_RE = re.compile(r"release\s+([0-9.]+)(?:,\s*V([0-9.]+))?")
+
+
+@functools.cache
+def current_sku() -> dict[str, Any] | None:
+    """This process's GPU as ``{name, sms, l2}``, or None without CUDA (cached)."""
+    try:
+        import torch
+    except ImportError:
+        return None
+    if not torch.cuda.is_available():
+        return None
+    props = torch.cuda.get_device_properties(torch.cuda.current_device())
+    return {"name": props.name, "sms": props.multi_processor_count,
+            "l2": getattr(props, "L2_cache_size", None)}
+
+
+def _nvcc_path() -> str | None:
+    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
+    if cuda_home:
+        candidate = Path(cuda_home) / "bin" / "nvcc"
+        if candidate.is_file():
+            return str(candidate)
+    return shutil.which("nvcc")
+
+
+@functools.cache
+def nvcc_version() -> str | None:
+    """The nvcc build version (``13.0.88``) via ``CUDA_HOME`` or ``PATH``; None if absent."""
+    nvcc = _nvcc_path()
+    if nvcc is None:
+        return None
+    try:
+        result = subprocess.run([nvcc, "--version"], capture_output=True, text=True,
+                                timeout=60, check=True)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    match = _NVCC_RE.search(result.stdout)
+    if match is None:
+        return None
+    return match.group(2) or match.group(1)
+
+
+def reset_caches() -> None:
+    """Forget the cached SKU and nvcc version (a new epoch may see a new toolchain)."""
+    current_sku.cache_clear()
+    nvcc_version.cache_clear()
+
+
+def current_soft_validators(family: Family) -> dict[str, Any]:
+    """The stamp a write by this process carries: the family's own plus ``sku`` and ``nvcc``.
+
+    ``family.soft_validators()`` supplies the family's stamps (``impl_hash``, ``cutlass``);
+    the core adds ``sku`` (None without a GPU) and ``nvcc`` (None without nvcc).
+    """
+    stamps: dict[str, Any] = {}
+    if family.soft_validators is not None:
+        own = family.soft_validators()
+        try:
+            if not isinstance(own, Mapping):
+                raise Invalid(f"returned {type(own).__name__}, expected a mapping")
+            check_json(own)
+        except Invalid as exc:
+            raise PluginError(f"family {family.name}: soft_validators() {exc}; return a "
+                              "mapping of JSON values") from None
+        stamps.update(thaw(own))
+    stamps["sku"] = current_sku()
+    stamps["nvcc"] = nvcc_version()
+    return stamps
+
+
+def _wild(value: Any) -> bool:
+    return value is None or value == WILDCARD
+
+
+def _describe(value: Any) -> str:
+    if isinstance(value, str):
+        return value
+    return json.dumps(thaw(value), sort_keys=True, separators=(",", ":"))
+
+
+def _describe_sku(value: Any) -> str:
+    if isinstance(value, Mapping):
+        return f"{value.get('name', '?')} (sms={value.get('sms')}, l2={value.get('l2')})"
+    return _describe(value)
+
+
+def _sku_differs(stamped: Any, current: Any) -> bool:
+    if not (isinstance(stamped, Mapping) and isinstance(current, Mapping)):
+        return thaw(stamped) != thaw(current)
+    for field in ("sms", "l2"):
+        s, c = stamped.get(field), current.get(field)
+        if not _wild(s) and c is not None and s != c:
+            return True
+    return False
+
+
+def stale_reasons(stamped: Mapping[str, Any], current: Mapping[str, Any]) -> list[str]:
+    """Why ``stamped`` validators are stale against ``current`` ones; empty when fresh.
+
+    Only keys both sides know are compared. The SKU compares (sms, l2), not its name: two
+    boards of one chip tune alike. Reasons read ``impl_hash 1234 != 5678`` (stamped first).
+    """
+    reasons = []
+    for key in sorted(set(stamped) & set(current)):
+        s, c = stamped[key], current[key]
+        if _wild(s) or c is None:
+            continue
+        if key == "sku":
+            if _sku_differs(s, c):
+                reasons.append(f"sku {_describe_sku(s)} != {_describe_sku(c)}")
+        elif thaw(s) != thaw(c):
+            reasons.append(f"{key} {_describe(s)} != {_describe(c)}")
+    return reasons
+
+
+def stale_entries(tuning_file: TuningFile,
+                  current: Mapping[str, Any]) -> dict[str, list[str]]:
+    """Every stale entry of ``tuning_file`` with its reasons, by signature key (sorted).
+
+    Each entry is judged by the stamp it was measured under (its own ``soft``, else the
+    file's), so an entry kept from an older build stays stale after a newer write.
+    """
+    out = {}
+    for key in sorted(tuning_file.entries):
+        reasons = stale_reasons(tuning_file.entry_soft(key), current)
+        if reasons:
+            out[key] = reasons
+    return out

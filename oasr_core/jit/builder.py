@@ -1,0 +1,377 @@
+"""Compiling units into cached objects and linking them into a module's library.
+
+A unit that fails to compile fails alone: its error is kept (in the build report, the module's
+manifest and a failure marker beside where its object would be) and the module links the rest.
+A failure marker stops the same text from being recompiled by every later build unless
+``retry_failed`` is passed; failures that say nothing about the source (nvcc killed, out of
+memory or disk) leave no marker. Nothing here loads a library: prebuilding on a CPU machine
+and loading on a GPU machine are separate steps (see :mod:`oasr_core.jit.loader`).
+"""
+
+from __future__ import annotations
+
+import enum
+import os
+import resource
+import shutil
+import subprocess
+import threading
+import time
+from collections.abc import Mapping, Sequence
+from concurrent.futures import ThreadPoolExecutor
+from pathlib import Path
+from types import MappingProxyType
+from typing import Any
+
+import attrs
+
+from oasr_core.errors import OasrError, ToolchainError
+from oasr_core.jit import cache
+from oasr_core.jit.spec import LINK_FLAGS, JitSpec, Plan, PlannedUnit, plan
+
+ERROR_HEAD = 2000
+ERROR_TAIL = 6000
+_TRANSIENT = (
+    "died due to signal", "Killed", "No space left on device", "Cannot allocate memory",
+    "std::bad_alloc", "out of memory",
+)
+
+
+class BuildStatus(str, enum.Enum):
+    """Outcome of a unit or a module in one build; compares equal to its value."""
+
+    BUILT = "built"
+    """Compiled (unit) or linked (module) by this build."""
+    CACHED = "cached"
+    """Found in the cache; nvcc did not run."""
+    FAILED = "failed"
+    """Did not compile (unit) or no library could be made (module)."""
+
+
+@attrs.frozen
+class UnitStatus:
+    """What became of one translation unit in a build."""
+
+    status: BuildStatus = attrs.field(converter=BuildStatus)
+    key: str
+    """The unit's object key."""
+    seconds: float = 0.0
+    """nvcc wall time in this build (0 when nothing ran)."""
+    error: str | None = None
+    """Compiler output (head and tail) or the reason the unit is unusable; None unless FAILED."""
+    compiled: bool = False
+    """Whether nvcc ran for this unit in this build (False for a remembered failure)."""
+
+
+@attrs.frozen
+class ModuleBuild:
+    """The build report of one module: its library and the fate of every unit."""
+
+    name: str
+    key: str
+    arch: str
+    path: Path | None
+    """The library, or None when no unit compiled or the link failed."""
+    status: BuildStatus = attrs.field(converter=BuildStatus)
+    units: Mapping[str, UnitStatus] = attrs.field(converter=lambda m: MappingProxyType(dict(m)))
+    seconds: float
+    """Wall time of this build call."""
+    error: str | None = None
+    """Why there is no library (link output, toolchain problem); None otherwise."""
+    peak_child_rss_mib: float | None = None
+    """Largest resident set of any child process (nvcc and its tools) this process has waited
+    for so far; a process-wide peak, not this module's alone."""
+
+    @property
+    def failed(self) -> Mapping[str, str]:
+        """Error text of each unit that failed, by unit name."""
+        return MappingProxyType(
+            {n: u.error or "" for n, u in self.units.items() if u.status is BuildStatus.FAILED})
+
+    def to_json(self) -> dict[str, Any]:
+        """A JSON-ready report (for ``oasr tune prebuild``)."""
+        return {
+            "name": self.name, "key": self.key, "arch": self.arch, "status": self.status.value,
+            "path": str(self.path) if self.path else None, "seconds": round(self.seconds, 3),
+            "error": self.error, "peak_child_rss_mib": self.peak_child_rss_mib,
+            "units": {n: {"status": u.status.value, "key": u.key, "seconds": round(u.seconds, 3),
+                          "error": u.error} for n, u in self.units.items()},
+        }
+
+
+def default_jobs() -> int:
+    """CPUs this process may run on."""
+    try:
+        return max(1, len(os.sched_getaffinity(0)))
+    except AttributeError:
+        return max(1, os.cpu_count() or 1)
+
+
+def split_jobs(counts: Sequence[int], jobs: int) -> list[int]:
+    """Share ``jobs`` among modules by their pending unit counts ``n_i``.
+
+    ``j_i = max(1, min(n_i, round(jobs * n_i / sum(n))))``, rounding halves up. Every module gets
+    a worker and none more than it has units; the sum may exceed ``jobs`` by the rounding and the
+    floor of 1, so :func:`prebuild` also caps concurrent nvcc processes at ``jobs`` overall.
+    """
+    total = sum(counts)
+    if total == 0:
+        return [1] * len(counts)
+    return [max(1, min(n, int(jobs * n / total + 0.5))) for n in counts]
+
+
+def build(spec: JitSpec, *, jobs: int | None = None, retry_failed: bool = False) -> ModuleBuild:
+    """Compile the missing objects of ``spec`` with up to ``jobs`` nvcc processes, then link.
+
+    Never loads the library. Returns the report; a unit's compile error never raises. Raises
+    :class:`ToolchainError` when nvcc or CUTLASS is missing or the arch is not supported.
+    """
+    return build_plan(plan(spec), jobs=jobs, retry_failed=retry_failed)
+
+
+def prebuild(
+    specs: Sequence[JitSpec], *, jobs: int | None = None, retry_failed: bool = False
+) -> list[ModuleBuild]:
+    """Build several modules concurrently (never loading them); one report per spec, in order.
+
+    Modules already built are reported ``cached`` at once. The others build side by side, each
+    with a share of ``jobs`` by its count of units still to compile (:func:`split_jobs`), and at
+    most ``jobs`` nvcc processes run at any time. A module whose arch this nvcc cannot target is
+    reported ``failed`` with the reason; a missing nvcc or CUTLASS raises.
+    """
+    jobs = jobs or default_jobs()
+    root = cache.cache_dir()
+    plans = [plan(s) for s in specs]
+    results: dict[str, ModuleBuild] = {}
+    pending: dict[str, Plan] = {}
+    for p in plans:
+        done = _cached(p, root, retry_failed, time.perf_counter())
+        if done is not None:
+            results[p.key] = done
+        else:
+            pending.setdefault(p.key, p)
+    counts = [_pending_units(p, root, retry_failed) for p in pending.values()]
+    limiter = threading.BoundedSemaphore(jobs)
+    if pending:
+        with ThreadPoolExecutor(max_workers=len(pending), thread_name_prefix="oasr-jit") as pool:
+            futures = {
+                key: pool.submit(_build_or_report, p, j, limiter, retry_failed)
+                for (key, p), j in zip(pending.items(), split_jobs(counts, jobs), strict=True)
+            }
+            results.update({key: f.result() for key, f in futures.items()})
+    return [results[p.key] for p in plans]
+
+
+def build_plan(
+    p: Plan, *, jobs: int | None = None, retry_failed: bool = False,
+    limiter: threading.BoundedSemaphore | None = None,
+) -> ModuleBuild:
+    """:func:`build` for an already resolved spec (what :func:`~oasr_core.jit.loader.load` uses)."""
+    started = time.perf_counter()
+    root = cache.cache_dir()
+    done = _cached(p, root, retry_failed, started)
+    if done is not None:
+        return done
+    p.toolchain.check_arch(p.spec.arch)
+    jobs = jobs or default_jobs()
+    limiter = limiter or threading.BoundedSemaphore(jobs)
+    lock = root / "lib" / p.spec.name / f"{p.key}.lock"
+    with cache.locked(lock, f"module {p.spec.name} ({p.key})"):
+        done = _cached(p, root, retry_failed, started)
+        if done is not None:
+            return done
+        units = _compile_units(p, root, jobs, limiter, retry_failed)
+        return _link(p, root, units, started)
+
+
+def _build_or_report(
+    p: Plan, jobs: int, limiter: threading.BoundedSemaphore, retry_failed: bool
+) -> ModuleBuild:
+    started = time.perf_counter()
+    try:
+        return build_plan(p, jobs=jobs, retry_failed=retry_failed, limiter=limiter)
+    except OasrError as exc:
+        return _report(p, None, BuildStatus.FAILED, {}, started, error=str(exc))
+
+
+def _report(
+    p: Plan, path: Path | None, status: BuildStatus, units: Mapping[str, UnitStatus],
+    started: float, error: str | None = None,
+) -> ModuleBuild:
+    rss = resource.getrusage(resource.RUSAGE_CHILDREN).ru_maxrss
+    return ModuleBuild(
+        name=p.spec.name, key=p.key, arch=p.spec.arch, path=path, status=status, units=units,
+        seconds=time.perf_counter() - started, error=error,
+        peak_child_rss_mib=round(rss / 1024, 1) if rss else None,
+    )
+
+
+def _cached(p: Plan, root: Path, retry_failed: bool, started: float) -> ModuleBuild | None:
+    manifest = cache.read_manifest(root, p.spec.name, p.key)
+    if manifest is None:
+        return None
+    recorded = manifest.get("units", {})
+    if retry_failed and any(u.get("status") == "failed" for u in recorded.values()):
+        return None
+    units = {}
+    for pu in p.units:
+        entry = recorded.get(pu.unit.name, {})
+        failed = entry.get("status") == "failed"
+        units[pu.unit.name] = UnitStatus(
+            status=BuildStatus.FAILED if failed else BuildStatus.CACHED, key=pu.key,
+            error=entry.get("error") if failed else None,
+        )
+    path = cache.library_path(root, p.spec.name, p.key)
+    return _report(p, path, BuildStatus.CACHED, units, started)
+
+
+def _pending_units(p: Plan, root: Path, retry_failed: bool) -> int:
+    keys = {u.key for u in p.units}
+    return sum(
+        1 for k in keys
+        if not cache.object_path(root, k).is_file()
+        and (retry_failed or not cache.failure_path(root, k).is_file())
+    )
+
+
+def _compile_units(
+    p: Plan, root: Path, jobs: int, limiter: threading.BoundedSemaphore, retry_failed: bool
+) -> dict[str, UnitStatus]:
+    by_key: dict[str, PlannedUnit] = {}
+    for pu in p.units:
+        by_key.setdefault(pu.key, pu)
+    workers = max(1, min(jobs, len(by_key)))
+    with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="oasr-nvcc") as pool:
+        futures = {
+            key: pool.submit(_compile, p, root, pu, limiter, retry_failed)
+            for key, pu in by_key.items()
+        }
+        outcome = {key: f.result() for key, f in futures.items()}
+    return {pu.unit.name: outcome[pu.key] for pu in p.units}
+
+
+def _compile(
+    p: Plan, root: Path, pu: PlannedUnit, limiter: threading.BoundedSemaphore, retry_failed: bool
+) -> UnitStatus:
+    obj = cache.object_path(root, pu.key)
+    marker = cache.failure_path(root, pu.key)
+    found = _remembered(obj, marker, pu.key, retry_failed)
+    if found is not None:
+        return found
+    with cache.locked(obj.with_suffix(".lock"), f"unit {pu.unit.name} ({pu.key})"):
+        found = _remembered(obj, marker, pu.key, retry_failed)
+        if found is not None:
+            return found
+        source = cache.source_path(root, pu.key)
+        cache.atomic_write(source, pu.text)
+        tmp = cache.temp_path(obj)
+        command = p.compile_command(source, tmp)
+        try:
+            with limiter:
+                started = time.perf_counter()
+                proc = _run(command)
+                seconds = time.perf_counter() - started
+            if proc.returncode == 0 and tmp.stat().st_size > 0:
+                os.replace(tmp, obj)
+                marker.unlink(missing_ok=True)
+                return UnitStatus(BuildStatus.BUILT, pu.key, seconds, compiled=True)
+        finally:
+            tmp.unlink(missing_ok=True)
+        output = (proc.stdout + proc.stderr).strip()
+        error = _clip(f"nvcc exited with {proc.returncode}:\n{output}")
+        if proc.returncode > 0 and not any(t in output for t in _TRANSIENT):
+            cache.write_json(marker, {
+                "unit": pu.unit.name, "error": error, "returncode": proc.returncode,
+                "command": command, "nvcc": p.toolchain.version, "time": time.time(),
+            })
+    return UnitStatus(BuildStatus.FAILED, pu.key, seconds, error=error, compiled=True)
+
+
+def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
+    try:
+        return subprocess.run(command, capture_output=True, text=True, errors="replace",
+                              check=False)
+    except OSError as exc:
+        raise ToolchainError(f"cannot run {command[0]}: {exc}; check OASR_NVCC/CUDA_HOME") from exc
+
+
+def _remembered(obj: Path, marker: Path, key: str, retry_failed: bool) -> UnitStatus | None:
+    if obj.is_file():
+        return UnitStatus(BuildStatus.CACHED, key)
+    if not retry_failed:
+        recorded = cache.read_json(marker)
+        if recorded is not None:
+            return UnitStatus(BuildStatus.FAILED, key, error=str(recorded.get("error", "")))
+    return None
+
+
+def first_error(text: str) -> str:
+    """The first line of compiler output that reports an error (else its last line)."""
+    lines = [line.strip() for line in text.splitlines() if line.strip()]
+    return next((line for line in lines if "error" in line.lower() and "exited with" not in line),
+                lines[-1] if lines else "")
+
+
+def _clip(text: str) -> str:
+    if len(text) <= ERROR_HEAD + ERROR_TAIL:
+        return text
+    skipped = len(text) - ERROR_HEAD - ERROR_TAIL
+    return f"{text[:ERROR_HEAD]}\n[... {skipped} characters ...]\n{text[-ERROR_TAIL:]}"
+
+
+def _link(p: Plan, root: Path, units: dict[str, UnitStatus], started: float) -> ModuleBuild:
+    good = [pu for pu in p.units if units[pu.unit.name].status is not BuildStatus.FAILED]
+    if not good:
+        return _report(p, None, BuildStatus.FAILED, units, started,
+                       error=f"every unit of module {p.spec.name} failed to compile")
+    library = cache.library_path(root, p.spec.name, p.key)
+    tmp = cache.temp_path(library)
+    try:
+        command = p.link_command([cache.object_path(root, pu.key) for pu in good], tmp)
+        proc = _run(command)
+        if proc.returncode != 0:
+            output = (proc.stdout + proc.stderr).strip()
+            return _report(p, None, BuildStatus.FAILED, units, started,
+                           error=_clip(f"link failed (exit {proc.returncode}):\n{output}"))
+        symbols = _dynamic_symbols(tmp)
+        if symbols is not None:
+            for pu in good:
+                missing = [s for s in pu.unit.exports if s not in symbols]
+                if missing:
+                    units[pu.unit.name] = UnitStatus(
+                        BuildStatus.FAILED, pu.key, units[pu.unit.name].seconds,
+                        error=f"the library does not export {', '.join(missing)}: define each "
+                              "launcher as `OASR_EXPORT <type> name(...)`",
+                        compiled=units[pu.unit.name].compiled)
+        os.chmod(tmp, 0o755)
+        os.replace(tmp, library)
+    finally:
+        tmp.unlink(missing_ok=True)
+    declared = {s for pu in good for s in pu.unit.exports}
+    cache.write_json(cache.manifest_path(root, p.spec.name, p.key), {
+        "schema_version": cache.MANIFEST_SCHEMA_VERSION,
+        "name": p.spec.name, "key": p.key, "arch": p.spec.arch, "library": library.name,
+        "nvcc": p.toolchain.version, "cutlass": p.cutlass_version,
+        "link_flags": [*LINK_FLAGS, *p.spec.link_flags],
+        "undeclared_exports": sorted(symbols - declared) if symbols is not None else None,
+        "units": {
+            pu.unit.name: {
+                "object": pu.key, "exports": list(pu.unit.exports),
+                "status": "failed" if units[pu.unit.name].status is BuildStatus.FAILED
+                else "linked",
+                "error": units[pu.unit.name].error,
+            } for pu in p.units
+        },
+    })
+    return _report(p, library, BuildStatus.BUILT, units, started)
+
+
+def _dynamic_symbols(library: Path) -> set[str] | None:
+    nm = shutil.which("nm")
+    if nm is None:
+        return None
+    proc = subprocess.run([nm, "-D", "--defined-only", "--format=posix", str(library)],
+                          capture_output=True, text=True, errors="replace", check=False)
+    if proc.returncode != 0:
+        return None
+    return {line.split()[0] for line in proc.stdout.splitlines() if line.strip()}

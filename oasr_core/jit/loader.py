@@ -1,0 +1,107 @@
+"""Finding a module's library by its key and loading it with ctypes.
+
+On a GPU machine the library is normally already in the cache (``oasr tune prebuild`` ran on
+this machine or on a CPU machine with the same toolchain, and the cache was copied). When it is
+not, :func:`load` says so once and builds it under the module's lock; if it cannot be built it
+raises, so the caller falls back to the next tier instead of running something else silently.
+"""
+
+from __future__ import annotations
+
+import ctypes
+import warnings
+from collections.abc import Mapping
+from pathlib import Path
+from types import MappingProxyType
+
+import attrs
+
+from oasr_core.errors import JitBuildError
+from oasr_core.jit import cache
+from oasr_core.jit.builder import BuildStatus, build_plan, first_error
+from oasr_core.jit.spec import JitSpec, plan
+
+
+class NotPrebuiltWarning(UserWarning):
+    """A module had to be compiled at load time (slow); prebuild it instead."""
+
+
+@attrs.frozen(eq=False)
+class LoadedModule:
+    """A loaded library and what it holds, from its manifest."""
+
+    name: str
+    key: str
+    path: Path
+    cdll: ctypes.CDLL
+    exports: frozenset[str]
+    """Launchers present in the library (those of units that compiled)."""
+    failed: Mapping[str, str] = attrs.field(converter=lambda m: MappingProxyType(dict(m)))
+    """Error text of each unit that did not make it into the library, by unit name."""
+    missing: Mapping[str, str] = attrs.field(converter=lambda m: MappingProxyType(dict(m)))
+    """For each export of a failed unit, the unit's name."""
+
+    def function(self, export: str) -> ctypes._CFuncPtr:
+        """The launcher ``export``; set its ``argtypes``/``restype`` before calling.
+
+        Raises :class:`JitBuildError` naming the unit when its unit failed to compile, so a
+        caller can fall back for that config alone.
+        """
+        if export in self.exports:
+            return getattr(self.cdll, export)
+        unit = self.missing.get(export)
+        if unit is not None:
+            raise JitBuildError(
+                f"{export} is not in module {self.name}: unit {unit} failed "
+                f"({first_error(self.failed[unit])}); "
+                f"see {self.path.parent / 'manifest.json'}"
+            )
+        raise JitBuildError(f"module {self.name} has no export {export!r}")
+
+
+def load(spec: JitSpec, *, build_missing: bool = True, jobs: int | None = None) -> LoadedModule:
+    """Load the library of ``spec`` from the cache, building it first if it is missing.
+
+    With ``build_missing=False`` a missing library raises :class:`JitBuildError`. Building here
+    warns once with :class:`NotPrebuiltWarning`. Raises :class:`ToolchainError` when it must
+    build and cannot (no nvcc/CUTLASS, unsupported arch) and :class:`JitBuildError` when no
+    library could be made or it does not load.
+    """
+    p = plan(spec)
+    root = cache.cache_dir()
+    manifest = cache.read_manifest(root, spec.name, p.key)
+    if manifest is None:
+        if not build_missing:
+            raise JitBuildError(
+                f"module {spec.name} (key {p.key}, arch {spec.arch}) is not built in {root}; "
+                "run `oasr tune prebuild` (or copy a prebuilt OASR_JIT_DIR made with the same "
+                "toolchain)"
+            )
+        warnings.warn(
+            f"module {spec.name} was not prebuilt; building it now (run `oasr tune prebuild`)",
+            NotPrebuiltWarning, stacklevel=2,
+        )
+        result = build_plan(p, jobs=jobs)
+        if result.status is BuildStatus.FAILED:
+            reasons = [result.error or ""] + [
+                f"{name}: {first_error(err)}" for name, err in list(result.failed.items())[:5]
+            ]
+            raise JitBuildError(
+                f"module {spec.name} could not be built: " + "; ".join(r for r in reasons if r))
+        manifest = cache.read_manifest(root, spec.name, p.key)
+        if manifest is None:
+            raise JitBuildError(f"module {spec.name} was built but its manifest is missing")
+    path = cache.library_path(root, spec.name, p.key)
+    try:
+        cdll = ctypes.CDLL(str(path))
+    except OSError as exc:
+        raise JitBuildError(f"cannot load {path}: {exc}") from exc
+    units = manifest.get("units", {})
+    failed = {n: u.get("error") or "" for n, u in units.items() if u.get("status") == "failed"}
+    return LoadedModule(
+        name=spec.name, key=p.key, path=path, cdll=cdll,
+        exports=frozenset(s for n, u in units.items() if n not in failed
+                          for s in u.get("exports", ())),
+        failed=failed,
+        missing={s: n for n in failed for s in units[n].get("exports", ())},
+    )

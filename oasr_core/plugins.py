@@ -1,0 +1,290 @@
+"""The plugin manager: finds plugins through entry points, loads each in isolation.
+
+There is no module-level manager. :func:`make_plugin_manager` builds one when something needs
+plugins (the CLI stores it on ``ctx.obj``; the runtime builds one per process), so importing
+``oasr_core`` loads nothing. A plugin that fails to import or register is recorded as a
+:class:`~oasr_core.types.PluginLoadFailure` and reported once on stderr (through the
+``oasr_core.plugins`` logger) with its name and distribution; the others keep working.
+
+Operator switches, read when a manager is built:
+
+``OASR_PLUGINS=gemm,conv1d``
+    load only these entry points (set but empty: load none).
+``OASR_DISABLE_PLUGIN_AUTOLOAD=1``
+    load no entry point, except those ``OASR_PLUGINS`` names.
+``OASR_STRICT_PLUGINS=1``
+    every plugin warning becomes an error (:class:`~oasr_core.errors.PluginLoadError` for a
+    plugin that does not load, :class:`~oasr_core.errors.PluginError` for the rest).
+``OASR_TRACE_PLUGINS=1``
+    log every hook call at DEBUG level (pluggy tracing).
+"""
+
+from __future__ import annotations
+
+import difflib
+import importlib.metadata
+import logging
+import os
+from collections.abc import Collection, Iterable
+from typing import Any
+
+import pluggy
+
+# The record type pluggy's own loader stores, so list_plugin_distinfo() is uniform (pytest
+# reads the same pair the same way).
+from pluggy._manager import DistFacade
+
+from oasr_core import hookspecs
+from oasr_core.errors import ConfigurationError, PluginError, PluginLoadError
+from oasr_core.types import PluginLoadFailure
+
+log = logging.getLogger(__name__)
+
+ENTRY_POINT_GROUP = "oasr"
+_TRUE = frozenset({"1", "true", "yes", "on"})
+_FALSE = frozenset({"", "0", "false", "no", "off"})
+
+
+def env_flag(name: str) -> bool:
+    """Read a boolean environment switch; a malformed value is a ConfigurationError."""
+    raw = os.environ.get(name, "")
+    value = raw.strip().lower()
+    if value in _TRUE:
+        return True
+    if value in _FALSE:
+        return False
+    raise ConfigurationError(
+        f"{name}={raw!r} is not a boolean; use 1/0 (or true/false, yes/no, on/off)"
+    )
+
+
+def env_plugin_names() -> frozenset[str] | None:
+    """The entry-point names ``OASR_PLUGINS`` selects, or None when it is unset."""
+    raw = os.environ.get("OASR_PLUGINS")
+    if raw is None:
+        return None
+    return frozenset(n.strip() for n in raw.split(",") if n.strip())
+
+
+def describe_distribution(dist: importlib.metadata.Distribution | None) -> str:
+    """``"name version"`` of a distribution, or ``"?"`` when the plugin has none."""
+    if dist is None:
+        return "?"
+    return f"{dist.metadata['Name']} {dist.version}"
+
+
+def who(plugin: str, distribution: str) -> str:
+    """How messages name a plugin: ``plugin 'gemm' (oasr-gemm 0.1.0)``."""
+    where = "registered in-process" if distribution == "?" else distribution
+    return f"plugin {plugin!r} ({where})"
+
+
+def _one_line(exc: BaseException) -> str:
+    text = " ".join(str(exc).split())
+    return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
+
+
+class OasrPluginManager(pluggy.PluginManager):
+    """A pluggy manager for project ``oasr`` with isolated entry-point loading.
+
+    Build it with :func:`make_plugin_manager`. ``failures`` lists the plugins that could not
+    be loaded; ``strict`` makes every failure raise instead; ``verbose`` adds tracebacks to the
+    warnings.
+    """
+
+    def __init__(self, *, strict: bool = False, verbose: bool = False) -> None:
+        super().__init__("oasr")
+        self.add_hookspecs(hookspecs)
+        self.strict = strict
+        self.verbose = verbose
+        self.failures: list[PluginLoadFailure] = []
+        self._reported: set[str] = set()
+
+    def get_canonical_name(self, plugin: object) -> str:
+        """A readable default name (module or class name) for a plugin registered directly."""
+        name = getattr(plugin, "__name__", None) or type(plugin).__name__
+        if name in self._name2plugin:
+            return f"{name}@{id(plugin):x}"
+        return name
+
+    def distribution(self, plugin_name: str) -> str:
+        """``"name version"`` of the distribution that provided ``plugin_name``, or ``"?"``."""
+        plugin = self.get_plugin(plugin_name)
+        for p, dist in self.list_plugin_distinfo():
+            if p is plugin:
+                return f"{dist.project_name} {dist.version}"
+        return "?"
+
+    def report(
+        self,
+        message: str,
+        *,
+        exc: BaseException | None = None,
+        level: int = logging.WARNING,
+    ) -> None:
+        """Log a plugin problem once per manager: one line, the traceback only when verbose."""
+        if message in self._reported:
+            return
+        self._reported.add(message)
+        severity = "error" if level >= logging.ERROR else "warning"
+        if exc is not None and self.verbose:
+            log.log(level, "oasr %s: %s", severity, message, exc_info=exc)
+            return
+        log.log(level, "oasr %s: %s", severity, message)
+        if exc is not None:
+            log.debug("traceback of the failure above", exc_info=exc)
+
+    def load_entrypoints(
+        self, group: str = ENTRY_POINT_GROUP, *, only: Collection[str] | None = None
+    ) -> int:
+        """Load and register every entry point of ``group``, each in isolation.
+
+        ``only`` restricts loading to these entry-point names (unknown names are reported).
+        Blocked names are skipped. Returns the number of plugins registered by this call.
+        """
+        by_name: dict[str, list[importlib.metadata.EntryPoint]] = {}
+        for ep in importlib.metadata.entry_points(group=group):
+            by_name.setdefault(ep.name, []).append(ep)
+        if only is not None:
+            self._check_selection(only, by_name, group)
+        loaded = 0
+        for name, eps in by_name.items():
+            if (only is not None and name not in only) or self.is_blocked(name):
+                continue
+            if self.get_plugin(name) is not None:
+                continue
+            if len(eps) > 1:
+                self._entry_point_conflict(name, eps)
+                continue
+            loaded += self._load_one(eps[0])
+        return loaded
+
+    def _check_selection(
+        self, only: Collection[str], by_name: dict[str, Any], group: str
+    ) -> None:
+        missing = sorted(set(only) - set(by_name))
+        if not missing:
+            return
+        installed = ", ".join(sorted(by_name)) or "none"
+        message = (
+            f"OASR_PLUGINS names {', '.join(map(repr, missing))}, but no installed "
+            f"{group!r} entry point has that name (installed: {installed})"
+        )
+        if self.strict:
+            raise ConfigurationError(message)
+        self.report(message)
+
+    def _entry_point_conflict(self, name: str, eps: list[importlib.metadata.EntryPoint]) -> None:
+        dists = sorted(describe_distribution(ep.dist) for ep in eps)
+        message = (
+            f"plugin name {name!r} is provided by {' and '.join(dists)}; none of them is "
+            "loaded. Uninstall all but one, and please report the conflict to the plugin authors"
+        )
+        if self.strict:
+            raise PluginLoadError(message)
+        for dist in dists:
+            self.failures.append(PluginLoadFailure(name, dist, message, "duplicate"))
+        self.report(message, level=logging.ERROR)
+
+    def _load_one(self, ep: importlib.metadata.EntryPoint) -> int:
+        dist = describe_distribution(ep.dist)
+        try:
+            plugin = ep.load()
+            self.register(plugin, name=ep.name)
+        except (Exception, SystemExit) as exc:  # a plugin calling sys.exit() must not end the host
+            if self.has_plugin(ep.name):
+                self.unregister(name=ep.name)  # register() fails midway on a bad signature
+            self._load_failure(ep.name, dist, exc, "failed to load")
+            return 0
+        unknown = self._unknown_hooks(plugin)
+        if unknown:
+            self.unregister(plugin)
+            self._load_failure(ep.name, dist, PluginError(unknown), "is invalid")
+            return 0
+        if ep.dist is not None:
+            self._plugin_distinfo.append((plugin, DistFacade(ep.dist)))
+        return 1
+
+    def _load_failure(self, name: str, dist: str, exc: BaseException, what: str) -> None:
+        error = _one_line(exc)
+        message = (
+            f"{who(name, dist)} {what} and is skipped: {error} "
+            f"(OASR_STRICT_PLUGINS=1 makes this an error; -p no:{name} or OASR_PLUGINS "
+            "leave it out)"
+        )
+        if self.strict:
+            raise PluginLoadError(f"{who(name, dist)} {what}: {error}") from exc
+        self.failures.append(PluginLoadFailure(name, dist, error, "load"))
+        self.report(message, exc=exc)
+
+    def _unknown_hooks(self, plugin: object) -> str:
+        """Why ``plugin`` implements hooks no spec declares ('' when it does not)."""
+        problems = []
+        for caller in self.get_hookcallers(plugin) or ():
+            if caller.has_spec():
+                continue
+            impls = [i for i in caller.get_hookimpls() if i.plugin is plugin]
+            if all(i.optionalhook for i in impls):
+                continue
+            hint = difflib.get_close_matches(caller.name, self._spec_names(), n=1)
+            did_you_mean = f" (did you mean {hint[0]!r}?)" if hint else ""
+            problems.append(f"unknown hook {caller.name!r}{did_you_mean}")
+        return "; ".join(problems)
+
+    def _spec_names(self) -> list[str]:
+        return [name for name in vars(hookspecs) if name.startswith("oasr_")]
+
+    def check_pending(self) -> None:
+        """Verify that every registered hook implementation has a spec.
+
+        Raises :class:`~oasr_core.errors.PluginError` naming the plugin, its distribution and
+        the unknown hook (with the closest hook name, which is usually the intended one).
+        """
+        for name, plugin in self.list_name_plugin():
+            if plugin is None:
+                continue
+            problem = self._unknown_hooks(plugin)
+            if problem:
+                raise PluginError(
+                    f"{who(name, self.distribution(name))}: {problem}; every oasr hook is "
+                    "listed in oasr_core.hookspecs"
+                )
+        try:
+            super().check_pending()
+        except pluggy.PluginValidationError as exc:
+            raise PluginError(_one_line(exc)) from exc
+
+
+def make_plugin_manager(
+    *,
+    load_entrypoints: bool = True,
+    block: Iterable[str] = (),
+    strict: bool | None = None,
+    verbose: bool = False,
+) -> OasrPluginManager:
+    """Build a plugin manager and (unless told not to) load the ``oasr`` entry points.
+
+    :param load_entrypoints: load installed plugins; ``False`` gives an empty manager (tests,
+        embedding). ``OASR_DISABLE_PLUGIN_AUTOLOAD=1`` has the same effect, except that names
+        listed in ``OASR_PLUGINS`` are still loaded.
+    :param block: plugin names never to register (the CLI's ``-p no:<name>``).
+    :param strict: raise on any plugin failure; ``None`` reads ``OASR_STRICT_PLUGINS``.
+    :param verbose: include tracebacks in failure warnings (the CLI's ``-v``).
+    :raises ConfigurationError: a malformed ``OASR_*`` switch.
+    :raises PluginLoadError: in strict mode, a plugin that does not load.
+    """
+    if strict is None:
+        strict = env_flag("OASR_STRICT_PLUGINS")
+    trace = env_flag("OASR_TRACE_PLUGINS")
+    autoload = not env_flag("OASR_DISABLE_PLUGIN_AUTOLOAD")
+    only = env_plugin_names()
+    pm = OasrPluginManager(strict=strict, verbose=verbose)
+    for name in block:
+        pm.set_blocked(name)
+    if trace:
+        pm.trace.root.setwriter(log.debug)
+        pm.enable_tracing()
+    if load_entrypoints and (autoload or only):
+        pm.load_entrypoints(ENTRY_POINT_GROUP, only=only)
+    pm.check_pending()
+    return pm

@@ -1,0 +1,343 @@
+"""Families and lanes by name and by arch, collected from a plugin manager.
+
+:meth:`Registry.from_plugin_manager` calls each plugin's registration hooks on their own, so
+every record is attributed to the plugin and distribution that returned it, and one broken
+plugin costs only its own records. Conflicts are never resolved silently: a family or lane name
+registered twice drops every record of that name and says so (STYLE 7).
+"""
+
+from __future__ import annotations
+
+import difflib
+import logging
+from collections.abc import Iterable, Mapping
+from types import MappingProxyType
+from typing import Any, Literal
+
+import attrs
+
+from oasr_core.errors import PluginError, UnknownFamilyError
+from oasr_core.plugins import OasrPluginManager, who
+from oasr_core.types import Family, Lane, PluginLoadFailure
+
+Kind = Literal["family", "lane"]
+_HOOKS: Mapping[Kind, str] = {"family": "oasr_register_families", "lane": "oasr_register_lanes"}
+_RECORD: Mapping[Kind, type] = {"family": Family, "lane": Lane}
+
+
+@attrs.frozen
+class Provider:
+    """Who registered a family or lane: plugin name, distribution and its version."""
+
+    plugin: str
+    """Plugin (entry-point) name."""
+    distribution: str | None
+    """Distribution name (``oasr-gemm``), or None for a plugin registered in-process."""
+    version: str | None
+    """Distribution version, or None with ``distribution``."""
+
+    @property
+    def label(self) -> str:
+        """``"oasr-gemm 0.1.0"``, or ``"?"`` (the :class:`PluginLoadFailure` spelling)."""
+        return f"{self.distribution} {self.version}" if self.distribution else "?"
+
+    def __str__(self) -> str:
+        return who(self.plugin, self.label)
+
+
+def provider_of(pm: OasrPluginManager, plugin: object) -> Provider:
+    """The :class:`Provider` of a plugin object registered on ``pm``."""
+    name = pm.get_name(plugin) or repr(plugin)
+    label = pm.distribution(name)
+    if label == "?":
+        return Provider(name, None, None)
+    dist, _, version = label.rpartition(" ")
+    return Provider(name, dist, version)
+
+
+@attrs.define
+class _Collector:
+    """The mutable state of one registry build: failures found and names dropped."""
+
+    pm: OasrPluginManager
+    strict: bool
+    failures: list[PluginLoadFailure] = attrs.Factory(list)
+    dropped: set[tuple[Kind, str]] = attrs.Factory(set)
+
+    def fail(
+        self,
+        providers: Iterable[Provider],
+        kind: str,
+        message: str,
+        *,
+        exc: BaseException | None = None,
+        level: int = logging.WARNING,
+    ) -> None:
+        if self.strict:
+            raise PluginError(message) from exc
+        for p in dict.fromkeys(providers):
+            self.failures.append(PluginLoadFailure(p.plugin, p.label, message, kind))
+        self.pm.report(message, exc=exc, level=level)
+
+    def collect(self, kind: Kind) -> dict[str, tuple[Any, Provider]]:
+        """Call every implementation of ``kind``'s hook; keep the valid, unique records."""
+        hook_name = _HOOKS[kind]
+        kwargs: dict[str, Any] = {}
+        found: list[tuple[Any, Provider]] = []
+        for impl in getattr(self.pm.hook, hook_name).get_hookimpls():
+            if impl.wrapper or impl.hookwrapper:
+                continue
+            provider = provider_of(self.pm, impl.plugin)
+            try:
+                result = impl.function(*[kwargs[arg] for arg in impl.argnames])
+                records, problems = _check_result(result, kind)
+            except Exception as exc:
+                self.fail([provider], "record", f"{provider} hook {hook_name} raised "
+                          f"{type(exc).__name__}: {' '.join(str(exc).split())}; none of its "
+                          f"{kind} records are used", exc=exc)
+                continue
+            if problems:
+                self.fail([provider], "record", f"{provider} hook {hook_name}: "
+                          f"{'; '.join(problems)} (ignored; its valid records are kept)")
+            found.extend((r, provider) for r in records)
+        return self._unique(kind, found)
+
+    def _unique(self, kind: Kind, found: list[tuple[Any, Provider]]) -> dict[str, Any]:
+        by_name: dict[str, list[Provider]] = {}
+        for record, provider in found:
+            by_name.setdefault(record.name, []).append(provider)
+        unique = {}
+        for record, provider in found:
+            providers = sorted(by_name[record.name], key=lambda p: p.plugin)
+            if len(providers) == 1:
+                unique[record.name] = (record, provider)
+            elif (kind, record.name) not in self.dropped:
+                self.dropped.add((kind, record.name))
+                self.fail(providers, "duplicate", _conflict(kind, record.name, providers),
+                          level=logging.ERROR)
+        return unique
+
+
+def _conflict(kind: Kind, name: str, providers: list[Provider]) -> str:
+    if len(set(providers)) == 1:
+        by = f"{len(providers)} times by {providers[0]}"
+    else:
+        by = "by " + " and ".join(map(str, providers))
+    dropped = "both are dropped" if len(providers) == 2 else f"all {len(providers)} are dropped"
+    return (
+        f"{kind} {name!r} is registered {by}; {dropped}. Please report this conflict to the "
+        "plugin author(s); until it is fixed, uninstall one distribution or leave one plugin "
+        "out (OASR_PLUGINS, or -p no:<plugin>)"
+    )
+
+
+def _check_result(result: Any, kind: Kind) -> tuple[list[Any], list[str]]:
+    """Split a registration hook's return value into good records and problem descriptions."""
+    expected = _RECORD[kind]
+    if result is None:
+        return [], []
+    if isinstance(result, (str, bytes, Mapping)) or not isinstance(result, Iterable):
+        problem = f"returned {_describe(result, kind)}"
+        if not isinstance(result, (type, expected)):
+            problem += f"; expects an iterable of oasr_core.types.{expected.__name__} instances"
+        return [], [problem]
+    records, problems = [], []
+    for i, item in enumerate(result):
+        if isinstance(item, expected):
+            records.append(item)
+        else:
+            problems.append(f"item {i} is {_describe(item, kind)}")
+    return records, problems
+
+
+def _describe(value: Any, kind: Kind) -> str:
+    """What a bad registration value is, phrased to follow "returned" or "item 3 is"."""
+    expected = _RECORD[kind]
+    if isinstance(value, type) and issubclass(value, expected):
+        return (f"the class {value.__qualname__}: {_HOOKS[kind]} expects instances. "
+                "Have you forgotten the `()`?")
+    if isinstance(value, expected):
+        return f"a single {expected.__name__}; return a list of them"
+    for other_kind, other in _RECORD.items():
+        if isinstance(value, other):
+            return f"a {other.__name__}, which belongs in {_HOOKS[other_kind]}"
+    text = repr(value)
+    text = text[:57] + "..." if len(text) > 60 else text
+    return f"{text} of type {type(value).__qualname__}, not a {expected.__name__}"
+
+
+@attrs.frozen(eq=False)
+class Registry:
+    """The families and lanes of one plugin manager, by name, each with its provider.
+
+    Immutable: a new set of plugins means a new registry (a new epoch for the runtime).
+    """
+
+    pm: OasrPluginManager
+    """The manager the registry was built from."""
+    families: Mapping[str, Family] = attrs.field(converter=MappingProxyType)
+    """Registered families by name, in registration order."""
+    lanes: Mapping[str, Lane] = attrs.field(converter=MappingProxyType)
+    """Registered lanes by name, in registration order."""
+    failures: tuple[PluginLoadFailure, ...] = attrs.field(converter=tuple)
+    """Load failures of the manager, then the records this build rejected."""
+    strict: bool = False
+    """Whether a plugin's contract violation raises (else it is reported and ignored)."""
+    _providers: Mapping[tuple[Kind, str], Provider] = attrs.field(
+        factory=dict, converter=MappingProxyType)
+
+    @classmethod
+    def from_plugin_manager(cls, pm: OasrPluginManager, *, strict: bool | None = None) -> Registry:
+        """Collect every plugin's families and lanes.
+
+        :param strict: raise :class:`PluginError` on the first bad record or conflict instead
+            of reporting it and dropping the records; ``None`` follows ``pm.strict``.
+        """
+        strict = bool(getattr(pm, "strict", False)) if strict is None else strict
+        c = _Collector(pm, strict)
+        families = c.collect("family")
+        lanes = c.collect("lane")
+        for name, (lane, provider) in list(lanes.items()):
+            if lane.family in families:
+                continue
+            why = ("was dropped because of a name conflict" if ("family", lane.family)
+                   in c.dropped else "no loaded plugin registers")
+            c.fail([provider], "record", f"{provider} registers lane {name!r} of family "
+                   f"{lane.family!r}, which {why}; the lane is dropped (install or fix the "
+                   f"plugin that provides {lane.family!r})")
+            del lanes[name]
+        providers = {("family", n): p for n, (_, p) in families.items()}
+        providers.update({("lane", n): p for n, (_, p) in lanes.items()})
+        return cls(
+            pm=pm,
+            families={n: r for n, (r, _) in families.items()},
+            lanes={n: r for n, (r, _) in lanes.items()},
+            failures=(*getattr(pm, "failures", ()), *c.failures),
+            strict=strict,
+            providers=providers,
+        )
+
+    def family(self, name: str) -> Family:
+        """The family ``name``; :class:`UnknownFamilyError` lists what is available."""
+        try:
+            return self.families[name]
+        except KeyError:
+            raise UnknownFamilyError(self._unknown("family", name)) from None
+
+    def lane(self, name: str) -> Lane:
+        """The lane ``name``; :class:`UnknownFamilyError` lists what is available."""
+        try:
+            return self.lanes[name]
+        except KeyError:
+            raise UnknownFamilyError(self._unknown("lane", name)) from None
+
+    def lanes_of(self, family: str, arch: str | None = None) -> tuple[Lane, ...]:
+        """The lanes of ``family`` (running on ``arch`` when given), in registration order."""
+        self.family(family)
+        return tuple(
+            lane for lane in self.lanes.values()
+            if lane.family == family and (arch is None or arch in lane.arch_families)
+        )
+
+    def active_lane(self, family: str, arch: str) -> Lane | None:
+        """The lane that serves ``family`` on ``arch``, or None when no lane runs there.
+
+        Asks the ``oasr_select_lane`` hook first; without an answer, the unique lane that is
+        ``default_on`` the arch, else the only lane running on it.
+        """
+        fam = self.family(family)
+        lanes = self.lanes_of(family, arch)
+        answer = self.pm.hook.oasr_select_lane(family=fam, arch=arch, lanes=lanes)
+        if answer is not None:
+            chosen = next((lane for lane in lanes if lane.name == answer), None)
+            if chosen is not None:
+                return chosen
+            self._bad_lane_answer(fam, arch, lanes, answer)
+        defaults = [lane for lane in lanes if arch in lane.default_on]
+        if len(defaults) > 1:
+            named = " and ".join(f"lane {lane.name!r} of {self.provider('lane', lane.name)}"
+                                 for lane in defaults)
+            raise PluginError(
+                f"{named} are all the default for family {family!r} on {arch}; please report "
+                "this to the plugin author(s). Until then, leave one plugin out (OASR_PLUGINS, "
+                "-p no:<plugin>) or pick a lane with an oasr_select_lane hook"
+            )
+        if defaults:
+            return defaults[0]
+        return lanes[0] if len(lanes) == 1 else None
+
+    def _bad_lane_answer(
+        self, fam: Family, arch: str, lanes: tuple[Lane, ...], answer: Any
+    ) -> None:
+        impls = self.pm.hook.oasr_select_lane.get_hookimpls()
+        plugins = ", ".join(str(provider_of(self.pm, i.plugin)) for i in impls) or "none"
+        names = ", ".join(lane.name for lane in lanes) or "none"
+        got = f"a Lane object ({answer.name!r}); return its name" if isinstance(
+            answer, Lane) else repr(answer)
+        message = (
+            f"oasr_select_lane answered {got} for family {fam.name!r} on {arch}, which is not "
+            f"one of its lanes there ({names}); the answer is ignored. Implemented by: {plugins}"
+        )
+        if self.strict:
+            raise PluginError(message)
+        self.pm.report(message)
+
+    def provider(self, kind: Kind, name: str) -> Provider:
+        """Who registered the family or lane ``name`` (``kind`` is ``"family"`` or ``"lane"``)."""
+        if kind not in _HOOKS:
+            raise ValueError(f"kind must be 'family' or 'lane', not {kind!r}")
+        try:
+            return self._providers[kind, name]
+        except KeyError:
+            raise UnknownFamilyError(self._unknown(kind, name)) from None
+
+    def describe(self) -> list[dict[str, Any]]:
+        """One JSON-ready row per plugin (loaded, blocked or failed) for ``oasr plugins``."""
+        rows = []
+        for name, plugin in self.pm.list_name_plugin():
+            if plugin is None:
+                rows.append(self._row(name, Provider(name, None, None), "blocked", []))
+                continue
+            hooks = sorted(c.name for c in self.pm.get_hookcallers(plugin) or ())
+            rows.append(self._row(name, provider_of(self.pm, plugin), "loaded", hooks))
+        listed = {row["name"] for row in rows}
+        for failure in self.failures:
+            if failure.plugin in listed:
+                continue
+            listed.add(failure.plugin)
+            dist, _, version = failure.distribution.rpartition(" ")
+            provider = Provider(failure.plugin, dist or None, version if dist else None)
+            rows.append(self._row(failure.plugin, provider, "failed", []))
+        return rows
+
+    def _row(self, name: str, provider: Provider, status: str, hooks: list[str]) -> dict:
+        return {
+            "name": name,
+            "distribution": provider.distribution,
+            "version": provider.version,
+            "status": status,
+            "hooks": hooks,
+            "families": self._names_of("family", name),
+            "lanes": self._names_of("lane", name),
+            "failures": [{"kind": f.kind, "error": f.error}
+                         for f in self.failures if f.plugin == name],
+        }
+
+    def _names_of(self, kind: Kind, plugin: str) -> list[str]:
+        return [n for (k, n), p in self._providers.items() if k == kind and p.plugin == plugin]
+
+    def _unknown(self, kind: Kind, name: str) -> str:
+        available = self.families if kind == "family" else self.lanes
+        close = difflib.get_close_matches(str(name), list(available), n=1)
+        text = f"no plugin registers {kind} {name!r}"
+        if close:
+            text += f" (did you mean {close[0]!r}?)"
+        text += f"; available {'families' if kind == 'family' else 'lanes'}: "
+        text += ", ".join(available) or "none"
+        failed: dict[str, dict[str, None]] = {}
+        for f in self.failures:
+            failed.setdefault(who(f.plugin, f.distribution), {})[f.kind] = None
+        if failed:
+            text += "; plugins that failed: " + ", ".join(
+                f"{plugin} [{', '.join(kinds)}]" for plugin, kinds in failed.items())
+        return text + ". Run `oasr plugins` to see what is installed and loaded"

@@ -1,0 +1,209 @@
+"""The process-wide selection state: plugins, tier snapshots, epochs, counters.
+
+Nothing here runs at import. The first :func:`get_runtime` call builds the plugin manager and
+registry; tier files are read once per (family, arch) per epoch; :func:`reload` starts a new
+epoch (and tells registered listeners, e.g. an engine releasing captured graphs). Nothing else
+changes a selection inside a process, so a captured graph and an eager call always run the
+same kernel.
+
+One runtime per process is deliberate: an engine's op calls reach selection through
+:func:`oasr_core.select` with no handle to pass around. Tests install their own with
+:func:`install_runtime` (a fresh plugin manager, no autoload).
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections import Counter
+from collections.abc import Callable
+from pathlib import Path
+from typing import TYPE_CHECKING
+
+import attrs
+
+from oasr_core.errors import DatabaseError, OasrWarning
+
+if TYPE_CHECKING:
+    from oasr_core.database import TuningFile
+    from oasr_core.plugins import OasrPluginManager
+    from oasr_core.registry import Registry
+    from oasr_core.types import Family, Tier
+
+_LOCK = threading.RLock()
+_RUNTIME: Runtime | None = None
+
+
+@attrs.frozen
+class TierFiles:
+    """The two tier files of one (arch, family) as read in one epoch."""
+
+    family: str
+    arch: str
+    user_path: Path | None
+    system_path: Path | None
+    user: TuningFile | None
+    system: TuningFile | None
+    problems: tuple[str, ...] = ()
+    """One line per file that exists but was skipped (malformed, hard-validator mismatch)."""
+
+
+@attrs.define(eq=False)
+class Runtime:
+    """Selection state of one process (see the module docstring)."""
+
+    pm: OasrPluginManager
+    epoch: int = 0
+    counts: Counter = attrs.field(factory=Counter)
+    """Resolutions per (family, op, tier value); memoised calls are not recounted."""
+    _registry: Registry | None = None
+    _tiers: dict[tuple[str, str], TierFiles] = attrs.field(factory=dict)
+    _warned: set[str] = attrs.field(factory=set)
+    _listeners: list[Callable[[int], None]] = attrs.field(factory=list)
+    _device_arch: str | None | bool = False
+
+    @property
+    def registry(self) -> Registry:
+        """The registry built from the plugin manager (once per runtime)."""
+        if self._registry is None:
+            from oasr_core.registry import Registry
+
+            with _LOCK:
+                if self._registry is None:
+                    self._registry = Registry.from_plugin_manager(self.pm)
+        return self._registry
+
+    def device_arch(self) -> str | None:
+        """Arch family of the current CUDA device (``sm90``), or None without one."""
+        if self._device_arch is False:
+            import torch
+
+            arch = None
+            if torch.cuda.is_available():
+                major, minor = torch.cuda.get_device_capability()
+                arch = f"sm{major}{minor}"
+            self._device_arch = arch
+        return self._device_arch  # type: ignore[return-value]
+
+    def warn_once(self, key: str, message: str) -> None:
+        """Emit ``message`` as an :class:`OasrWarning` the first time ``key`` is seen."""
+        if key not in self._warned:
+            self._warned.add(key)
+            warnings.warn(message, OasrWarning, stacklevel=3)
+
+    def tiers(self, family: Family, arch: str) -> TierFiles:
+        """The user and system files of ``family`` on ``arch`` for this epoch."""
+        key = (family.name, arch)
+        got = self._tiers.get(key)
+        if got is None:
+            with _LOCK:
+                got = self._tiers.get(key)
+                if got is None:
+                    got = self._load_tiers(family, arch)
+                    self._tiers[key] = got
+        return got
+
+    def _load_tiers(self, family: Family, arch: str) -> TierFiles:
+        from oasr_core import database
+
+        lanes = {lane.name: lane for lane in self.registry.lanes_of(family.name)}
+        files: dict[str, TuningFile | None] = {}
+        paths: dict[str, Path | None] = {}
+        problems: list[str] = []
+        for tier, root in (("user", database.user_root()), ("system", database.system_root())):
+            path = database.tier_path(root, arch, family) if root is not None else None
+            paths[tier], files[tier] = path, None
+            if path is None or not path.exists():
+                continue
+            try:
+                files[tier] = database.load_tuning_file(path, family=family, arch=arch, lanes=lanes)
+            except DatabaseError as exc:
+                problems.append(f"{tier} tier skipped: {exc}")
+                self.warn_once(f"skip:{path}:{self.epoch}",
+                               f"oasr: {tier} tier file skipped: {exc}")
+        return TierFiles(family=family.name, arch=arch, user_path=paths["user"],
+                         system_path=paths["system"], user=files["user"],
+                         system=files["system"], problems=tuple(problems))
+
+    def referenced_configs(self, family: str, arch: str, lane: str) -> frozenset[str]:
+        """Config ids of ``lane`` that this epoch's tier files reference (entries and basis).
+
+        A lane's production module compiles these plus its default and coverage basis.
+        """
+        fam = self.registry.family(family)
+        tiers = self.tiers(fam, arch)
+        ids: set[str] = set()
+        for tf in (tiers.user, tiers.system):
+            if tf is None:
+                continue
+            used = set(tf.coverage_basis)
+            for entry in tf.entries.values():
+                used.update(c for _, c in entry.regions)
+                used.update(entry.points.values())
+            ids.update(c for c in used if c in tf.configs and tf.configs[c].lane == lane)
+        return frozenset(ids)
+
+    def count(self, family: str, op: str, tier: Tier) -> None:
+        """Count one resolution."""
+        self.counts[(family, op, tier.value)] += 1
+
+    def add_reload_listener(self, listener: Callable[[int], None]) -> None:
+        """Call ``listener(new_epoch)`` after every :func:`reload` (e.g. drop captured graphs)."""
+        self._listeners.append(listener)
+
+    def remove_reload_listener(self, listener: Callable[[int], None]) -> None:
+        """Undo :meth:`add_reload_listener`."""
+        if listener in self._listeners:
+            self._listeners.remove(listener)
+
+    def reload(self) -> int:
+        """Start a new epoch: files are re-read and every selection is resolved anew."""
+        from oasr_core import selection as _select
+
+        with _LOCK:
+            self.epoch += 1
+            self._tiers.clear()
+            _select.clear_memo()
+            listeners = list(self._listeners)
+        for listener in listeners:
+            listener(self.epoch)
+        return self.epoch
+
+
+def get_runtime() -> Runtime:
+    """The process runtime, built on first use (this loads the installed plugins)."""
+    global _RUNTIME
+    rt = _RUNTIME
+    if rt is None:
+        from oasr_core.plugins import make_plugin_manager
+
+        with _LOCK:
+            if _RUNTIME is None:
+                _RUNTIME = Runtime(pm=make_plugin_manager())
+            rt = _RUNTIME
+    return rt
+
+
+def install_runtime(runtime: Runtime | None) -> Runtime | None:
+    """Make ``runtime`` the process runtime (None: build anew on next use); returns the old one.
+
+    The memo is cleared, so no selection of the previous runtime survives.
+    """
+    global _RUNTIME
+    from oasr_core import selection as _select
+
+    with _LOCK:
+        old, _RUNTIME = _RUNTIME, runtime
+        _select.clear_memo()
+    return old
+
+
+def current_epoch() -> int:
+    """The epoch of the process runtime (0 before it exists)."""
+    rt = _RUNTIME
+    return rt.epoch if rt is not None else 0
+
+
+def reload() -> int:
+    """Start a new epoch of the process runtime; returns its number."""
+    return get_runtime().reload()

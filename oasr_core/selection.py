@@ -1,0 +1,212 @@
+"""Runtime resolution: user ▸ system ▸ cost model ▸ heuristic/default, memoised per epoch.
+
+:func:`select` is what an op calls on every invocation. After the first resolution of a shape
+in an epoch it is one dict lookup. A resolution walks the tiers of the active lane:
+
+1. the user tier, then the system tier: the signature's entry (an exact ``dt=`` entry before a
+   dtype-class one such as ``dt=half``); its exact point, else the first region whose upper
+   bound is at or above ``m``. A region with no catch-all that ends below ``m`` is a miss and
+   the next tier answers. A config that names another lane, is infeasible for the shape, or is
+   not in this process's compiled set is warned about once and skipped to the next tier;
+2. the cost-model tier (the ``oasr_model_select`` hook), when a plugin gives one;
+3. the family's untuned selector: the shape heuristic, or the active lane's default.
+
+Every resolution is counted under its tier (:func:`oasr_core.report.tuning_report`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+
+from oasr_core.errors import ConfigurationError, UnknownFamilyError
+from oasr_core.types import Config, Family, Lane, Problem, Selection, Sentinel, Tier
+
+_MEMO: dict[tuple, Selection] = {}
+
+
+def clear_memo() -> None:
+    """Forget every memoised selection (called by reload and runtime installs)."""
+    _MEMO.clear()
+
+
+def select(
+    family: str,
+    op: str,
+    dtype: str,
+    dims: Sequence[int] | Mapping[str, int],
+    m: int,
+    arch: str | None = None,
+    *,
+    point: str | None = None,
+    lane: str | None = None,
+) -> Selection:
+    """The config serving ``op`` of ``family`` at this shape, and the tier that chose it.
+
+    ``dims`` are the family's static dims, as a tuple in the family's order (fast path) or a
+    mapping by name; ``m`` is the dynamic axis; ``arch`` an arch family like ``sm90`` (default:
+    the current CUDA device); ``point`` an exact-point key for families that use them
+    (conv1d's ``"1x3000"``); ``lane`` overrides the arch's active lane.
+    """
+    try:
+        return _MEMO[(family, op, dtype, dims, m, arch, point, lane)]
+    except (KeyError, TypeError):
+        pass
+    return _resolve_and_memoise(family, op, dtype, dims, m, arch, point, lane)
+
+
+def _resolve_and_memoise(family, op, dtype, dims, m, arch, point, lane) -> Selection:
+    from oasr_core.runtime import get_runtime
+
+    rt = get_runtime()
+    registry = rt.registry
+    fam = registry.family(family)
+    dims_t = _normalise_dims(fam, dims)
+    hit = _MEMO.get((family, op, dtype, dims_t, m, arch, point, lane))
+    if hit is not None:
+        return hit
+    if op not in fam.ops:
+        raise UnknownFamilyError(f"family {family!r} has no op {op!r} (ops: {', '.join(fam.ops)})")
+    if dtype not in fam.dtypes:
+        raise ConfigurationError(
+            f"family {family!r} does not serve dtype {dtype!r} (dtypes: {', '.join(fam.dtypes)})")
+    if not isinstance(m, int) or m < 1:
+        raise ConfigurationError(f"{fam.dynamic_axis}={m!r} must be a positive integer")
+    arch_f = arch or rt.device_arch()
+    active = _lane_for(registry, fam, arch_f, lane)
+    problem = Problem(family=family, op=op, dtype=dtype,
+                      dims=tuple(zip(fam.dims, dims_t, strict=True)), m=m, point=point)
+    sel = _resolve(rt, fam, active, arch_f, problem)
+    rt.count(family, op, sel.tier)
+    key = (family, op, dtype, dims, m, arch, point, lane)
+    try:
+        _MEMO[key] = sel
+    except TypeError:  # a mapping of dims: memoise under the tuple form
+        _MEMO[(family, op, dtype, dims_t, m, arch, point, lane)] = sel
+    return sel
+
+
+def _normalise_dims(fam: Family, dims: Sequence[int] | Mapping[str, int]) -> tuple[int, ...]:
+    if isinstance(dims, Mapping):
+        if set(dims) != set(fam.dims):
+            raise ConfigurationError(
+                f"family {fam.name!r} is keyed by dims {', '.join(fam.dims)}; "
+                f"got {', '.join(dims)}")
+        values = tuple(dims[d] for d in fam.dims)
+    else:
+        values = tuple(dims)
+        if len(values) != len(fam.dims):
+            raise ConfigurationError(
+                f"family {fam.name!r} is keyed by {len(fam.dims)} dims ({', '.join(fam.dims)}); "
+                f"got {len(values)}")
+    for name, v in zip(fam.dims, values, strict=True):
+        if not isinstance(v, int) or isinstance(v, bool):
+            raise ConfigurationError(f"dim {name}={v!r} must be an integer")
+    return values
+
+
+def _lane_for(registry, fam: Family, arch: str | None, lane: str | None) -> Lane | None:
+    if lane is not None:
+        chosen = registry.lane(lane)
+        if chosen.family != fam.name:
+            raise UnknownFamilyError(
+                f"lane {lane!r} belongs to family {chosen.family!r}, not {fam.name!r}")
+        if arch is not None and arch not in chosen.arch_families:
+            raise ConfigurationError(
+                f"lane {lane!r} does not run on {arch} (runs on {', '.join(chosen.arch_families)})")
+        return chosen
+    if arch is None:
+        return None
+    return registry.active_lane(fam.name, arch)
+
+
+def _resolve(rt, fam: Family, lane: Lane | None, arch: str | None, problem: Problem) -> Selection:
+    if arch is not None and lane is not None:
+        tiers = rt.tiers(fam, arch)
+        for tier, tf in ((Tier.USER, tiers.user), (Tier.SYSTEM, tiers.system)):
+            if tf is None:
+                continue
+            sel = _from_file(rt, fam, lane, tier, tf, problem)
+            if sel is not None:
+                return sel
+        sel = _from_model(rt, fam, lane, tiers, problem)
+        if sel is not None:
+            return sel
+    return _fallback(fam, lane, problem)
+
+
+def _from_file(rt, fam: Family, lane: Lane, tier: Tier, tf, problem: Problem) -> Selection | None:
+    dims = tuple(v for _, v in problem.dims)
+    for dt in fam.key_dtypes(problem.dtype):
+        from oasr_core.database import signature_key
+
+        key = signature_key(fam, problem.op, dt, dims)
+        entry = tf.entries.get(key)
+        if entry is None:
+            continue
+        choice_id = entry.lookup(problem.m, problem.point)
+        if choice_id is None:
+            continue
+        sentinel = Sentinel.parse(choice_id)
+        if sentinel is not None:
+            return _from_sentinel(fam, lane, tier, sentinel, problem)
+        config = tf.configs[choice_id]
+        why = unusable_reason(lane, config, problem)
+        if why is None:
+            return Selection(choice=config, tier=tier, lane=lane.name, config=config)
+        rt.warn_once(f"{tier.value}:{tf.lane}:{config.lane}:{config.id}:{why}",
+                     f"oasr: {tier.value} tier entry {key} names config {config.id!r} "
+                     f"({config.lane}), which {why}; skipped, the next tier serves")
+    return None
+
+
+def unusable_reason(lane: Lane, config: Config, problem: Problem | None) -> str | None:
+    """Why ``config`` cannot serve on ``lane`` (and ``problem``), or None when it can."""
+    if config.lane != lane.name:
+        return f"belongs to lane {config.lane!r}, not this process's lane {lane.name!r}"
+    own = lane.config(config.id)
+    if own is None:
+        return f"is not in lane {lane.name!r}'s config space"
+    if not lane.is_feasible(own):
+        return "is statically infeasible"
+    if lane.is_available is not None and not lane.is_available(own):
+        return "is not in this process's compiled set"
+    if problem is not None and not lane.supports(own, problem):
+        return "cannot run this shape"
+    return None
+
+
+def _from_sentinel(fam: Family, lane: Lane | None, tier: Tier, sentinel: Sentinel,
+                   problem: Problem) -> Selection:
+    lane_name = lane.name if lane is not None else None
+    if sentinel is Sentinel.DEFAULT:
+        config = lane.default if lane is not None else None
+    elif sentinel is Sentinel.HEURISTIC:
+        config = fam.sentinel_heuristic(problem, lane) if lane is not None else None
+    else:
+        config = None
+    return Selection(choice=sentinel, tier=tier, lane=lane_name, config=config)
+
+
+def _from_model(rt, fam: Family, lane: Lane, tiers, problem: Problem) -> Selection | None:
+    impls = rt.pm.hook.oasr_model_select.get_hookimpls()
+    if not impls:
+        return None
+    model = None
+    for tf in (tiers.user, tiers.system):
+        if tf is not None and tf.model:
+            model = tf.model
+            break
+    candidates = tuple(c for c in lane.config_space if unusable_reason(lane, c, problem) is None)
+    if not candidates:
+        return None
+    picked = rt.pm.hook.oasr_model_select(
+        family=fam, lane=lane, problem=problem, candidates=candidates, model=model)
+    if picked is None or picked not in candidates:
+        return None
+    return Selection(choice=picked, tier=Tier.MODEL, lane=lane.name, config=picked)
+
+
+def _fallback(fam: Family, lane: Lane | None, problem: Problem) -> Selection:
+    if fam.fallback is Sentinel.HEURISTIC:
+        return _from_sentinel(fam, lane, Tier.HEURISTIC, Sentinel.HEURISTIC, problem)
+    return _from_sentinel(fam, lane, Tier.DEFAULT, Sentinel.DEFAULT, problem)

@@ -1,0 +1,369 @@
+"""The oasr plugin test kit, a pytest plugin (``pytest11`` entry point ``oasr``).
+
+Fixtures:
+
+``plugin_manager``
+    a fresh :class:`~oasr_core.plugins.OasrPluginManager` with no entry points loaded.
+``register_plugin``
+    ``register_plugin(obj, name=None)`` registers a plugin on that manager, checks its hooks,
+    and unregisters it after the test.
+``fake_family``
+    registers :class:`FakeFamilyPlugin` (family ``fake``, lane ``fake_lane``) and returns it.
+``fake_distribution``
+    ``fake_distribution(name, entry_points=..., modules=...)`` puts an installed-looking
+    distribution on ``sys.path``, so entry-point loading can be tested with real metadata.
+``cli_runner``
+    ``run(*args, plugin_manager=None)`` invokes the ``oasr`` CLI in-process with a
+    :class:`click.testing.CliRunner`, bound to the test's manager.
+
+Family plugins also get a contract suite: subclass :class:`FamilyContract` (or call
+:func:`check_family_contract`) with the plugin's hooks module. Importing this module is cheap:
+it loads no entry point and does not import torch. Its asserts carry their own messages, so
+pytest need not rewrite it (PYTEST_DONT_REWRITE) and test modules may import it before pytest
+registers it as a plugin.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+import subprocess
+import sys
+import textwrap
+import types
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any, ClassVar
+
+import attrs
+import pytest
+
+from oasr_core import hookimpl
+from oasr_core.plugins import OasrPluginManager, make_plugin_manager
+from oasr_core.registry import Registry
+from oasr_core.types import Config, Family, Lane, Problem, Sentinel, thaw
+
+FAKE_FAMILY = "fake"
+FAKE_OP = "fake"
+FAKE_LANE = "fake_lane"
+FAKE_DEFAULT = "n128_k64_s1"
+_FAKE_TILES = (  # id, tile_n, tile_k, split_k, stages
+    ("n64_k32_s1", 64, 32, 1, 4),
+    ("n64_k64_s1", 64, 64, 1, 3),
+    ("n128_k64_s1", 128, 64, 1, 3),
+    ("n128_k64_s2", 128, 64, 2, 3),
+    ("n128_k128_s4", 128, 128, 4, 2),
+    ("n256_k64_s8", 256, 64, 8, 2),
+)
+
+
+def _fake_feasible(config: Config) -> bool:
+    """Shared memory of a 128-row CTA tile fits in 228 KiB (fp16 operands)."""
+    p = config.params
+    return p["stages"] * (128 + p["tile_n"]) * p["tile_k"] * 2 <= 228 * 1024
+
+
+def _fake_supports(config: Config, problem: Problem) -> bool:
+    """Aligned N, and no more split-K slices than K has tiles."""
+    k_tiles = math.ceil(problem.dim("K") / config.params["tile_k"])
+    return problem.dim("N") % 8 == 0 and config.params["split_k"] <= k_tiles
+
+
+def fake_family_record() -> Family:
+    """The ``fake`` family: dims N, K; fp16/bf16 with a ``half`` class; DEFAULT and TORCH."""
+    return Family(name=FAKE_FAMILY, ops=(FAKE_OP,), dims=("N", "K"), dtypes=("fp16", "bf16"),
+                  dtype_classes={"half": ("fp16", "bf16")},
+                  sentinels={Sentinel.DEFAULT, Sentinel.TORCH},
+                  description="test family of oasr_core.testing")
+
+
+def fake_lane_record() -> Lane:
+    """The ``fake_lane`` lane: six explicit configs on sm80..sm90, the default on sm90."""
+    space = [Config(id=cid, lane=FAKE_LANE,
+                    params={"tile_n": n, "tile_k": k, "split_k": s, "stages": st})
+             for cid, n, k, s, st in _FAKE_TILES]
+    return Lane(name=FAKE_LANE, family=FAKE_FAMILY, arch_families=("sm80", "sm86", "sm89", "sm90"),
+                default_on=("sm90",), config_space=space, default_config=FAKE_DEFAULT,
+                is_feasible=_fake_feasible, supports=_fake_supports)
+
+
+class FakeFamilyPlugin:
+    """A plugin registering family ``fake`` and its lane ``fake_lane`` (no kernels)."""
+
+    @hookimpl
+    def oasr_register_families(self) -> list[Family]:
+        return [fake_family_record()]
+
+    @hookimpl
+    def oasr_register_lanes(self) -> list[Lane]:
+        return [fake_lane_record()]
+
+
+@pytest.fixture
+def plugin_manager() -> OasrPluginManager:
+    """A fresh plugin manager: no entry points loaded, not strict."""
+    return make_plugin_manager(load_entrypoints=False, strict=False)
+
+
+@pytest.fixture
+def register_plugin(plugin_manager: OasrPluginManager) -> Iterator[Callable[..., Any]]:
+    """``register(plugin, name=None) -> plugin`` on ``plugin_manager``; undone after the test."""
+    registered: list[object] = []
+
+    def register(plugin: object, name: str | None = None) -> object:
+        plugin_manager.register(plugin, name=name)
+        registered.append(plugin)
+        plugin_manager.check_pending()
+        return plugin
+
+    yield register
+    for plugin in reversed(registered):
+        if plugin_manager.is_registered(plugin):
+            plugin_manager.unregister(plugin)
+
+
+@pytest.fixture
+def fake_family(register_plugin: Callable[..., Any]) -> FakeFamilyPlugin:
+    """A registered :class:`FakeFamilyPlugin` (plugin name ``fake``)."""
+    return register_plugin(FakeFamilyPlugin(), name="fake")
+
+
+@pytest.fixture
+def fake_distribution(
+    tmp_path_factory: pytest.TempPathFactory, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[..., Path]]:
+    """``make(name, *, version="1.0", entry_points={}, modules={}, group="oasr") -> Path``.
+
+    Writes ``<name>-<version>.dist-info`` (METADATA, entry_points.txt) and the given modules
+    (dotted name -> source) into a new directory on ``sys.path``; ``importlib.metadata`` then
+    finds the distribution like an installed one. The modules are forgotten after the test.
+    """
+    modules_made: list[str] = []
+
+    def make(name: str, *, version: str = "1.0", entry_points: Mapping[str, str] | None = None,
+             modules: Mapping[str, str] | None = None, group: str = "oasr") -> Path:
+        root = tmp_path_factory.mktemp(f"dist-{name}")
+        info = root / f"{name.replace('-', '_')}-{version}.dist-info"
+        info.mkdir()
+        (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: {name}\nVersion: {version}\n")
+        eps = "".join(f"{ep} = {target}\n" for ep, target in (entry_points or {}).items())
+        (info / "entry_points.txt").write_text(f"[{group}]\n{eps}")
+        for module, source in (modules or {}).items():
+            path = root.joinpath(*module.split(".")).with_suffix(".py")
+            for parent in path.relative_to(root).parents:
+                (root / parent).mkdir(exist_ok=True)
+                if parent != Path("."):
+                    (root / parent / "__init__.py").touch()
+            path.write_text(textwrap.dedent(source))
+            modules_made.append(module)
+        monkeypatch.syspath_prepend(str(root))
+        return root
+
+    yield make
+    for module in modules_made:
+        sys.modules.pop(module, None)
+
+
+@pytest.fixture
+def cli_runner(
+    plugin_manager: OasrPluginManager, monkeypatch: pytest.MonkeyPatch
+) -> Iterator[Callable[..., Any]]:
+    """``run(*args, plugin_manager=None, **invoke_kwargs) -> click.testing.Result``.
+
+    Runs ``oasr <args>`` in-process on the test's manager (or the one given), with the user
+    tuning tier disabled and exceptions propagating unless ``catch_exceptions=True``.
+    """
+    from click.testing import CliRunner
+
+    from oasr_core import cli, runtime
+
+    monkeypatch.setenv("OASR_TUNE_USER_DB", "off")
+    default_pm = plugin_manager
+    runner = CliRunner()
+
+    def run(*args: object, plugin_manager: OasrPluginManager | None = None, **kwargs: Any):
+        kwargs.setdefault("catch_exceptions", False)
+        state = cli.CliState(plugin_manager=plugin_manager or default_pm)
+        return runner.invoke(cli.main, [str(a) for a in args], obj=state, **kwargs)
+
+    yield run
+    runtime.install_runtime(None)
+
+
+@attrs.frozen
+class Contract:
+    """What the contract checks look at: one plugin's records in a strict registry."""
+
+    registry: Registry
+    plugin: str
+    families: tuple[Family, ...]
+    lanes: tuple[Lane, ...]
+    problems: tuple[Problem, ...]
+    modules: tuple[str, ...]
+
+    @classmethod
+    def build(cls, plugin: object, *, requires: Sequence[object] = (),
+              problems: Sequence[Problem] = (), modules: Sequence[str] = ()) -> Contract:
+        """Register ``requires`` then ``plugin`` on a fresh strict manager and collect."""
+        pm = make_plugin_manager(load_entrypoints=False, strict=True)
+        for other in requires:
+            pm.register(other)
+        name = pm.register(plugin)
+        pm.check_pending()
+        registry = Registry.from_plugin_manager(pm, strict=True)
+        families = tuple(f for f in registry.families.values()
+                         if registry.provider("family", f.name).plugin == name)
+        lanes = tuple(lane for lane in registry.lanes.values()
+                      if registry.provider("lane", lane.name).plugin == name)
+        return cls(registry, str(name), families, lanes,
+                   tuple(problems) or _default_problems(registry, lanes),
+                   tuple(dict.fromkeys((*_home_module(plugin), *modules))))
+
+
+def _home_module(plugin: object) -> tuple[str, ...]:
+    """The module a plugin lives in, unless it is a test module (not importable on its own)."""
+    if isinstance(plugin, types.ModuleType):
+        return (plugin.__name__,)
+    module = sys.modules.get(type(plugin).__module__)
+    filename = Path(getattr(module, "__file__", None) or "__main__").name
+    if module is None or module.__name__ == "__main__" or filename.startswith(
+            ("test_", "conftest")) or filename.endswith("_test.py"):
+        return ()
+    return (module.__name__,)
+
+
+def _default_problems(registry: Registry, lanes: Sequence[Lane]) -> tuple[Problem, ...]:
+    out = []
+    for fam in map(registry.family, dict.fromkeys(lane.family for lane in lanes)):
+        for n, m in ((256, 1), (256, 4096), (4096, 64), (4096, 4096)):
+            for k in (64, 4096):
+                dims = tuple((d, n if i == 0 else k) for i, d in enumerate(fam.dims))
+                out.append(Problem(fam.name, fam.ops[0], fam.dtypes[0], dims, m))
+    return tuple(out)
+
+
+def check_records_validate(contract: Contract) -> None:
+    """The plugin registers something, and every record passes its validators again."""
+    assert contract.families or contract.lanes, f"plugin {contract.plugin!r} registers nothing"
+    for record in (*contract.families, *contract.lanes):
+        attrs.validate(record)
+    for lane in contract.lanes:
+        extra = set(lane.default_on) - set(lane.arch_families)
+        assert not extra, f"lane {lane.name}: default_on {sorted(extra)} it does not run on"
+
+
+def check_config_space(contract: Contract) -> None:
+    """Every lane has configs, and its default config is statically feasible."""
+    for lane in contract.lanes:
+        assert lane.config_space, f"lane {lane.name}: empty config space"
+        assert lane.is_feasible(lane.default), f"lane {lane.name}: default config is infeasible"
+
+
+def check_configs_round_trip(contract: Contract) -> None:
+    """Each config survives ``to_json`` -> JSON text -> ``from_json`` unchanged."""
+    for lane in contract.lanes:
+        for config in lane.config_space:
+            try:
+                raw = json.loads(json.dumps(config.to_json()))
+            except (TypeError, ValueError) as exc:
+                raise AssertionError(f"lane {lane.name}: {config.id} params are not JSON: "
+                                     f"{exc}") from exc
+            back = Config.from_json(config.id, raw)
+            assert back == config, f"lane {lane.name}: {config.id} comes back as {back!r}"
+            assert thaw(back.params) == thaw(config.params), f"{config.id}: params changed"
+
+
+def check_predicates_pure(contract: Contract) -> None:
+    """Feasibility predicates return bools, the same answer twice, and mutate nothing."""
+    for lane in contract.lanes:
+        for config in lane.config_space:
+            before = json.dumps(config.to_json(), sort_keys=True)
+            answers = [lane.is_feasible(config) for _ in range(2)]
+            assert all(isinstance(a, bool) for a in answers), (
+                f"{lane.name}: is_feasible({config.id}) is not a bool")
+            assert answers[0] == answers[1], f"{lane.name}: is_feasible({config.id}) changed"
+            for problem in contract.problems:
+                if problem.family != lane.family:
+                    continue
+                copy = attrs.evolve(problem)
+                answers = [lane.supports(config, problem) for _ in range(2)]
+                assert all(isinstance(a, bool) for a in answers), (
+                    f"{lane.name}: supports({config.id}, {problem}) is not a bool")
+                assert answers[0] == answers[1], f"{lane.name}: supports({config.id}) changed"
+                assert problem == copy, f"{lane.name}: supports({config.id}) mutated the problem"
+            after = json.dumps(config.to_json(), sort_keys=True)
+            assert before == after, f"{lane.name}: a predicate mutated config {config.id}"
+
+
+_IMPORT_PROBE = """
+import importlib, json, sys
+spawned = []
+def audit(event, args):
+    if event in ("subprocess.Popen", "os.system", "os.exec", "os.posix_spawn", "os.spawn"):
+        spawned.append(event + " " + repr(args)[:200])
+sys.addaudithook(audit)
+for name in sys.argv[1:]:
+    importlib.import_module(name)
+torch = sys.modules.get("torch")
+cuda = bool(torch is not None and torch.cuda.is_initialized())
+print(json.dumps({"spawned": spawned, "cuda": cuda}))
+"""
+
+
+def check_jit_module_lazy(contract: Contract) -> None:
+    """JIT modules are classes, and importing the plugin's modules compiles nothing.
+
+    The modules are imported in a fresh interpreter that records every process it would start
+    (a compiler run) and whether CUDA was initialised.
+    """
+    for lane in contract.lanes:
+        jit = lane.jit_module
+        assert jit is None or isinstance(jit, type), (
+            f"lane {lane.name}: jit_module must be a class the core instantiates, got a "
+            f"{type(jit).__name__} instance")
+    env = {**os.environ, "PYTHONPATH": os.pathsep.join(p for p in sys.path if p)}
+    proc = subprocess.run([sys.executable, "-c", _IMPORT_PROBE, *contract.modules], env=env,
+                          capture_output=True, text=True, timeout=300, check=False)
+    assert proc.returncode == 0, f"importing {contract.modules} failed:\n{proc.stderr}"
+    probe = json.loads(proc.stdout.strip().splitlines()[-1])
+    assert not probe["spawned"], f"importing {contract.modules} started {probe['spawned']}"
+    assert not probe["cuda"], f"importing {contract.modules} initialised CUDA"
+
+
+CONTRACT_CHECKS: tuple[Callable[[Contract], None], ...] = (
+    check_records_validate, check_config_space, check_configs_round_trip,
+    check_predicates_pure, check_jit_module_lazy,
+)
+
+
+def check_family_contract(plugin: object, **kwargs: Any) -> Contract:
+    """Run every contract check on ``plugin``; keyword arguments go to :meth:`Contract.build`."""
+    contract = Contract.build(plugin, **kwargs)
+    for check in CONTRACT_CHECKS:
+        check(contract)
+    return contract
+
+
+class FamilyContract:
+    """Subclass as ``TestGemmContract(FamilyContract)`` with ``plugin = oasr_gemm.hooks``.
+
+    ``requires`` lists plugins the records depend on (a lane package needs its family's
+    plugin), ``problems`` the shapes to probe predicates with (default: a grid over the
+    family's dims), ``modules`` further modules whose import must compile nothing.
+    """
+
+    plugin: ClassVar[object]
+    requires: ClassVar[Sequence[object]] = ()
+    problems: ClassVar[Sequence[Problem]] = ()
+    modules: ClassVar[Sequence[str]] = ()
+
+    @pytest.fixture(scope="class")
+    def contract(self, request: pytest.FixtureRequest) -> Contract:
+        cls = request.cls
+        return Contract.build(cls.plugin, requires=cls.requires, problems=cls.problems,
+                              modules=cls.modules)
+
+    @pytest.mark.parametrize("check", CONTRACT_CHECKS, ids=lambda c: c.__name__[6:])
+    def test_contract(self, contract: Contract, check: Callable[[Contract], None]) -> None:
+        check(contract)
