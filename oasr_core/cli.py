@@ -80,7 +80,6 @@ def main(ctx: click.Context, verbose: bool, plugin_opts: tuple[str, ...]) -> Non
         if not opt.startswith("no:") or len(opt) == 3:
             raise click.BadParameter(f"{opt!r}: expected no:NAME", param_hint="-p")
         blocked.append(opt[3:])
-    warnings.showwarning = _show_warning
     state = ctx.ensure_object(CliState)
     state.verbose = state.verbose or verbose
     state.blocked = tuple(blocked)
@@ -222,7 +221,8 @@ def select_cmd(state: CliState, family: str, op: str, dtype: str, dims: tuple[st
 
 
 def run() -> None:
-    """Console-script entry point."""
+    """Console-script entry point: warnings as one line each, then the command group."""
+    warnings.showwarning = _show_warning
     main(obj=CliState())
 
 

@@ -40,17 +40,17 @@ def test_select_prints_config_and_tier(env):
     write(env["system"], "tg", {("gemm", "half", (512, 256)): [[512, "a"], [None, "torch"]]})
     res = env["run"](*SELECT, "--m", "416", "--json")
     assert res.exit_code == 0, res.output
-    data = json.loads(res.output)
+    data = json.loads(res.stdout)
     assert (data["choice"], data["tier"], data["lane"]) == ("a", "system", "tg_main")
     assert data["params"]["tile"] == [32, 64]
     res = env["run"](*SELECT, "--m", "4096")
-    assert res.output.strip() == "torch  (tier system, lane tg_main)"
+    assert res.stdout.strip() == "torch  (tier system, lane tg_main)"
 
 
 def test_select_default_names_the_config_it_runs(env):
     res = env["run"](*SELECT, "--m", "16")
     assert res.exit_code == 0
-    assert res.output.strip() == "default  (tier default, lane tg_main, runs d)"
+    assert res.stdout.strip() == "default  (tier default, lane tg_main, runs d)"
 
 
 @pytest.mark.parametrize("args, needle", [
@@ -73,7 +73,7 @@ def test_status_shows_tiers_and_staleness(env):
     write(env["user"], "tg", {("gemm", "half", (512, 256)): [[None, "a"]]})
     res = env["run"]("tune", "status", "--arch", ARCH, "--json")
     assert res.exit_code == 0, res.output
-    data = json.loads(res.output)
+    data = json.loads(res.stdout)
     fam = next(f for f in data["families"] if f["family"] == "tg")
     user = next(t for t in fam["tiers"] if t["tier"] == "user")
     system = next(t for t in fam["tiers"] if t["tier"] == "system")

@@ -149,7 +149,8 @@ def test_json_round_trip_and_canonical_text(tmp_path):
     assert doc["entries"][KEY]["regions"] == [[512, A], [2152, B], [None, "torch"]]
     text = tf.dumps()
     assert json.loads(text) == doc
-    assert '\n "arch": {\n  "family": "sm90",\n  "lane": "sm90_wgmma"\n },\n' in text and '[512, "b32x64x64_w16x32x64_s3"]' in text
+    assert '\n "arch": {\n  "family": "sm90",\n  "lane": "sm90_wgmma"\n },\n' in text
+    assert '\n    [512, "b32x64x64_w16x32x64_s3"],\n' in text
     reordered = _file(configs=dict(reversed(list(kit.configs().items()))), model=tf.model,
                       coverage_basis=(C,), provenance={"tool": "t"})
     assert reordered.dumps() == text and reordered.digest() == tf.digest()
