@@ -58,12 +58,6 @@ EntryChange = Entry | EntryUpdate | None
 """What a writer does to one key: replace it, update it from the current entry, delete it."""
 
 
-def _restamp(entry: Entry, old_stamp: Mapping[str, Any], stamp: Mapping[str, Any]) -> Entry:
-    if entry.soft is None and thaw(old_stamp) != thaw(stamp):
-        return attrs.evolve(entry, soft=old_stamp)
-    return entry
-
-
 def _merge_configs(current: TuningFile | None, entries: Mapping[str, Entry],
                    replaced: Iterable[str], basis: tuple[str, ...], *, kept_basis: bool,
                    configs: Mapping[str, Config]) -> dict[str, Config]:
@@ -99,9 +93,12 @@ def _merge(current: TuningFile | None, *, family: Family, arch: str, lane: str,
            changes: Mapping[str, EntryChange], configs: Mapping[str, Config],
            stamp: Mapping[str, Any], provenance: Mapping[str, Any] | None,
            coverage_basis: Sequence[str] | Keep, model: Any) -> TuningFile:
-    old_stamp = current.soft if current is not None else {}
-    entries = {key: _restamp(entry, old_stamp, stamp)
-               for key, entry in (current.entries.items() if current else ())}
+    plain_stamp = thaw(stamp)
+    entries = dict(current.entries) if current is not None else {}
+    if current is not None and thaw(current.soft) != plain_stamp:
+        for key, entry in entries.items():
+            if entry.soft is None:
+                entries[key] = attrs.evolve(entry, soft=current.soft)
     for key, change in changes.items():
         result = change(entries.get(key)) if callable(change) else change
         if result is None:
@@ -111,9 +108,8 @@ def _merge(current: TuningFile | None, *, family: Family, arch: str, lane: str,
         else:
             raise Invalid(f"the change to {key!r} produced a {type(result).__name__}, "
                           "expected an Entry or None")
-    frozen_stamp = thaw(stamp)
     for key, entry in entries.items():
-        if entry.soft is not None and thaw(entry.soft) == frozen_stamp:
+        if entry.soft is not None and thaw(entry.soft) == plain_stamp:
             entries[key] = attrs.evolve(entry, soft=None)
 
     if coverage_basis is KEEP:
@@ -177,11 +173,13 @@ def _temp_prefix(path: Path) -> str:
 
 def _sweep_temps(path: Path) -> None:
     # Under the lock no live writer owns a temp file of this path: these are a killed one's.
-    for leftover in path.parent.glob(f"{_temp_prefix(path)}*.tmp"):
-        try:
-            leftover.unlink()
-        except OSError:
-            pass
+    prefix = _temp_prefix(path)
+    for leftover in path.parent.iterdir():
+        if leftover.name.startswith(prefix) and leftover.name.endswith(".tmp"):
+            try:
+                leftover.unlink()
+            except OSError:
+                pass
 
 
 def _replace(path: Path, text: str) -> None:
@@ -199,7 +197,7 @@ def _replace(path: Path, text: str) -> None:
         raise
 
 
-def _check_arguments(path: Path, family: Family, lane: str | Lane,
+def _check_arguments(family: Family, lane: str | Lane,
                      entries: Mapping[str, EntryChange], configs: Mapping[str, Config],
                      soft: Mapping[str, Any]) -> tuple[str, Mapping[str, Any]]:
     if isinstance(lane, Lane):
@@ -232,20 +230,21 @@ def write_entries(path: str | os.PathLike[str], *, family: Family, arch: str,
 
     ``entries`` maps signature keys to a new :class:`Entry` (replace), None (delete) or an
     update function called under the lock with the entry on disk (e.g. ``lambda e:
-    e.with_region(416, "cfg")``); every other key on disk is kept. ``configs`` are added;
-    configs no entry or coverage basis names any more are dropped; an id already in the file
-    with other parameters is an error. ``soft`` (usually :func:`current_soft_validators`)
-    becomes the file's stamp; entries measured under another stamp keep theirs as their own
-    ``soft``. ``provenance`` None keeps the file's; ``coverage_basis`` and ``model`` default
-    to :data:`KEEP`. ``fresh=True`` replaces the whole file. A file that is corrupt, or of
+    e.with_region(416, "cfg")``); every other key on disk is kept. ``configs`` defines the
+    ids the changes name (passing a lane's whole space is fine): the file keeps exactly the
+    configs its entries and coverage basis name, and redefining one that an untouched entry
+    names is an error. ``soft`` (usually :func:`current_soft_validators`) becomes the file's
+    stamp; entries measured under another stamp keep theirs as their own ``soft``.
+    ``provenance`` None keeps the file's; ``coverage_basis`` and ``model`` default to
+    :data:`KEEP`. ``fresh=True`` replaces the whole file. A file that is corrupt, or of
     another family, arch family or lane, is moved aside to ``<name>.corrupt-<time>`` with a
-    :class:`TuningDatabaseWarning`; one written by a newer oasr is left alone and refused.
-    Raises ``DatabaseError`` (nothing written) on a bad change or when the lock is not
-    obtained within ``lock_timeout`` seconds.
+    :class:`TuningDatabaseWarning`; one written by a newer oasr is left alone and refused
+    (:class:`SchemaTooNewError`). Raises ``DatabaseError`` (nothing written) on a bad change
+    or when the lock is not obtained within ``lock_timeout`` seconds.
     """
     path = Path(path)
     try:
-        lane_name, stamp = _check_arguments(path, family, lane, entries, configs, soft)
+        lane_name, stamp = _check_arguments(family, lane, entries, configs, soft)
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = filelock.FileLock(str(path) + ".lock", timeout=lock_timeout)
         with lock.acquire(poll_interval=_LOCK_POLL_S):
@@ -261,7 +260,7 @@ def write_entries(path: str | os.PathLike[str], *, family: Family, arch: str,
     except filelock.Timeout:
         raise DatabaseError(f"{path}: another writer has held its lock for over "
                             f"{lock_timeout:g} s; is an oasr process stuck?") from None
-    except (Invalid, ValueError, TypeError) as exc:
+    except (ValueError, TypeError) as exc:
         raise DatabaseError(f"{path}: not written: {exc}") from None
     except OSError as exc:
         raise DatabaseError(f"{path}: cannot write ({exc.strerror or exc})") from None
