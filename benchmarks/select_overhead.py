@@ -39,7 +39,7 @@ def _setup(tmp: Path):
     lane = rt.registry.active_lane("fake", "sm90")
     ids = [c.id for c in lane.config_space][:2]
     entry = database.Entry(regions=((512, ids[0]), (2152, ids[1]), (None, "torch")))
-    key = database.signature_key(fam, "gemm", "half", (512, 256))
+    key = database.signature_key(fam, "fake", "half", (512, 256))
     database.write_entries(database.tier_path(tmp, "sm90", fam), family=fam, arch="sm90",
                            lane=lane.name, entries={key: entry},
                            configs={c: lane.config(c) for c in ids}, soft={})
@@ -56,7 +56,7 @@ def main() -> None:
         import oasr_core
         from oasr_core import selection
 
-        shapes = [("fake", "gemm", "fp16", (512, 256), m, "sm90") for m in (16, 416, 1000, 4096)]
+        shapes = [("fake", "fake", "fp16", (512, 256), m, "sm90") for m in (16, 416, 1000, 4096)]
         table = {s[:5]: oasr_core.select(*s) for s in shapes}
         select = oasr_core.select
         f, op, dt, dims, m, arch = shapes[1]

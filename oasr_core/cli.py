@@ -18,7 +18,7 @@ from typing import Any
 import attrs
 import click
 
-from oasr_core.errors import DatabaseError, OasrError
+from oasr_core.errors import OasrError
 
 
 @attrs.define
@@ -143,20 +143,16 @@ def status_cmd(state: CliState, arch: str | None, as_json: bool) -> None:
 
 
 def _load_any(path: Path):
-    """Load a tuning file for diffing, validating it against its own header."""
+    """Load a tuning file for diffing, validated against its own family's registration."""
     from oasr_core import database
 
     rt = click.get_current_context().find_object(CliState).runtime()
-    try:
-        raw = json.loads(path.read_text())
-    except (OSError, json.JSONDecodeError) as exc:
-        raise DatabaseError(f"{path}: cannot read tuning file: {exc}") from None
-    if not isinstance(raw, dict) or not isinstance(raw.get("arch"), dict):
-        raise DatabaseError(f"{path}: not a tuning file (no 'arch' object)")
-    fam = rt.registry.family(str(raw.get("family")))
+    tf = database.read_tuning_file(path)
+    fam = rt.registry.family(tf.family)
     lanes = {lane.name: lane for lane in rt.registry.lanes_of(fam.name)}
-    return database.load_tuning_file(path, family=fam, arch=str(raw["arch"].get("family")),
-                                     lanes=lanes)
+    database.check_tuning_file(tf, family=fam, arch=tf.arch.family, lanes=lanes,
+                               origin=str(path))
+    return tf
 
 
 @tune.command("diff")

@@ -158,11 +158,13 @@ class Runtime:
 
     def reload(self) -> int:
         """Start a new epoch: files are re-read and every selection is resolved anew."""
+        from oasr_core import database
         from oasr_core import selection as _select
 
         with _LOCK:
             self.epoch += 1
             self._tiers.clear()
+            database.reset_caches()
             _select.clear_memo()
             listeners = list(self._listeners)
         for listener in listeners:

@@ -387,3 +387,37 @@ def test_diff_lists_added_removed_and_changed_signatures():
     assert database.diff_files(a, a) == []
     notes_only = _file({KEY: kit.example_entry(notes=("re-measured",))}, configs=a.configs)
     assert database.diff_files(_file(), notes_only)[0] == f"~ {KEY}: same choices; notes"
+
+
+# --- the shared converter -----------------------------------------------------------------
+
+def test_make_converter_is_strict_and_lets_plugins_register_hooks():
+    import types as pytypes
+
+    import attrs
+    import cattrs
+
+    from oasr_core.serialization import describe_structure_error, make_converter
+
+    @attrs.frozen
+    class Sample:
+        n: int
+        names: tuple[str, ...] = ()
+
+    calls = []
+
+    class Hooks:
+        def oasr_configure_converter(self, converter):
+            calls.append(converter)
+
+    converter = make_converter(pytypes.SimpleNamespace(hook=Hooks()))
+    assert calls == [converter]
+    assert converter.structure({"n": 3, "names": ["a"]}, Sample) == Sample(3, ("a",))
+    for raw, needle in [({"n": "3"}, "expected an integer, got the string '3' @ $.n"),
+                        ({"n": True}, "expected an integer, got a boolean @ $.n"),
+                        ({"n": 1, "names": "ab"}, "expected a list, got the string 'ab'"),
+                        ({"n": 1, "extra": 0}, "extra fields found (extra) @ $")]:
+        with pytest.raises(cattrs.BaseValidationError) as err:
+            converter.structure(raw, Sample)
+        assert any(needle in line for line in describe_structure_error(err.value)), needle
+    assert make_converter() is not make_converter()

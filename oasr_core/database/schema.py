@@ -31,7 +31,7 @@ from typing import Any
 import attrs
 
 from oasr_core.serialization import Invalid, JsonObject, JsonValue, check_json
-from oasr_core.types import ARCH_RE, Config, Sentinel, freeze, thaw
+from oasr_core.types import ARCH_RE, NAME_RE, Config, Sentinel, freeze, thaw
 
 SCHEMA_VERSION = 1
 """The ``schema_version`` this code writes; older versions are migrated on load."""
@@ -215,11 +215,11 @@ def _check_configs(_inst: Any, _attribute: attrs.Attribute, value: Mapping[str, 
 class TuningFile:
     """One tuning file: a family's entries on one arch family and lane."""
 
-    family: str
+    family: str = attrs.field()
     """Kernel family name (hard validator)."""
-    arch: ArchStamp
+    arch: ArchStamp = attrs.field(validator=attrs.validators.instance_of(ArchStamp))
     """Arch family and lane (hard validators)."""
-    family_schema_version: int = 1
+    family_schema_version: int = attrs.field(default=1)
     """Version of the family's own payloads, owned by its plugin."""
     validators: Validators = attrs.field(factory=Validators)
     """The file's soft stamp."""
@@ -234,6 +234,16 @@ class TuningFile:
     """Optional cost-model payload (free JSON, read by the model tier)."""
     entries: Mapping[str, Entry] = attrs.field(factory=dict, converter=freeze)
     """Entries by signature key."""
+
+    @family.validator
+    def _check_family(self, _attribute: attrs.Attribute, value: str) -> None:
+        if not isinstance(value, str) or not NAME_RE.match(value):
+            raise Invalid(f"family {value!r} is not a family name")
+
+    @family_schema_version.validator
+    def _check_family_schema(self, _attribute: attrs.Attribute, value: int) -> None:
+        if type(value) is not int or value < 1:
+            raise Invalid(f"family_schema_version {value!r} is not a positive integer")
 
     def __attrs_post_init__(self) -> None:
         for config_id in self.coverage_basis:
