@@ -122,9 +122,34 @@ def plugins_cmd(state: CliState, as_json: bool) -> None:
     _emit({"plugins": rows, "failures": failures}, as_json, lines or ["no plugins loaded"])
 
 
-@main.group("tune")
+class LazyGroup(click.Group):
+    """A group whose heavier subcommands live in their own modules, imported when invoked."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.lazy and name not in self.commands:
+            import importlib
+
+            module, _, attr = self.lazy[name].partition(":")
+            self.add_command(getattr(importlib.import_module(module), attr), name)
+        return super().get_command(ctx, name)
+
+
+TUNE_COMMANDS = {
+    "prebuild": "oasr_core.commands.prebuild:prebuild_cmd",
+}
+"""Subcommands of ``oasr tune`` kept in their own modules: name -> ``module:command``."""
+
+
+@main.group("tune", cls=LazyGroup, lazy=TUNE_COMMANDS)
 def tune() -> None:
-    """Tuning database: status, diff, select (and, with families installed, build)."""
+    """Tuning database: census, build, evaluate, prebuild, status, diff, select."""
 
 
 @tune.command("status")

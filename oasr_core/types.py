@@ -271,6 +271,11 @@ class Lane:
         default=None, validator=_check_optional_callable)
     """Cost-model features of a config (tile, warps/schedule, cluster, stages, split, smem)."""
     description: str = ""
+    jit_specs: Callable[[str, str], Sequence[Any]] | None = attrs.field(
+        default=None, validator=_check_optional_callable)
+    """``(arch_family, scope) -> [oasr_core.jit.JitSpec]``: the modules this lane loads on an
+    arch; scope ``"production"`` (what the production path links) or ``"all"`` (the whole
+    space, for builds). ``oasr tune prebuild`` compiles them without a GPU."""
 
     @config_space.validator
     def _check_space(self, _attribute: attrs.Attribute, value: tuple[Config, ...]) -> None:

@@ -1,0 +1,1 @@
+"""Subcommands of ``oasr tune`` that live in their own modules (loaded when invoked)."""
