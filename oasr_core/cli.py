@@ -142,6 +142,7 @@ class LazyGroup(click.Group):
 
 
 TUNE_COMMANDS = {
+    "census": "oasr_core.commands.census:census_cmd",
     "prebuild": "oasr_core.commands.prebuild:prebuild_cmd",
 }
 """Subcommands of ``oasr tune`` kept in their own modules: name -> ``module:command``."""

@@ -41,6 +41,7 @@ from typing import TYPE_CHECKING, Any
 import pluggy
 
 if TYPE_CHECKING:
+    from oasr_core.census.workloads import Workload
     from oasr_core.types import Config, Family, Lane, Problem
 
 hookspec = pluggy.HookspecMarker("oasr")
@@ -230,4 +231,52 @@ def oasr_model_select(
                 return ceil(ctas / model["sm_count"])
 
             return min(candidates, key=waves)
+    """
+
+
+@hookspec
+def oasr_register_workloads() -> Iterable[Workload]:
+    """Register workloads: models ``oasr tune census`` can probe for a deployment's shapes.
+
+    **When:** the core calls this when ``oasr tune census`` resolves ``--workload NAME``
+    (through :func:`oasr_core.census.collect_workloads`, which any tool listing workloads
+    uses too), once per CLI invocation, after every entry point has loaded. It calls each
+    plugin's implementation on its own, so every workload is attributed to the plugin and
+    distribution that returned it. The core's reference workloads (``conformer`` and
+    ``whisper_encoder``) are not registered through a plugin: ``collect_workloads`` adds them
+    itself, before the hook's results, and they take part in the same duplicate check.
+
+    **Parameters:** none.
+
+    **Returns:** an iterable of :class:`oasr_core.census.Workload` *instances*, possibly
+    empty; ``None`` registers nothing. A class instead of an instance, or an item that is not
+    a ``Workload``, is dropped with one warning naming the plugin; if the implementation
+    raises, none of its workloads are used. A workload name registered twice (a built-in's
+    included) drops every workload of that name with an error line asking the user to report
+    the conflict; it is never resolved by "last wins". ``Workload.factory`` is called only
+    when the workload is probed, with ``Workload.params`` overridden by ``--param NAME=VALUE``
+    (and ``quantization=`` when ``--quantization`` is given); it returns a
+    ``torch.nn.Module`` taking the inputs ``Workload.inputs`` describe. The census builds it
+    on the meta device unless ``--probe-device cpu`` is given, so it must not need real
+    weights. Import torch and the model code inside the factory, never at module level.
+
+    **firstresult:** no; every implementation is called and all results are kept.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from oasr_core import hookimpl
+
+        @hookimpl
+        def oasr_register_workloads():
+            from oasr_core.census import Workload
+            from my_asr import encoders
+
+            return [Workload(
+                name="zipformer_s", factory=encoders.build_zipformer,
+                params={"layers": 12, "d_model": 384}, inputs=("B,T,80", "lengths"),
+                chunk_frames=encoders.chunk_input_frames,
+                description="Zipformer-S encoder; streaming chunks of 2C+7 frames",
+            )]
     """

@@ -62,6 +62,16 @@ class Runtime:
     _listeners: list[Callable[[int], None]] = attrs.field(factory=list)
     _device_arch: str | None | bool = False
 
+    def __attrs_post_init__(self) -> None:
+        # The core's own cost-model tier answers oasr_model_select last (trylast), after any
+        # plugin's; registered once per manager so tests may register their own instance.
+        from oasr_core.cost_model import ModelTier
+
+        if not any(isinstance(p, ModelTier) for p in self.pm.get_plugins()):
+            from oasr_core.arch import ArchProfile
+
+            self.pm.register(ModelTier(live=ArchProfile.query), name="oasr_core.model_tier")
+
     @property
     def registry(self) -> Registry:
         """The registry built from the plugin manager (once per runtime)."""

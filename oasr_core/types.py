@@ -13,9 +13,12 @@ import functools
 import re
 from collections.abc import Callable, Mapping, Sequence
 from types import MappingProxyType
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import attrs
+
+if TYPE_CHECKING:
+    from oasr_core.bench import BenchCase, BenchOptions
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 ARCH_RE = re.compile(r"^sm[0-9]{2,3}$")
@@ -170,6 +173,13 @@ class Family:
 
     Returned by ``oasr_register_families``. One tuning file per (arch family, family) holds
     its entries, keyed ``<name>|op=<op>[|dt=<dtype>]|<dim>=<v>...`` in ``dims`` order.
+
+    ``make_bench`` is how ``oasr tune build`` measures the family (see :mod:`oasr_core.bench`):
+    ``make_bench(problem, choices, options) -> BenchCase`` allocates the operands of one
+    problem (``options.copies_for(weight_bytes)`` weight copies, for L2 rotation), and returns
+    one ``run(copy_index) -> output`` callable per choice it can launch (named by the config id
+    or the sentinel's value), the numerics ``gate(output)`` bound to its reference, and the
+    copies it made. A family without it can be rebuilt from a measurement log, not measured.
     """
 
     name: str = attrs.field(validator=_check_name)
@@ -210,6 +220,9 @@ class Family:
         default=None, validator=_check_optional_callable)
     """Current soft stamps the family owns (``impl_hash``, ``cutlass``); core adds sku, nvcc."""
     description: str = ""
+    make_bench: Callable[[Problem, Sequence[Config | Sentinel], BenchOptions], BenchCase] | None = (
+        attrs.field(default=None, validator=_check_optional_callable))
+    """Builds the measurement case of one problem for the bench protocol (None: not measurable)."""
 
     @fallback.validator
     def _check_fallback(self, _attribute: attrs.Attribute, value: Sentinel) -> None:

@@ -34,9 +34,9 @@ def _example(doc: str) -> str:
     return textwrap.dedent(match.group(1)).strip() + "\n"
 
 
-def test_the_four_hooks_exist_and_are_prefixed() -> None:
+def test_the_hooks_exist_and_are_prefixed() -> None:
     assert HOOKS == ["oasr_model_select", "oasr_register_families", "oasr_register_lanes",
-                     "oasr_select_lane"]
+                     "oasr_register_workloads", "oasr_select_lane"]
     assert all(name.startswith("oasr_") for name in HOOKS)
 
 

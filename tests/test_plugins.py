@@ -227,14 +227,16 @@ def test_cli_keeps_working_with_a_broken_entry_point(good_and_broken, cli_runner
     assert result.exit_code == 0, result.output
     data = json.loads(result.stdout)
     assert {row["name"]: row["status"] for row in data["plugins"]} == {
-        "good": "loaded", "broken": "failed"}
+        "good": "loaded", "broken": "failed", "oasr_core.model_tier": "loaded"}
     assert [f["plugin"] for f in data["failures"]] == ["broken"]
 
 
 def test_cli_lists_the_fake_family(fake_family, cli_runner) -> None:
     result = cli_runner("plugins", "--json")
     assert result.exit_code == 0, result.output
-    [row] = json.loads(result.stdout)["plugins"]
+    rows = {row["name"]: row for row in json.loads(result.stdout)["plugins"]}
+    assert set(rows) == {"fake", "oasr_core.model_tier"}
+    row = rows["fake"]
     assert (row["name"], row["families"], row["lanes"]) == ("fake", ["fake"], ["fake_lane"])
 
 

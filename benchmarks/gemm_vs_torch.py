@@ -1,0 +1,310 @@
+"""Every compiled gemm config against torch's F.linear (cuBLAS), graph-timed in one run.
+
+For each width (N, K) and each M of a ladder from 16 to 32768, every config of the lane that
+can run the shape is first checked by the family's numerics gate (within 4x of torch's error
+against fp32; a failing config is reported and dropped), then timed as a CUDA graph of
+``--graph-calls`` launches (default 8) next to torch in the same process: a screening round
+over all configs, then ``--reps`` interleaved, shuffled rounds of the ``--top`` fastest and
+torch; the estimate is the median per call. Ratios are torch/best (> 1: oasr is faster).
+
+A second, eager section times host issue and wall time per call of ``oasr_gemm.gemm`` (the
+full op: checks, memo, ctypes, launch; the config the tuning tiers select, served from the
+benchmark's module) against ``F.linear`` at M <= 1000.
+
+Usage (H200; prebuild first in a separate call if the 10-minute limit is tight)::
+
+    OASR_JIT_DIR=$PWD/build/jit python benchmarks/gemm_vs_torch.py --prebuild-only --jobs 16
+    OASR_JIT_DIR=$PWD/build/jit python benchmarks/gemm_vs_torch.py --out $OUT/gemm_vs_torch.md
+
+``--prebuild-only --arch sm90`` also works on a machine without a GPU (compile here, carry
+the ``OASR_JIT_DIR`` folder).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import random
+import statistics
+import sys
+import time
+from pathlib import Path
+
+WIDTHS = ((256, 256), (1024, 256), (256, 1024), (768, 256), (512, 512), (2048, 512), (512, 2048))
+M_LADDER = (16, 32, 64, 128, 256, 416, 512, 1000, 1500, 2152, 4096, 8192, 16384, 32768)
+EAGER_MS = (16, 64, 256, 1000)
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, help="markdown report path (JSONL beside it)")
+    p.add_argument("--jobs", type=int, default=None, help="nvcc processes (default: all CPUs)")
+    p.add_argument("--lanes", default=None, help="comma list (default: the device's lane)")
+    p.add_argument("--arch", default=None, help="arch family for --prebuild-only without a GPU")
+    p.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16")
+    p.add_argument("--bias", action="store_true", help="time gemm with a bias")
+    p.add_argument("--widths", default=None, help="e.g. 256x256,2048x512 (default: seven)")
+    p.add_argument("--ms", default=None, help="M ladder, comma list (default 16..32768)")
+    p.add_argument("--graph-calls", type=int, default=8)
+    p.add_argument("--reps", type=int, default=7)
+    p.add_argument("--top", type=int, default=8)
+    p.add_argument("--prebuild-only", action="store_true")
+    p.add_argument("--no-eager", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    return p.parse_args(argv)
+
+
+def _specs(lanes, arch, dtype):
+    from oasr_gemm import jit
+
+    return [jit.full_spec(lane, arch, dtypes=(dtype,)) for lane in lanes]
+
+
+def _prebuild(specs, jobs):
+    from oasr_core import jit as core_jit
+
+    started = time.perf_counter()
+    reports = core_jit.prebuild(specs, jobs=jobs)
+    lines = []
+    for r in reports:
+        counts = {s: sum(1 for u in r.units.values() if u.status.value == s)
+                  for s in ("built", "cached", "failed")}
+        lines.append(f"- module `{r.name}` ({r.arch}): {r.status.value}; units {counts}; "
+                     f"{r.seconds:.0f} s")
+        for name, err in r.failed.items():
+            lines.append(f"  - failed `{name}`: {(err.strip().splitlines() or ['?'])[-1][:160]}")
+    lines.append(f"- prebuild wall time {time.perf_counter() - started:.0f} s")
+    return reports, lines
+
+
+def _kernels(specs, lanes, arch):
+    from oasr_gemm import codegen, jit, launch
+
+    from oasr_core import jit as core_jit
+
+    out = {}
+    for spec, lane in zip(specs, lanes, strict=True):
+        module = core_jit.load(spec, build_missing=False)
+        kernels = {c.id: launch.Kernel.bind(module, c) for c in jit.lane_configs(lane, arch)
+                   if codegen.symbol(c) in module.exports}
+        launch.install_library(lane, arch, kernels)
+        out[lane] = kernels
+    return out
+
+
+def _graph(fn, calls, stream):
+    import torch
+
+    with torch.cuda.stream(stream):
+        fn()
+    stream.synchronize()
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph, stream=stream):
+        for _ in range(calls):
+            fn()
+    return graph
+
+
+def _time_rounds(graphs, rounds, rng):
+    """Median microseconds per graph replay for each arm, arms interleaved and shuffled."""
+    import torch
+
+    samples = {name: [] for name in graphs}
+    names = list(graphs)
+    for _ in range(rounds):
+        rng.shuffle(names)
+        events = []
+        for name in names:
+            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+            start.record()
+            graphs[name].replay()
+            end.record()
+            events.append((name, start, end))
+        torch.cuda.synchronize()
+        for name, start, end in events:
+            samples[name].append(start.elapsed_time(end) * 1000.0)
+    return {name: statistics.median(v) for name, v in samples.items()}
+
+
+def _point(kernels, lane, n, k, m, args, rng, stream):
+    import torch
+    import torch.nn.functional as F
+    from oasr_gemm import launch, numerics
+    from oasr_gemm.config_space import DEFAULTS
+    from oasr_gemm.feasibility import supports
+
+    from oasr_core.types import Problem
+
+    a, w, b = numerics.make_operands(m, n, k, args.dtype, bias=args.bias, device="cuda",
+                                     seed=args.seed + m)
+    ref = numerics.reference(a, w, b)
+    base = numerics.torch_output(a, w, b)
+    problem = Problem("gemm", "gemm", args.dtype, (("N", n), ("K", k)), m)
+    dev = torch.cuda.current_device()
+    launch.reserve_workspace(stream=stream)
+    arms, failed = {}, []
+    for cid, kernel in kernels.items():
+        if not supports(kernel.config, problem):
+            continue
+        out = torch.empty(m, n, dtype=a.dtype, device="cuda")
+        try:
+            kernel.run(a, w, b, out)
+        except launch.LaunchError as exc:
+            failed.append(f"{cid}: {exc}")
+            continue
+        torch.cuda.synchronize()
+        verdict = numerics.numerics_gate(out, base, ref)
+        if not verdict:
+            failed.append(f"{cid}: {verdict.reason}")
+            continue
+        prepared = kernel.prepare(args.dtype, m, n, k, None)
+        ptrs = (a.data_ptr(), w.data_ptr(), b.data_ptr() if b is not None else 0, out.data_ptr())
+        arms[cid] = (lambda p=prepared, q=ptrs, o=out: p.launch(
+            *q, m, n, k, dev, torch._C._cuda_getCurrentRawStream(dev)))
+    graphs = {"torch": _graph(lambda: F.linear(a, w, b), args.graph_calls, stream)}
+    for cid, fn in arms.items():
+        graphs[cid] = _graph(fn, args.graph_calls, stream)
+    screen = _time_rounds(graphs, 2, rng)
+    ranked = sorted((c for c in graphs if c != "torch"), key=screen.get)
+    keep = ["torch", *ranked[: args.top]]
+    default = DEFAULTS[lane]
+    if default in graphs and default not in keep:
+        keep.append(default)
+    final = _time_rounds({c: graphs[c] for c in keep}, args.reps, rng)
+    per_call = {c: t / args.graph_calls for c, t in final.items()}
+    best = min((c for c in per_call if c != "torch"), key=per_call.get, default=None)
+    del graphs
+    return {
+        "N": n, "K": k, "M": m, "dtype": args.dtype, "bias": args.bias, "lane": lane,
+        "torch_us": per_call["torch"], "best": best,
+        "best_us": per_call.get(best) if best else None,
+        "default_us": per_call.get(default), "candidates": len(arms), "failed": failed,
+        "screen_us": {c: t / args.graph_calls for c, t in screen.items()},
+    }
+
+
+def _eager(n, k, m, dtype, calls=200):
+    import oasr_gemm
+    import torch
+    import torch.nn.functional as F
+    from oasr_gemm import numerics
+
+    a, w, b = numerics.make_operands(m, n, k, dtype, device="cuda", seed=m)
+    rows = {}
+    arms = (("torch", lambda: F.linear(a, w, b)), ("oasr", lambda: oasr_gemm.gemm(a, w, b)))
+    for name, fn in arms:
+        for _ in range(20):
+            fn()
+        torch.cuda.synchronize()
+        start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
+        t0 = time.perf_counter()
+        start.record()
+        for _ in range(calls):
+            fn()
+        issue = (time.perf_counter() - t0) / calls * 1e6
+        end.record()
+        torch.cuda.synchronize()
+        rows[name] = (issue, start.elapsed_time(end) * 1000.0 / calls)
+    return rows
+
+
+def _geomean(values):
+    values = [v for v in values if v and v > 0]
+    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
+
+
+def _report(points, eager, header, build_lines, gpu):
+    lines = [f"# gemm vs torch F.linear on {gpu}", "", *header, "", "## Build", "", *build_lines,
+             "", "## Graph-timed (us per call, median; ratio = torch / best)", "",
+             "| N | K | M | torch us | best config | best us | torch/best | torch/default |",
+             "|---:|---:|---:|---:|---|---:|---:|---:|"]
+    ratios = []
+    for p in points:
+        r = p["torch_us"] / p["best_us"] if p["best_us"] else float("nan")
+        d = p["torch_us"] / p["default_us"] if p["default_us"] else float("nan")
+        ratios.append(r)
+        lines.append(f"| {p['N']} | {p['K']} | {p['M']} | {p['torch_us']:.2f} | {p['best']} | "
+                     f"{(p['best_us'] or float('nan')):.2f} | {r:.3f} | {d:.3f} |")
+    ok = [r for r in ratios if not math.isnan(r)]
+    lines += ["", "## Summary", "",
+              f"- points: {len(points)}; faster than torch: {sum(r > 1 for r in ok)}; "
+              f">= 5% faster: {sum(r >= 1.05 for r in ok)}",
+              f"- geomean torch/best: {_geomean(ok):.3f}; with torch as an arm (max(1, r)): "
+              f"{_geomean([max(1.0, r) for r in ok]):.3f}",
+              f"- best: {max(ok, default=math.nan):.3f}; worst: {min(ok, default=math.nan):.3f}"]
+    failed = sorted({f for p in points for f in p["failed"]})
+    lines.append(f"- configs failing the numerics gate or refusing somewhere: {len(failed)}")
+    lines += [f"  - {f}" for f in failed[:40]]
+    if eager:
+        lines += ["", "## Eager (us per call: host issue / wall, 200 calls, with bias)", "",
+                  "| N | K | M | torch issue | torch wall | oasr issue | oasr wall "
+                  "| wall torch/oasr |",
+                  "|---:|---:|---:|---:|---:|---:|---:|---:|"]
+        for (n, k, m), rows in eager:
+            (ti, tw), (oi, ow) = rows["torch"], rows["oasr"]
+            lines.append(f"| {n} | {k} | {m} | {ti:.2f} | {tw:.2f} | {oi:.2f} | {ow:.2f} | "
+                         f"{tw / ow:.3f} |")
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    import torch
+    from oasr_gemm.config_space import LANE_SM80, LANE_SM90
+
+    have_gpu = torch.cuda.is_available()
+    if have_gpu:
+        major, minor = torch.cuda.get_device_capability()
+        arch = f"sm{major}{minor}"
+    elif args.arch:
+        arch = args.arch
+    else:
+        print("no CUDA device: pass --arch with --prebuild-only", file=sys.stderr)
+        return 2
+    lanes = args.lanes.split(",") if args.lanes else [LANE_SM90 if arch == "sm90" else LANE_SM80]
+    specs = _specs(lanes, arch, args.dtype)
+    _, build_lines = _prebuild(specs, args.jobs)
+    print("\n".join(build_lines), flush=True)
+    if args.prebuild_only or not have_gpu:
+        return 0
+    widths = [tuple(map(int, w.split("x"))) for w in args.widths.split(",")] \
+        if args.widths else WIDTHS
+    ms = [int(m) for m in args.ms.split(",")] if args.ms else M_LADDER
+    kernels = _kernels(specs, lanes, arch)
+    gpu = torch.cuda.get_device_name()
+    rng = random.Random(args.seed)
+    stream = torch.cuda.Stream()
+    jsonl = args.out.with_suffix(".jsonl") if args.out else None
+    points, started = [], time.perf_counter()
+    for lane in lanes:
+        for n, k in widths:
+            for m in ms:
+                p = _point(kernels[lane], lane, n, k, m, args, rng, stream)
+                points.append(p)
+                print(f"{lane} N={n} K={k} M={m}: torch {p['torch_us']:.2f} us, best "
+                      f"{p['best']} {p['best_us'] or float('nan'):.2f} us", flush=True)
+                if jsonl:
+                    with jsonl.open("a") as f:
+                        f.write(json.dumps({k2: v for k2, v in p.items()}) + "\n")
+    eager = []
+    if not args.no_eager:
+        with torch.no_grad():
+            for n, k in widths:
+                for m in EAGER_MS:
+                    eager.append(((n, k, m), _eager(n, k, m, args.dtype)))
+    import oasr_gemm
+
+    header = [f"- lanes {', '.join(lanes)}; dtype {args.dtype}; bias {args.bias}; graph of "
+              f"{args.graph_calls} calls; {args.reps} rounds for the top {args.top} + torch",
+              f"- torch {torch.__version__}; timing wall {time.perf_counter() - started:.0f} s",
+              f"- torch-path counts in the eager section: {oasr_gemm.stats() or 'none'}"]
+    text = _report(points, eager, header, build_lines, gpu)
+    print(text)
+    if args.out:
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,223 @@
+"""``oasr tune build``: measure a census on this GPU, or replay a measurement log, into a
+tuning file.
+
+:func:`build_live` plans the census (:mod:`.inputs`), measures through the family's
+``make_bench`` and the bench protocol (:class:`.sources.LiveSource`), logging every
+measurement as it is made and checkpointing every finished signature; :func:`build_from_log`
+takes the same decisions from a log on any machine (:class:`.sources.LogSource`). Both go
+through :func:`.pipeline.run_build` after measurement.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from oasr_core import database
+from oasr_core.bench import PROTOCOL_VERSION, BenchOptions, Timer
+from oasr_core.errors import ConfigurationError
+from oasr_core.measurements import (
+    LOG_SCHEMA_VERSION,
+    Checkpoint,
+    MeasurementLog,
+    new_run_id,
+    read_logs,
+    rows_by_run,
+    utc_now,
+)
+from oasr_core.selection import unusable_reason
+from oasr_core.types import Family, Lane, Sentinel
+
+from .inputs import (
+    Census,
+    PlannedPoint,
+    ShapePoint,
+    Signature,
+    census_from_widths,
+    merge_censuses,
+    plan,
+    read_census,
+    read_censuses,
+)
+from .pipeline import BuildOptions, BuildResult, Outcome, run_build, tune_signature
+from .sources import LiveSource, LogSource, MeasurementSource, Ranker
+
+__all__ = [
+    "BuildOptions",
+    "BuildResult",
+    "Census",
+    "LiveSource",
+    "LogSource",
+    "MeasurementSource",
+    "Outcome",
+    "PlannedPoint",
+    "Ranker",
+    "ShapePoint",
+    "Signature",
+    "build_from_log",
+    "build_live",
+    "census_from_widths",
+    "default_paths",
+    "merge_censuses",
+    "plan",
+    "read_census",
+    "read_censuses",
+    "resolve_out",
+    "run_build",
+    "tune_signature",
+    "with_incumbents",
+]
+
+
+def resolve_out(out: str | os.PathLike[str], arch: str, family: Family) -> Path:
+    """``user`` / ``system`` tier file of ``family`` on ``arch``, a ``.json`` file, or a root."""
+    if out == "user":
+        root = database.user_root()
+        if root is None:
+            raise ConfigurationError("--out user: the user tier is disabled "
+                                     f"({database.USER_ENV}); pass --out PATH")
+        return database.tier_path(root, arch, family)
+    if out == "system":
+        root = database.system_root() or database.default_system_root()
+        if root is None:
+            raise ConfigurationError("--out system: no system tier directory found; set "
+                                     f"{database.SYSTEM_ENV} or pass --out PATH")
+        return database.tier_path(root, arch, family)
+    path = Path(out)
+    return path if path.suffix == ".json" else database.tier_path(path, arch, family)
+
+
+def default_paths(out: Path, family: Family) -> tuple[Path, Path]:
+    """The measurement log and checkpoint beside a tuning file (``measurements/``)."""
+    folder = out.parent / "measurements"
+    return folder / f"{family.stem}.jsonl", folder / f"{family.stem}.checkpoint.jsonl"
+
+
+def _incumbent(entry: Any, m: int, family: Family, lane: Lane, problem: Any) -> str | None:
+    choice = entry.lookup(m) if entry is not None else None
+    if choice is None:
+        return None
+    sentinel = Sentinel.parse(choice)
+    if sentinel is not None:
+        return choice if sentinel in family.sentinels or sentinel is family.fallback else None
+    config = lane.config(choice)
+    return choice if config is not None and unusable_reason(lane, config, problem) is None \
+        else None
+
+
+def _readable(path: Path, family: Family, lane: Lane) -> Any:
+    try:
+        current = database.read_tuning_file(path)
+    except database.SchemaTooNewError:
+        raise
+    except Exception:
+        return None
+    return current if (current.family, current.lane) == (family.name, lane.name) else None
+
+
+def with_incumbents(signatures: Sequence[Signature], files: Sequence[Path], family: Family,
+                    lane: Lane) -> list[Signature]:
+    """``signatures`` with each point's incumbent: what serves it now.
+
+    ``files`` are tuning files in precedence order (the file being rebuilt, then the system
+    tier); a signature's incumbents come from the first holding its key. A choice the lane
+    can no longer run there is no incumbent.
+    """
+    tables = [t for t in (_readable(f, family, lane) for f in dict.fromkeys(files)
+                          if f.exists()) if t is not None]
+    result = []
+    for sig in signatures:
+        entry = next((t.entries[sig.key] for t in tables if sig.key in t.entries), None)
+        points = [attrs.evolve(p, incumbent=_incumbent(entry, p.m, family, lane,
+                                                       sig.problem(family, p.m)))
+                  for p in sig.points]
+        result.append(attrs.evolve(sig, points=points))
+    return result
+
+
+def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Path,
+               timer: Timer | None = None, options: BuildOptions | None = None,
+               log_path: Path | None = None, checkpoint_path: Path | None = None,
+               rankers: Sequence[Ranker] = (), bench_options: BenchOptions | None = None,
+               soft: dict[str, Any] | None = None, progress: bool = False) -> BuildResult:
+    """Measure ``census`` on this device and write the entries into ``out``.
+
+    ``timer`` defaults to a :class:`~oasr_core.bench.CudaGraphTimer`; ``rankers`` are cost
+    models whose top-``options.top_k`` union (plus the forced arms) prunes the candidates;
+    ``soft`` defaults to :func:`oasr_core.database.current_soft_validators`.
+    """
+    options = options or BuildOptions()
+    if family.make_bench is None:
+        raise ConfigurationError(f"family {family.name} has no make_bench: it cannot be "
+                                 "measured here; rebuild from a measurement log (--from-log)")
+    if timer is None:
+        from oasr_core.bench import CudaGraphTimer
+
+        timer = CudaGraphTimer()
+    bench = bench_options or BenchOptions()
+    bench = attrs.evolve(bench, working_set_bytes=census.working_set_bytes,
+                         l2_bytes=timer.l2_bytes)
+    if soft is None:
+        soft = database.current_soft_validators(family)
+    default_log, default_ckpt = default_paths(out, family)
+    log = MeasurementLog(log_path or default_log)
+    run = new_run_id()
+    log.append([{"row": "run", "schema_version": LOG_SCHEMA_VERSION, "run": run,
+                 "protocol": PROTOCOL_VERSION, "family": family.name, "arch": arch,
+                 "lane": lane.name, "soft": soft, "device": getattr(timer, "name", None),
+                 "started": utc_now(), "knobs": options.knobs(),
+                 "bench": attrs.asdict(bench),
+                 "working_set_bytes": census.working_set_bytes}])
+    signatures = plan(census, family, max_points=options.max_points, thin=options.thin,
+                      fill=options.fill, exact_dtype=options.exact_dtype)
+    if not options.fresh:
+        system = database.system_root()
+        files = [out] + ([database.tier_path(system, arch, family)] if system else [])
+        signatures = with_incumbents(signatures, files, family, lane)
+    source = LiveSource(family=family, lane=lane, timer=timer, options=bench, log=log,
+                        run=run, arch=arch, soft=soft, rankers=tuple(rankers),
+                        top_k=options.top_k)
+    result = run_build(signatures, source, family=family, arch=arch, lane=lane.name, out=out,
+                       soft=soft, options=options,
+                       checkpoint=Checkpoint(checkpoint_path or default_ckpt)
+                       if options.resume else None,
+                       fingerprint=source.fingerprint(), progress=progress)
+    notes = [*census.skipped, *result.messages]
+    return attrs.evolve(result, messages=tuple(notes))
+
+
+def build_from_log(paths: Sequence[str | os.PathLike[str]], *, registry: Any, out: str,
+                   family: str | None = None, arch: str | None = None,
+                   options: BuildOptions | None = None, progress: bool = False) -> BuildResult:
+    """Rebuild the entries a measurement log supports, without a GPU, into ``out``.
+
+    The log's rows carry every point's context, so no census is needed; ``family`` and
+    ``arch`` select rows when the log holds several. The knobs in ``options`` apply, so a
+    change to the decision rules can be scored offline.
+    """
+    runs, arms, _bad = read_logs(paths)
+    fams = sorted({str(r.get("family")) for r in arms})
+    if family is None:
+        if len(fams) != 1:
+            raise ConfigurationError(f"the log holds families {', '.join(fams) or 'none'}; "
+                                     "pass --family")
+        family = fams[0]
+    fam = registry.family(family)
+    arms = [r for r in arms if r.get("family") == fam.name and (arch is None
+                                                                or r.get("arch") == arch)]
+    pairs = sorted({(str(r.get("arch")), str(r.get("lane"))) for r in arms})
+    if len(pairs) != 1:
+        raise ConfigurationError(f"the log holds {len(pairs)} (arch, lane) pairs for family "
+                                 f"{fam.name} ({pairs or 'none'}); pass --arch")
+    arch_name, lane_name = pairs[0]
+    headers = rows_by_run(runs)
+    used_runs = [str(r.get("run")) for r in arms]
+    soft = dict(headers.get(used_runs[-1], {}).get("soft") or {})
+    source = LogSource(arms)
+    return run_build(source.signatures(fam), source, family=fam, arch=arch_name,
+                     lane=lane_name, out=resolve_out(out, arch_name, fam), soft=soft,
+                     options=options or BuildOptions(), progress=progress)

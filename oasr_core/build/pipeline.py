@@ -1,0 +1,279 @@
+"""The build pipeline: per signature, measure, cross-evaluate, partition, write.
+
+:func:`run_build` takes planned signatures and a measurement source (live or a log) and,
+heaviest signature first:
+
+1. reuses a signature the checkpoint finished with the same digest (points, knobs,
+   candidates, protocol), arch, lane and implementation hash: nothing is re-measured;
+2. otherwise, unless the time budget is spent, measures every point (its candidates with
+   successive halving, keeping the fallback, torch and the incumbent to the end), then
+   cross-evaluates each point's top finalists at every other point, partitions the M axis
+   (:mod:`oasr_core.partition`) and makes the entry;
+3. writes the entry through the core's locked merge (:func:`oasr_core.database.write_entries`)
+   and checkpoints the signature (fsync'ed), so a killed build loses at most the signature it
+   was measuring.
+
+Finally the coverage basis (configs covering every point of every signature) and the
+provenance are written. Provenance and stamps come from the measurements, never from the
+clock, so replaying a build's log writes the same file.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import time
+from collections.abc import Callable, Iterator, Mapping, Sequence
+from pathlib import Path
+from typing import Any
+
+import attrs
+
+from oasr_core.bench import PROTOCOL_VERSION
+from oasr_core.database import Entry, write_entries
+from oasr_core.measurements import Checkpoint, digest, reusable
+from oasr_core.partition import PartitionOptions, Point, coverage_basis, partition
+from oasr_core.types import Config, Family, Sentinel, thaw
+
+from .decide import (
+    Measured,
+    anchors,
+    cells,
+    failure_note,
+    finalists,
+    make_entry,
+    point_from_json,
+    point_json,
+    to_point,
+)
+from .inputs import Signature
+from .sources import MeasurementSource
+
+
+@attrs.frozen
+class BuildOptions:
+    """The build's knobs (``oasr tune build`` flags of the same names)."""
+
+    min_speedup: float = 1.05
+    noise_k: float = 2.0
+    tie: float = 0.01
+    cover_eps: float = 0.03
+    lam_frac: float = 0.005
+    top_k: int = 16
+    finalists: int = 3
+    max_points: int = 24
+    thin: bool = False
+    fill: bool = True
+    exact_dtype: bool = False
+    keep_torch: bool = True
+    basis_size: int = 8
+    budget_s: float | None = None
+    fresh: bool = False
+    resume: bool = True
+    """Reuse signatures the checkpoint finished (False: measure everything anew)."""
+
+    def partition_options(self) -> PartitionOptions:
+        """The partition's share of the knobs."""
+        return PartitionOptions(min_speedup=self.min_speedup, noise_k=self.noise_k,
+                                tie=self.tie, cover_eps=self.cover_eps, lam_frac=self.lam_frac)
+
+    def knobs(self) -> dict[str, Any]:
+        """The knobs that change what a signature measures or decides (for its digest)."""
+        return attrs.asdict(self, filter=lambda a, _v: a.name not in ("budget_s", "fresh",
+                                                                      "resume"))
+
+
+@attrs.frozen
+class Outcome:
+    """One finished signature."""
+
+    key: str
+    entry: Entry | None
+    configs: Mapping[str, Config]
+    points: tuple[Point, ...]
+    runs: tuple[str, ...]
+    contended: bool
+    reused: bool = False
+
+
+@attrs.frozen
+class BuildResult:
+    """What a build did."""
+
+    out: Path
+    entries: Mapping[str, Entry | None]
+    reused: tuple[str, ...]
+    skipped: tuple[str, ...]
+    """Signatures not measured because the time budget was spent."""
+    points: int
+    """Points measured (each signature's own runs; cross-evaluation not counted)."""
+    elapsed_s: float
+    runs: tuple[str, ...]
+    messages: tuple[str, ...] = ()
+
+
+def tune_signature(sig: Signature, source: MeasurementSource, family: Family,
+                   options: BuildOptions, tick: Callable[[], None] = lambda: None) -> Outcome:
+    """Measure, cross-evaluate and partition one signature (see the module docstring)."""
+    fallback = family.fallback.value
+    always = {fallback}
+    if options.keep_torch and Sentinel.TORCH in family.sentinels:
+        always.add(Sentinel.TORCH.value)
+    mains: dict[int, Measured] = {}
+    for pp in sig.points:
+        keep = always | ({pp.incumbent} if pp.incumbent else set())
+        mains[pp.m] = source.main(sig, pp, sorted(keep))
+        tick()
+    alphas = {pp.m: pp.alpha for pp in sig.points}
+    timed = [pp for pp in sig.points if mains[pp.m].survivors()]
+    failures = [failure_note(family.dynamic_axis, pp.m, mains[pp.m]) for pp in sig.points
+                if not mains[pp.m].survivors()]
+    incumbents = {pp.incumbent for pp in timed if pp.incumbent}
+    fin = finalists({pp.m: mains[pp.m] for pp in timed}, alphas, options.finalists, incumbents)
+    points, measured = [], {}
+    for pp in timed:
+        main = mains[pp.m]
+        missing = [n for n in fin if n not in main.survivors()]
+        cross, anchor = None, []
+        if missing:
+            anchor = anchors(main, pp.alpha, fallback)
+            cross = source.cross(sig, pp, [*missing, *(a for a in anchor if a not in missing)])
+        points.append(to_point(pp, cells(main, cross, anchor)))
+        measured[pp.m] = main if cross is None else attrs.evolve(
+            main, contended=main.contended or cross.contended,
+            params={**cross.params, **main.params})
+    part = partition(points, fallback, options.partition_options(), census_max=sig.census_max)
+    entry = make_entry(family.dynamic_axis, points, measured, part, fallback, failures)
+    params = {}
+    for m in measured.values():
+        params.update(m.params)
+    used = {n for p in points for n in p.cells} | set(entry.choices() if entry else ())
+    configs = {n: Config.from_json(n, params[n]) for n in sorted(used)
+               if Sentinel.parse(n) is None and params.get(n, {}).get("lane")}
+    runs = sorted({m.run for m in mains.values() if m.run})
+    return Outcome(sig.key, entry, configs, tuple(points), tuple(runs),
+                   any(m.contended for m in measured.values()))
+
+
+def signature_digest(sig: Signature, options: BuildOptions, fingerprint: Sequence[str]) -> str:
+    """What a signature measures and how it decides: a checkpoint record is reused iff equal.
+
+    Incumbents are left out: the entries a killed build already wrote become the incumbents
+    of its restart, which must still reuse them.
+    """
+    return digest({"key": sig.key, "dtype": sig.dtype, "census_max": sig.census_max,
+                   "points": [[p.m, round(p.weight, 9), round(p.calls, 9), p.must,
+                               round(p.alpha, 6), p.fill] for p in sig.points],
+                   "knobs": options.knobs(), "candidates": list(fingerprint),
+                   "protocol": PROTOCOL_VERSION})
+
+
+def _record(out: Outcome, dg: str, arch: str, lane: str, impl_hash: Any) -> dict[str, Any]:
+    return {"key": out.key, "digest": dg, "arch": arch, "lane": lane, "impl_hash": impl_hash,
+            "entry": None if out.entry is None else _entry_json(out.entry),
+            "configs": {k: c.to_json() for k, c in sorted(out.configs.items())},
+            "points": [point_json(p) for p in out.points], "runs": list(out.runs),
+            "contended": out.contended}
+
+
+def _entry_json(entry: Entry) -> dict[str, Any]:
+    return {"regions": [list(r) for r in entry.regions], "evidence": thaw(entry.evidence),
+            "source": entry.source.value, "notes": list(entry.notes)}
+
+
+def _from_record(rec: Mapping[str, Any]) -> Outcome:
+    raw = rec.get("entry")
+    entry = None if raw is None else Entry(regions=[tuple(r) for r in raw["regions"]],
+                                           evidence=raw["evidence"], source=raw["source"],
+                                           notes=raw["notes"])
+    return Outcome(str(rec["key"]), entry,
+                   {k: Config.from_json(k, v) for k, v in rec.get("configs", {}).items()},
+                   tuple(point_from_json(p) for p in rec.get("points", ())),
+                   tuple(rec.get("runs", ())), bool(rec.get("contended")), reused=True)
+
+
+@contextlib.contextmanager
+def _progress(enabled: bool, total: int) -> Iterator[Callable[[str], Callable[[], None]]]:
+    if not enabled:
+        yield lambda _desc: (lambda: None)
+        return
+    from rich.console import Console
+    from rich.progress import (
+        BarColumn,
+        MofNCompleteColumn,
+        Progress,
+        TextColumn,
+        TimeElapsedColumn,
+    )
+
+    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
+                  TimeElapsedColumn(), console=Console(stderr=True)) as bar:
+        task = bar.add_task("build", total=total)
+
+        def for_signature(desc: str) -> Callable[[], None]:
+            bar.update(task, description=desc)
+            return lambda: bar.advance(task)
+
+        yield for_signature
+
+
+def run_build(signatures: Sequence[Signature], source: MeasurementSource, *, family: Family,
+              arch: str, lane: str, out: Path, soft: Mapping[str, Any],
+              options: BuildOptions | None = None, checkpoint: Checkpoint | None = None,
+              fingerprint: Sequence[str] = (), progress: bool = False,
+              clock: Callable[[], float] = time.monotonic) -> BuildResult:
+    """Build every signature into the tuning file ``out`` (see the module docstring)."""
+    options = options or BuildOptions()
+    start = clock()
+    records = checkpoint.load() if checkpoint is not None else {}
+    impl = soft.get("impl_hash")
+    outcomes: list[Outcome] = []
+    skipped: list[str] = []
+    first = True
+    with _progress(progress, sum(len(s.points) for s in signatures)) as bar:
+        for sig in signatures:
+            dg = signature_digest(sig, options, fingerprint)
+            rec = records.get(sig.key)
+            tick = bar(sig.key)
+            if checkpoint is not None and reusable(rec, digest=dg, arch=arch, lane=lane,
+                                                   impl_hash=impl):
+                outcome = _from_record(rec)
+                for _ in sig.points:
+                    tick()
+            elif options.budget_s is not None and clock() - start >= options.budget_s:
+                skipped.append(sig.key)
+                continue
+            else:
+                outcome = tune_signature(sig, source, family, options, tick)
+                if checkpoint is not None:
+                    checkpoint.append(_record(outcome, dg, arch, lane, impl))
+            outcomes.append(outcome)
+            if outcome.entry is not None:
+                write_entries(out, family=family, arch=arch, lane=lane,
+                              entries={sig.key: outcome.entry}, configs=outcome.configs,
+                              soft=soft, provenance=_provenance(outcomes),
+                              fresh=options.fresh and first)
+                first = False
+    basis = coverage_basis([o.points for o in outcomes], options.cover_eps, options.basis_size)
+    configs = {k: c for o in outcomes for k, c in o.configs.items()}
+    if not first:
+        write_entries(out, family=family, arch=arch, lane=lane, entries={},
+                      configs={k: configs[k] for k in basis if k in configs}, soft=soft,
+                      provenance=_provenance(outcomes),
+                      coverage_basis=[k for k in basis if k in configs])
+    messages = []
+    if skipped:
+        messages.append(f"time budget of {options.budget_s:g} s spent: {len(skipped)} "
+                        f"signature(s) not measured: {', '.join(skipped)}")
+    return BuildResult(out=out, entries={o.key: o.entry for o in outcomes},
+                       reused=tuple(o.key for o in outcomes if o.reused),
+                       skipped=tuple(skipped),
+                       points=sum(len(o.points) for o in outcomes if not o.reused),
+                       elapsed_s=clock() - start,
+                       runs=tuple(sorted({r for o in outcomes for r in o.runs})),
+                       messages=tuple(messages))
+
+
+def _provenance(outcomes: Sequence[Outcome]) -> dict[str, Any]:
+    return {"tool": "oasr tune build", "bench_protocol": PROTOCOL_VERSION,
+            "runs": sorted({r for o in outcomes for r in o.runs}),
+            "contended": any(o.contended for o in outcomes)}

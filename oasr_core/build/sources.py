@@ -1,0 +1,209 @@
+"""Where a build's measurements come from: the GPU now, or a measurement log.
+
+Both sources answer the same two questions for a signature's point: ``main`` (the point's
+own run over its candidates, with successive halving) and ``cross`` (named arms timed
+fully, for cross-evaluation). :class:`LiveSource` measures with the bench protocol, appends
+the rows to the log as it goes and returns them parsed back from the rows, so its decisions
+are exactly those a :class:`LogSource` replay of the same log takes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, Protocol
+
+import attrs
+
+from oasr_core.bench import (
+    ArmResult,
+    ArmStatus,
+    BenchError,
+    BenchOptions,
+    BenchResult,
+    DeviceFault,
+    Timer,
+    bench_problem,
+)
+from oasr_core.measurements import MeasurementLog, arm_row, latest_groups, utc_now
+from oasr_core.selection import unusable_reason
+from oasr_core.types import Config, Family, Lane, Sentinel
+
+from .decide import Measured
+from .inputs import PlannedPoint, Signature
+
+Ranker = Callable[[Sequence[Config], Any], Sequence[Config]]
+"""A cost model's ranking: ``rank(candidates, problem)`` -> configs, best first."""
+
+
+class MeasurementSource(Protocol):
+    """What the build pipeline asks of a measurement source."""
+
+    def main(self, sig: Signature, point: PlannedPoint, keep: Collection[str]) -> Measured:
+        """The point's own run over its candidates, keeping ``keep`` to the end."""
+
+    def cross(self, sig: Signature, point: PlannedPoint, arms: Sequence[str]) -> Measured:
+        """``arms`` timed fully at the point."""
+
+
+def choice_name(choice: Config | Sentinel) -> str:
+    """A choice as tuning files and logs spell it."""
+    return choice.value if isinstance(choice, Sentinel) else choice.id
+
+
+@attrs.define
+class LiveSource:
+    """Measures on the device through ``family.make_bench`` and the bench protocol."""
+
+    family: Family
+    lane: Lane
+    timer: Timer
+    options: BenchOptions
+    log: MeasurementLog
+    run: str
+    arch: str
+    soft: Mapping[str, Any]
+    rankers: Sequence[Ranker] = ()
+    top_k: int = 16
+    measured: int = 0
+
+    def forced(self) -> list[Sentinel]:
+        """Sentinel arms always measured: the fallback, default, torch, fused."""
+        wanted = [self.family.fallback, Sentinel.DEFAULT, Sentinel.TORCH, Sentinel.FUSED]
+        return [s for s in dict.fromkeys(wanted)
+                if s is self.family.fallback or s in self.family.sentinels]
+
+    def usable(self, problem: Any) -> list[Config]:
+        """Configs of the lane that are feasible, compiled and run this shape."""
+        skip = self.lane.default_config if Sentinel.DEFAULT in self.forced() else None
+        return [c for c in self.lane.config_space
+                if c.id != skip and unusable_reason(self.lane, c, problem) is None]
+
+    def candidates(self, sig: Signature, point: PlannedPoint) -> list[Config | Sentinel]:
+        """Forced sentinels, plus the usable configs (pruned to the rankers' top-k union)."""
+        problem = sig.problem(self.family, point.m)
+        configs = self.usable(problem)
+        if self.rankers:
+            picked: set[str] = set()
+            for rank in self.rankers:
+                picked.update(c.id for c in list(rank(configs, problem))[: self.top_k])
+            if point.incumbent is not None:
+                picked.add(point.incumbent)
+            configs = [c for c in configs if c.id in picked]
+        return [*self.forced(), *configs]
+
+    def fingerprint(self) -> list[str]:
+        """What decides the candidates, for the checkpoint digest."""
+        ids = [c.id for c in self.lane.config_space if self.lane.is_feasible(c) and (
+            self.lane.is_available is None or self.lane.is_available(c))]
+        names = [getattr(r, "__qualname__", type(r).__name__) for r in self.rankers]
+        return [self.lane.name, *ids, f"top_k={self.top_k}", *names]
+
+    def main(self, sig: Signature, point: PlannedPoint, keep: Collection[str]) -> Measured:
+        return self._bench(sig, point, self.candidates(sig, point), "main", keep, True)
+
+    def cross(self, sig: Signature, point: PlannedPoint, arms: Sequence[str]) -> Measured:
+        problem = sig.problem(self.family, point.m)
+        choices: list[Config | Sentinel] = []
+        unbuilt: dict[str, str] = {}
+        for name in arms:
+            sentinel = Sentinel.parse(name)
+            config = self.lane.config(name) if sentinel is None else None
+            why = None if sentinel is not None else (
+                "is not a config of the lane" if config is None
+                else unusable_reason(self.lane, config, problem))
+            if why is None:
+                choices.append(sentinel if sentinel is not None else config)
+            else:
+                unbuilt[name] = why
+        return self._bench(sig, point, choices, "cross", arms, False, unbuilt)
+
+    def _params(self, name: str) -> dict[str, Any]:
+        sentinel = Sentinel.parse(name)
+        if sentinel is None:
+            config = self.lane.config(name)
+            return config.to_json() if config is not None else {}
+        params: dict[str, Any] = {"kind": sentinel.value}
+        if sentinel is Sentinel.DEFAULT:
+            params["config"] = self.lane.default_config
+        return params
+
+    def _bench(self, sig: Signature, point: PlannedPoint, choices: list[Config | Sentinel],
+               phase: str, keep: Collection[str], halving: bool,
+               unbuilt: Mapping[str, str] | None = None) -> Measured:
+        problem = sig.problem(self.family, point.m)
+        try:
+            result = bench_problem(self.family, problem, choices, self.timer, self.options,
+                                   alpha=point.alpha, keep=keep, halving=halving)
+        except DeviceFault:
+            raise
+        except BenchError as exc:
+            self.timer.synchronize()
+            result = BenchResult(arms=[ArmResult(choice_name(c), ArmStatus.ERROR, str(exc))
+                                       for c in choices], alpha=point.alpha)
+        arms = list(result.arms) + [ArmResult(n, ArmStatus.UNBUILT, why)
+                                    for n, why in (unbuilt or {}).items()]
+        rows = [arm_row(a, self._context(sig, point, phase, result, a.name)) for a in arms]
+        self.log.append(rows)
+        self.measured += 1
+        return Measured.from_rows(phase, rows)
+
+    def _context(self, sig: Signature, point: PlannedPoint, phase: str, result: BenchResult,
+                 name: str) -> dict[str, Any]:
+        start, end = result.start, result.end
+        return {
+            "run": self.run, "protocol": result.protocol, "phase": phase,
+            "family": self.family.name, "arch": self.arch, "lane": self.lane.name,
+            "impl_hash": self.soft.get("impl_hash"), "sku": self.soft.get("sku"),
+            "key": sig.key, "op": sig.op, "dtype": sig.dtype, "dims": dict(sig.dims),
+            "M": point.m, "batch": 1, "weight": point.weight, "calls": point.calls,
+            "must": point.must, "alpha": point.alpha, "fill": point.fill,
+            "incumbent": point.incumbent, "census_max": sig.census_max,
+            "fallback": self.family.fallback.value, "params": self._params(name),
+            "l2": result.l2, "copies": result.copies, "graph_calls": result.calls,
+            "separator_ms": round(result.separator_ms, 8), "contended": result.contended,
+            "sm_clock_mhz": [start.sm_clock_mhz, end.sm_clock_mhz],
+            "max_sm_clock_mhz": start.max_sm_clock_mhz,
+            "other_processes": max((c.other_processes for c in (start, end)
+                                    if c.other_processes is not None), default=None),
+            "power_w": end.power_w, "time": utc_now(),
+        }
+
+
+class LogSource:
+    """Answers from a measurement log: the latest run's rows for each point and phase."""
+
+    def __init__(self, arm_rows: Sequence[Mapping[str, Any]]) -> None:
+        self.groups = latest_groups(arm_rows)
+
+    def main(self, sig: Signature, point: PlannedPoint, keep: Collection[str]) -> Measured:
+        return Measured.from_rows("main", self.groups.get((sig.key, point.m, "main"), []))
+
+    def cross(self, sig: Signature, point: PlannedPoint, arms: Sequence[str]) -> Measured:
+        wanted = set(arms)
+        rows = [r for r in self.groups.get((sig.key, point.m, "cross"), [])
+                if r["config"] in wanted]
+        return Measured.from_rows("cross", rows)
+
+    def signatures(self, family: Family) -> list[Signature]:
+        """The signatures and points the log's main runs measured, heaviest first."""
+        points: dict[str, list[PlannedPoint]] = {}
+        first: dict[str, Mapping[str, Any]] = {}
+        for (key, m, phase), rows in self.groups.items():
+            if phase != "main" or not rows or rows[0].get("family") != family.name:
+                continue
+            r = rows[0]
+            first.setdefault(key, r)
+            points.setdefault(key, []).append(PlannedPoint(
+                m=m, weight=float(r.get("weight") or 0.0), calls=float(r.get("calls") or 0.0),
+                must=bool(r.get("must")), alpha=float(r.get("alpha") or 0.0),
+                fill=bool(r.get("fill")), incumbent=r.get("incumbent")))
+        sigs = []
+        for key, pts in points.items():
+            r = first[key]
+            dims_of = r.get("dims") if isinstance(r.get("dims"), Mapping) else r
+            dims = tuple((d, int(dims_of[d])) for d in family.dims)
+            pts.sort(key=lambda p: p.m)
+            census = [p.m for p in pts if not p.fill]
+            sigs.append(Signature(key, str(r["op"]), str(r["dtype"]), dims, pts,
+                                  census_max=int(r.get("census_max") or max(census or [0]))))
+        return sorted(sigs, key=lambda s: (-s.weight, s.key))

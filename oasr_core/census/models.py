@@ -1,0 +1,258 @@
+"""The census's reference encoders, in pure torch: a Conformer and a Whisper-style encoder.
+
+Shapes, not numbers, are what the census needs, so weights are random (or absent: the census
+builds these on the meta device). The GEMMs go through the gemm family's ops when the
+``oasr_gemm`` plugin is installed (``family_ops=True``) and through plain torch otherwise,
+as an engine built on oasr would. The subsampling projection calls a ``linear`` this module
+imported from torch before any recorder exists, on purpose: the original census missed a whole
+layer called that way (issue 5), and the recorder must see it.
+
+The op *mix* is faithful to the published models, including what is not a GEMM here: the
+Conformer's pointwise convolutions are linears over ``[B, T, C]`` (what an optimised engine
+calls), its depthwise convolution a grouped ``conv1d``, its attention relative-positional with
+a ``linear_pos`` projection at ``M = 2T - 1``.
+"""
+
+from __future__ import annotations
+
+import math
+
+import torch
+from torch import nn
+from torch.nn import functional as F
+from torch.nn.functional import linear
+
+_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
+
+
+class GemmOps:
+    """The GEMMs of a layer: ``oasr_gemm``'s ops, or torch's, looked up at call time.
+
+    The module is kept, never its functions: a function captured in an attribute would be a
+    reference no recorder can rebind.
+    """
+
+    def __init__(self, family_ops: bool) -> None:
+        self.family = None
+        if family_ops:
+            import oasr_gemm
+
+            self.family = oasr_gemm
+
+    def linear(self, x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
+        """``layer(x)``."""
+        if self.family is not None:
+            return self.family.gemm(x, layer.weight, layer.bias)
+        return linear(x, layer.weight, layer.bias)
+
+    def linear_act(self, x: torch.Tensor, layer: nn.Linear, activation: str) -> torch.Tensor:
+        """``activation(layer(x))``, one fused call with the family's ops."""
+        if self.family is not None:
+            return self.family.gemm_activation(x, layer.weight, layer.bias, activation)
+        return _ACTIVATIONS[activation](linear(x, layer.weight, layer.bias))
+
+
+def sinusoids(positions: torch.Tensor, channels: int) -> torch.Tensor:
+    """Sinusoidal embeddings ``[len(positions), channels]`` (sin on even, cos on odd)."""
+    scale = torch.exp(torch.arange(0, channels, 2, dtype=torch.float32, device=positions.device)
+                      * (-math.log(10000.0) / channels))
+    angles = positions.float()[:, None] * scale[None, :]
+    return torch.stack((angles.sin(), angles.cos()), dim=-1).flatten(1)
+
+
+def subsampled_frames(frames: int) -> int:
+    """Output frames of the Conformer's two stride-2, kernel-3 convolutions (no padding)."""
+    return ((frames - 1) // 2 - 1) // 2
+
+
+class ConvSubsampling(nn.Module):
+    """Two 3x3 stride-2 conv2d layers with ReLU, then a projection to ``d_model`` (4x in time)."""
+
+    def __init__(self, input_dim: int, d_model: int) -> None:
+        super().__init__()
+        self.conv = nn.Sequential(nn.Conv2d(1, d_model, 3, 2), nn.ReLU(),
+                                  nn.Conv2d(d_model, d_model, 3, 2), nn.ReLU())
+        self.out = nn.Linear(d_model * subsampled_frames(input_dim), d_model)
+        self.scale = math.sqrt(d_model)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = self.conv(x.unsqueeze(1))
+        b, c, t, f = h.shape
+        return linear(h.transpose(1, 2).reshape(b, t, c * f), self.out.weight,
+                      self.out.bias) * self.scale
+
+
+class FeedForward(nn.Module):
+    """Pre-norm Swish feed-forward module (the Conformer's half-step macaron FFN)."""
+
+    def __init__(self, d_model: int, ffn_dim: int, ops: GemmOps) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.w1 = nn.Linear(d_model, ffn_dim)
+        self.w2 = nn.Linear(ffn_dim, d_model)
+        self.ops = ops
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.ops.linear(self.ops.linear_act(self.norm(x), self.w1, "silu"), self.w2)
+
+
+def rel_shift(scores: torch.Tensor) -> torch.Tensor:
+    """Align ``[B, H, T, 2T-1]`` relative-position scores to ``[B, H, T, T]`` (Transformer-XL)."""
+    b, h, t, n = scores.shape
+    padded = F.pad(scores, (1, 0))
+    return padded.view(b, h, n + 1, t)[:, :, 1:].reshape(b, h, t, n)[..., : n // 2 + 1]
+
+
+class RelPositionAttention(nn.Module):
+    """Pre-norm multi-head self-attention with relative positional encoding (Conformer)."""
+
+    def __init__(self, d_model: int, heads: int, ops: GemmOps) -> None:
+        super().__init__()
+        self.heads, self.d_head = heads, d_model // heads
+        self.norm = nn.LayerNorm(d_model)
+        self.q, self.k, self.v, self.out = (nn.Linear(d_model, d_model) for _ in range(4))
+        self.linear_pos = nn.Linear(d_model, d_model, bias=False)
+        self.bias_u = nn.Parameter(torch.zeros(heads, self.d_head))
+        self.bias_v = nn.Parameter(torch.zeros(heads, self.d_head))
+        self.ops = ops
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        b, t, _ = x.shape
+        h = self.norm(x)
+
+        def heads(y: torch.Tensor) -> torch.Tensor:
+            return y.view(y.shape[0], -1, self.heads, self.d_head)
+
+        q = heads(self.ops.linear(h, self.q))
+        k = heads(self.ops.linear(h, self.k)).transpose(1, 2)
+        v = heads(self.ops.linear(h, self.v)).transpose(1, 2)
+        p = heads(self.ops.linear(pos, self.linear_pos)).transpose(1, 2)
+        content = (q + self.bias_u).transpose(1, 2) @ k.transpose(-2, -1)
+        position = rel_shift((q + self.bias_v).transpose(1, 2) @ p.transpose(-2, -1))
+        attn = torch.softmax((content + position) / math.sqrt(self.d_head), dim=-1)
+        return self.ops.linear((attn @ v).transpose(1, 2).reshape(b, t, -1), self.out)
+
+
+class ConvModule(nn.Module):
+    """Pointwise (as linear) + GLU, depthwise conv1d, BatchNorm, Swish, pointwise."""
+
+    def __init__(self, d_model: int, kernel_size: int, ops: GemmOps) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(d_model)
+        self.pointwise_in = nn.Linear(d_model, 2 * d_model)
+        self.depthwise = nn.Conv1d(d_model, d_model, kernel_size, padding=kernel_size // 2,
+                                   groups=d_model)
+        self.bn = nn.BatchNorm1d(d_model)
+        self.pointwise_out = nn.Linear(d_model, d_model)
+        self.ops = ops
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        h = F.glu(self.ops.linear(self.norm(x), self.pointwise_in), dim=-1)
+        h = F.silu(self.bn(self.depthwise(h.transpose(1, 2)))).transpose(1, 2)
+        return self.ops.linear(h, self.pointwise_out)
+
+
+class ConformerLayer(nn.Module):
+    """FFN/2, MHSA, conv, FFN/2, LayerNorm (Gulati et al. 2020, figure 1)."""
+
+    def __init__(self, d_model: int, heads: int, ffn_dim: int, kernel_size: int,
+                 ops: GemmOps) -> None:
+        super().__init__()
+        self.ff1 = FeedForward(d_model, ffn_dim, ops)
+        self.attn = RelPositionAttention(d_model, heads, ops)
+        self.conv = ConvModule(d_model, kernel_size, ops)
+        self.ff2 = FeedForward(d_model, ffn_dim, ops)
+        self.norm = nn.LayerNorm(d_model)
+
+    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+        x = x + 0.5 * self.ff1(x)
+        x = x + self.attn(x, pos)
+        x = x + self.conv(x)
+        return self.norm(x + 0.5 * self.ff2(x))
+
+
+class ConformerEncoder(nn.Module):
+    """Conformer encoder over ``[B, T, input_dim]`` features; output ``[B, T_out, d_model]``.
+
+    Defaults are Gulati et al.'s Conformer (M) widths (16 layers, d_model 256, 4 heads, FFN
+    1024) with the odd depthwise kernel 31 of ESPnet/WeNet recipes (the paper used 32).
+    """
+
+    def __init__(self, *, input_dim: int = 80, d_model: int = 256, heads: int = 4,
+                 ffn_dim: int = 1024, kernel_size: int = 31, layers: int = 16,
+                 family_ops: bool = False) -> None:
+        super().__init__()
+        if d_model % heads:
+            raise ValueError(f"d_model {d_model} is not divisible by heads {heads}")
+        ops = GemmOps(family_ops)
+        self.d_model = d_model
+        self.subsample = ConvSubsampling(input_dim, d_model)
+        self.layers = nn.ModuleList(ConformerLayer(d_model, heads, ffn_dim, kernel_size, ops)
+                                    for _ in range(layers))
+
+    def forward(self, features: torch.Tensor) -> torch.Tensor:
+        x = self.subsample(features)
+        t = x.shape[1]
+        offsets = torch.arange(t - 1, -t, -1, device=x.device)
+        pos = sinusoids(offsets, self.d_model).to(x.dtype).unsqueeze(0)
+        for layer in self.layers:
+            x = layer(x, pos)
+        return x
+
+
+class WhisperBlock(nn.Module):
+    """Pre-norm self-attention (key without bias) and GELU MLP, as in Whisper."""
+
+    def __init__(self, d_model: int, heads: int, ffn_dim: int, ops: GemmOps) -> None:
+        super().__init__()
+        self.heads = heads
+        self.attn_ln = nn.LayerNorm(d_model)
+        self.q, self.v, self.out = (nn.Linear(d_model, d_model) for _ in range(3))
+        self.k = nn.Linear(d_model, d_model, bias=False)
+        self.mlp_ln = nn.LayerNorm(d_model)
+        self.fc1 = nn.Linear(d_model, ffn_dim)
+        self.fc2 = nn.Linear(ffn_dim, d_model)
+        self.ops = ops
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        b, t, d = x.shape
+        h = self.attn_ln(x)
+        q, k, v = (self.ops.linear(h, layer).view(b, t, self.heads, -1).transpose(1, 2)
+                   for layer in (self.q, self.k, self.v))
+        attn = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, d)
+        x = x + self.ops.linear(attn, self.out)
+        return x + self.ops.linear(self.ops.linear_act(self.mlp_ln(x), self.fc1, "gelu"),
+                                   self.fc2)
+
+
+class WhisperEncoder(nn.Module):
+    """Whisper-style encoder over ``[B, n_mels, window]`` log-mel frames.
+
+    Two conv1d layers (the second stride 2) and GELU, fixed sinusoidal positions for
+    ``window / 2`` frames, then pre-norm blocks. Like Whisper's, it accepts exactly
+    ``window`` frames (3000: 30 s): a longer or padded input is an error, never rounded.
+    Defaults are Whisper base (d_model 512, 6 layers, 8 heads, FFN 2048).
+    """
+
+    def __init__(self, *, n_mels: int = 80, d_model: int = 512, heads: int = 8, layers: int = 6,
+                 ffn_dim: int = 2048, window: int = 3000, family_ops: bool = False) -> None:
+        super().__init__()
+        ops = GemmOps(family_ops)
+        self.window = window
+        self.conv1 = nn.Conv1d(n_mels, d_model, 3, padding=1)
+        self.conv2 = nn.Conv1d(d_model, d_model, 3, stride=2, padding=1)
+        positions = torch.arange(window // 2)
+        self.register_buffer("positional", sinusoids(positions, d_model), persistent=False)
+        self.blocks = nn.ModuleList(WhisperBlock(d_model, heads, ffn_dim, ops)
+                                    for _ in range(layers))
+        self.ln_post = nn.LayerNorm(d_model)
+
+    def forward(self, mel: torch.Tensor) -> torch.Tensor:
+        if mel.shape[-1] != self.window:
+            raise ValueError(f"the encoder takes exactly {self.window} frames, got "
+                             f"{mel.shape[-1]}")
+        x = F.gelu(self.conv2(F.gelu(self.conv1(mel)))).transpose(1, 2)
+        x = x + self.positional.to(x.dtype)
+        for block in self.blocks:
+            x = block(x)
+        return self.ln_post(x)

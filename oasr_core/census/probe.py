@@ -1,0 +1,212 @@
+"""Probing: run a workload once per engine key under the shape recorder, and weigh the calls.
+
+Each key's probe builds inputs of exactly the key's batch and frame count (padded as the
+captured path pads them) and runs the model eagerly. Its recorded calls are weighted by the
+key's traffic probability ``P = weight / total``: a point's ``calls`` add ``P * count``, its
+``weight`` adds ``P * count * estimated ms`` (:func:`estimate_ms`), it becomes must-tune when a
+captured key reaches it, and calls from uncaptured keys count toward its eager fraction.
+
+The model is built on the meta device by default: shapes propagate through every op with no
+memory and no arithmetic, so the full reference Conformer probes in well under a second per
+key, in the deployment dtype. ``probe_device="cpu"`` runs real fp32 arithmetic instead (for a
+model whose forward depends on values); its fp32 calls are recorded as the deployment dtype.
+
+A streaming key is probed as one chunk of ``width`` lockstep streams through the whole model,
+without an attention cache: projections of the new frames (``M = width * C``) are exact, while
+a projection over cached positions (the Conformer's ``linear_pos``) is keyed at the chunk's
+own positions. A capture of the live engine (``--capture``) adds the cache-length shapes.
+"""
+
+from __future__ import annotations
+
+import time
+from collections import Counter
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from oasr_core.census.engine import (
+    EngineConfig,
+    EngineKey,
+    ServiceMode,
+    Traffic,
+    default_concurrency,
+    default_durations,
+    engine_keys,
+)
+from oasr_core.census.recorder import ITEMSIZE, Call, RecorderPatch, ShapeRecorder
+from oasr_core.census.shapeset import ShapePoint, ShapeSet, SignatureInfo, top_keys
+from oasr_core.census.workloads import Workload, make_inputs
+from oasr_core.errors import ConfigurationError
+
+PEAK_FLOPS = 100e12
+"""Tensor throughput of the cost estimate (flop/s); only relative weights matter."""
+PEAK_BYTES = 1e12
+"""Memory bandwidth of the cost estimate (byte/s)."""
+LAUNCH_MS = 0.004
+"""Per-call overhead of the cost estimate (ms)."""
+DEPLOY_DTYPES = ("fp16", "bf16")
+PROBE_DEVICES = ("meta", "cpu")
+
+
+def estimate_ms(call: Call) -> float:
+    """A roofline guess of one call's time: ``max(flops / peak, bytes / bandwidth) + launch``."""
+    itemsize = ITEMSIZE.get(call.dtype, 2)
+    return max(call.flops / PEAK_FLOPS, call.elements * itemsize / PEAK_BYTES) * 1e3 \
+        + LAUNCH_MS
+
+
+@attrs.define
+class PointBuilder:
+    """Accumulates recorded counts of weighted keys into :class:`ShapePoint` s."""
+
+    acc: dict[Call, dict[str, Any]] = attrs.Factory(dict)
+    per_step: dict[str, int] = attrs.Factory(dict)
+    weight_bytes: dict[str, int] = attrs.Factory(dict)
+
+    def add(self, counts: Mapping[Call, int], *, share: float, captured: bool,
+            label: str) -> None:
+        """Count ``counts`` (one probe's calls) at traffic ``share`` under key ``label``."""
+        per_signature: Counter[str] = Counter()
+        for call, count in counts.items():
+            calls = share * count
+            a = self.acc.setdefault(call, {"calls": 0.0, "weight": 0.0, "eager": 0.0,
+                                           "must": False, "keys": {}})
+            a["calls"] += calls
+            a["weight"] += calls * estimate_ms(call)
+            if captured:
+                a["must"] = True
+            else:
+                a["eager"] += calls
+            a["keys"][label] = a["keys"].get(label, 0.0) + calls
+            per_signature[call.label] += count
+            self.weight_bytes[call.label] = call.weight_elements * ITEMSIZE.get(call.dtype, 2)
+        for sig, n in per_signature.items():
+            self.per_step[sig] = max(self.per_step.get(sig, 0), n)
+
+    def points(self) -> list[ShapePoint]:
+        out = []
+        for call, a in self.acc.items():
+            if a["calls"] <= 0:
+                continue
+            out.append(ShapePoint(
+                family=call.family, op=call.op, dtype=call.dtype, dims=call.dims, m=call.m,
+                batch=call.batch, point=call.point, calls=a["calls"], weight=a["weight"],
+                must=a["must"], eager_fraction=min(1.0, a["eager"] / a["calls"]),
+                keys=top_keys(a["keys"])))
+        return out
+
+    def signatures(self) -> dict[str, SignatureInfo]:
+        return {sig: SignatureInfo(self.weight_bytes[sig], n) for sig, n in self.per_step.items()}
+
+
+def build_model(workload: Workload, params: Mapping[str, Any], *, device: str,
+                dtype: str) -> tuple[Any, int]:
+    """The workload's module in eval mode on ``device``, and its weight bytes at ``dtype``."""
+    import torch
+
+    kwargs = {**workload.params, **params}
+    try:
+        if device == "meta":
+            with torch.device("meta"):
+                model = workload.factory(**kwargs)
+        else:
+            model = workload.factory(**kwargs)
+    except TypeError as exc:
+        raise ConfigurationError(f"workload {workload.name!r}: cannot build it with "
+                                 f"{kwargs} ({exc})") from None
+    if not isinstance(model, torch.nn.Module):
+        raise ConfigurationError(f"workload {workload.name!r}: the factory returned a "
+                                 f"{type(model).__name__}, not a torch.nn.Module")
+    model.eval()
+    if device == "meta":
+        model.to(_torch_dtype(dtype))
+    elements = sum(p.numel() for p in model.parameters())
+    return model, elements * ITEMSIZE[dtype]
+
+
+def _torch_dtype(name: str) -> Any:
+    import torch
+
+    return {"fp16": torch.float16, "bf16": torch.bfloat16}[name]
+
+
+def run_census(workload: Workload, config: EngineConfig, traffic: Traffic,
+               patches: Sequence[RecorderPatch], *, dtype: str = "fp16",
+               params: Mapping[str, Any] | None = None, probe_device: str = "meta",
+               probe_limit: int | None = None, strict: bool = False,
+               progress: Callable[[EngineKey, int, int], None] | None = None) -> ShapeSet:
+    """Probe every engine key of ``workload`` and return the (unselected) ShapeSet.
+
+    ``probe_limit`` probes only the heaviest keys (their probability is renormalised).
+    ``progress(key, done, total)`` is called after each probe.
+    """
+    import torch
+
+    if dtype not in DEPLOY_DTYPES:
+        raise ConfigurationError(f"--dtype {dtype!r}: expected one of {', '.join(DEPLOY_DTYPES)}")
+    if probe_device not in PROBE_DEVICES:
+        raise ConfigurationError(f"probe device {probe_device!r}: expected meta or cpu")
+    keys = sorted(engine_keys(config, workload, traffic), key=lambda k: (-k.weight, k.label))
+    if probe_limit is not None:
+        keys = keys[:probe_limit]
+    total = sum(k.weight for k in keys)
+    model, working_set = build_model(workload, params or {}, device=probe_device, dtype=dtype)
+    input_dtype = _torch_dtype(dtype) if probe_device == "meta" else torch.float32
+    builder = PointBuilder()
+    started = time.monotonic()
+    with ShapeRecorder(patches, deploy_dtype=dtype, strict=strict) as recorder, \
+            torch.inference_mode():
+        for done, key in enumerate(keys, 1):
+            inputs = make_inputs(workload, key.batch, key.frames, dtype=input_dtype,
+                                 device=probe_device)
+            try:
+                model(*inputs)
+            except Exception as exc:  # the model's own error, reported as bad input (-v: cause)
+                hint = " (try --probe-device cpu)" if probe_device == "meta" else ""
+                raise ConfigurationError(f"workload {workload.name!r} failed at {key.label} on "
+                                         f"{probe_device}: {type(exc).__name__}: "
+                                         f"{' '.join(str(exc).split())[:300]}{hint}") from exc
+            builder.add(recorder.take(), share=key.weight / total, captured=key.captured,
+                        label=key.label)
+            if progress is not None:
+                progress(key, done, len(keys))
+    provenance = {
+        "tool": "oasr tune census", "workload": workload.name,
+        "params": {**workload.params, **(params or {})}, "dtype": dtype,
+        "service_mode": config.service_mode.value, "max_batch_size": config.max_batch_size,
+        "engine": _engine_json(config), "traffic": _traffic_json(config, traffic),
+        "keys": {k.label: round(k.weight / total, 9) for k in keys},
+        "probe": {"device": probe_device, "keys": len(keys),
+                  "seconds": round(time.monotonic() - started, 3),
+                  "unresolved_patches": list(recorder.unresolved)},
+    }
+    return ShapeSet(points=builder.points(), working_set_bytes=working_set,
+                    signatures=builder.signatures(), provenance=provenance)
+
+
+def _engine_json(config: EngineConfig) -> dict[str, Any]:
+    ladder = config.width_ladder
+    return {"preferred_batch_size": config.preferred_batch_size,
+            "batch_buckets": list(config.buckets()),
+            "frame_granularity": config.frame_granularity,
+            "max_graph_frames": config.max_graph_frames, "use_graphs": config.use_graphs,
+            "chunk_size": config.chunk_size,
+            "width_ladder": list(ladder) if isinstance(ladder, tuple) else ladder.value,
+            "widths": list(config.widths())}
+
+
+def _traffic_json(config: EngineConfig, traffic: Traffic) -> dict[str, Any]:
+    out: dict[str, Any] = {"source": traffic.source}
+    if config.service_mode is ServiceMode.OFFLINE:
+        durations = traffic.durations_s or default_durations(config)
+        out.update(utterances=len(durations), seconds=round(sum(durations), 3))
+        if not traffic.durations_s:
+            out["profile"] = "declared default: durations evenly spread over 1..30 s"
+    else:
+        histogram = traffic.concurrency or default_concurrency(config)
+        out["concurrency"] = {str(k): v for k, v in sorted(histogram.items())}
+        if not traffic.concurrency:
+            out["profile"] = "declared default: every cohort size equally often"
+    return out

@@ -1,0 +1,268 @@
+"""Workloads: the models a census probes, registered through ``oasr_register_workloads``.
+
+A :class:`Workload` says how to build a torch module (a factory and its default keyword
+parameters), what its inputs look like (``"B,T,80"``: batch, frames, 80 features), whether
+its front end has a fixed window (Whisper's 3000 frames) and how many input frames a streaming
+chunk of ``C`` encoder frames takes. The core ships two reference workloads, ``conformer`` and
+``whisper_encoder`` (:mod:`oasr_core.census.models`); :func:`collect_workloads` adds them to
+whatever the installed plugins register (the core does not register a plugin of its own for
+them, so they are listed whatever plugins are blocked). Any importable factory can be
+censused as well: :func:`model_workload` (``--model package.module:factory``).
+"""
+
+from __future__ import annotations
+
+import importlib
+import importlib.util
+import logging
+import re
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from oasr_core.errors import ConfigurationError, PluginError
+from oasr_core.types import NAME_RE, freeze
+
+BUILTIN = "oasr_core (built-in)"
+"""How messages name the provider of the core's reference workloads."""
+
+_LENGTHS = "lengths"
+_MODEL_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_]\w*$")
+
+
+def parse_input(spec: str) -> tuple[str | int, ...] | str:
+    """Validate one input description: ``"B,T,80"`` (dims: ``B``, ``T`` or an integer) or
+    ``"lengths"`` (an int64 ``[B]`` tensor of frame counts). Raises ``ValueError``."""
+    text = spec.strip()
+    if text == _LENGTHS:
+        return _LENGTHS
+    dims: list[str | int] = []
+    for token in (t.strip() for t in text.split(",")):
+        if token in ("B", "T"):
+            if token in dims:
+                raise ValueError(f"input {spec!r}: {token} appears twice")
+            dims.append(token)
+        elif token.isdigit() and int(token) > 0:
+            dims.append(int(token))
+        else:
+            raise ValueError(f"input {spec!r}: {token!r} is not B, T or a positive integer "
+                             "(or write 'lengths')")
+    return tuple(dims)
+
+
+def _check_inputs(_inst: object, _attribute: attrs.Attribute, value: tuple[str, ...]) -> None:
+    if not value:
+        raise ValueError("a workload needs at least one input")
+    for spec in value:
+        parse_input(spec)
+
+
+def _check_name(_inst: object, _attribute: attrs.Attribute, value: str) -> None:
+    if not isinstance(value, str) or not NAME_RE.match(value):
+        raise ValueError(f"workload name {value!r} is not lower case, digits and '_'")
+
+
+def _check_callable(_inst: object, attribute: attrs.Attribute, value: Any) -> None:
+    if value is not None and not callable(value):
+        raise TypeError(f"workload {attribute.name} must be callable")
+
+
+def _positive(_inst: object, attribute: attrs.Attribute, value: int | None) -> None:
+    if value is not None and (type(value) is not int or value < 1):
+        raise ValueError(f"workload {attribute.name}={value!r} is not a positive integer")
+
+
+@attrs.frozen
+class Workload:
+    """A model the census can probe; returned by ``oasr_register_workloads``.
+
+    The census builds ``factory(**params)`` (defaults here, overridden by ``--param``), on the
+    meta device unless told otherwise, and runs it in eval mode under the shape recorder once
+    per engine key, with inputs of exactly that key's batch and frame count.
+    """
+
+    name: str = attrs.field(validator=_check_name)
+    """``--workload`` name."""
+    factory: Callable[..., Any] = attrs.field(validator=_check_callable)
+    """Builds the ``torch.nn.Module`` from keyword parameters; called only when probed."""
+    inputs: tuple[str, ...] = attrs.field(default=("B,T,80",), converter=tuple,
+                                          validator=_check_inputs)
+    """Positional inputs, each ``"B,T,80"``-style dims or ``"lengths"`` (see parse_input)."""
+    params: Mapping[str, Any] = attrs.field(factory=dict, converter=freeze)
+    """Default factory keyword arguments (JSON values)."""
+    fixed_frames: int | None = attrs.field(default=None, validator=_positive)
+    """A fixed-window front end's frame count (Whisper: 3000); keys use exactly this."""
+    streaming: bool = True
+    """Whether chunked streaming probes make sense (False for a fixed window)."""
+    chunk_frames: Callable[[int], int] | None = attrs.field(default=None,
+                                                            validator=_check_callable)
+    """Input frames of a streaming chunk of ``C`` encoder frames (None: ``C``)."""
+    sample_rate: int = attrs.field(default=16000, validator=_positive)
+    hop_length: int = attrs.field(default=160, validator=_positive)
+    """Samples per feature frame shift (10 ms at 16 kHz)."""
+    win_length: int = attrs.field(default=400, validator=_positive)
+    """Samples per feature window (25 ms at 16 kHz)."""
+    description: str = ""
+
+    def frames(self, duration_s: float) -> int:
+        """Feature frames of an utterance: ``1 + (samples - window) // hop`` (at least 1)."""
+        samples = round(duration_s * self.sample_rate)
+        return max(1, 1 + (samples - self.win_length) // self.hop_length)
+
+    def chunk_input_frames(self, chunk: int) -> int:
+        """Input frames one streaming step of ``chunk`` encoder frames feeds the model."""
+        return self.chunk_frames(chunk) if self.chunk_frames is not None else chunk
+
+
+def family_ops_installed() -> bool:
+    """Whether the gemm family's ops (``oasr_gemm``) can be imported."""
+    return importlib.util.find_spec("oasr_gemm") is not None
+
+
+def _reference(cls_name: str, family_ops: bool | None, quantization: str,
+               params: Mapping[str, Any]) -> Any:
+    """Build a reference encoder; ``family_ops`` None means "when oasr_gemm is installed"."""
+    if quantization != "none":
+        raise ConfigurationError(
+            f"quantization {quantization!r}: the reference workloads run unquantized; a "
+            "quantized census needs a workload whose factory quantizes its linears and a "
+            "family that records the quantized GEMM (the scaled_mm plugin)")
+    from oasr_core.census import models
+
+    ops = family_ops_installed() if family_ops is None else family_ops
+    return getattr(models, cls_name)(family_ops=ops, **params)
+
+
+def _conformer(*, family_ops: bool | None = None, quantization: str = "none",
+               **params: Any) -> Any:
+    return _reference("ConformerEncoder", family_ops, quantization, params)
+
+
+def _whisper_encoder(*, family_ops: bool | None = None, quantization: str = "none",
+                     **params: Any) -> Any:
+    return _reference("WhisperEncoder", family_ops, quantization, params)
+
+
+def _conformer_chunk_frames(chunk: int) -> int:
+    return 4 * chunk + 3
+
+
+def builtin_workloads() -> tuple[Workload, ...]:
+    """The core's reference workloads: ``conformer`` and ``whisper_encoder``."""
+    return (
+        Workload(name="conformer", factory=_conformer, inputs=("B,T,80",),
+                 params={"input_dim": 80, "d_model": 256, "heads": 4, "ffn_dim": 1024,
+                         "kernel_size": 31, "layers": 16},
+                 chunk_frames=_conformer_chunk_frames,
+                 description="Conformer (M) encoder: conv2d subsampling x4, d 256, 4 heads, "
+                             "FFN 1024, depthwise kernel 31, 16 layers"),
+        Workload(name="whisper_encoder", factory=_whisper_encoder, inputs=("B,80,T",),
+                 params={"n_mels": 80, "d_model": 512, "heads": 8, "layers": 6,
+                         "ffn_dim": 2048},
+                 fixed_frames=3000, streaming=False,
+                 description="Whisper base encoder: conv1d front end on 80 mel x 3000 frames, "
+                             "d 512, 8 heads, FFN 2048, 6 layers"),
+    )
+
+
+def collect_workloads(pm: Any = None) -> dict[str, tuple[Workload, str]]:
+    """Built-in and plugin workloads by name, each with who provides it.
+
+    Each ``oasr_register_workloads`` implementation is called on its own: one that raises or
+    returns something other than :class:`Workload` instances is reported and skipped. A name
+    provided twice (a built-in's included) drops every workload of that name, with an error
+    line asking the user to report the conflict (never "last wins"). With ``pm.strict`` those
+    problems raise :class:`~oasr_core.errors.PluginError`.
+    """
+    found: list[tuple[Workload, str]] = [(w, BUILTIN) for w in builtin_workloads()]
+    hook = getattr(getattr(pm, "hook", None), "oasr_register_workloads", None)
+    for impl in hook.get_hookimpls() if hook is not None else ():
+        if impl.wrapper or impl.hookwrapper:
+            continue
+        from oasr_core.registry import provider_of
+
+        provider = str(provider_of(pm, impl.plugin))
+        try:
+            result = impl.function()
+            items = [] if result is None else list(result)
+        except Exception as exc:
+            _report(pm, f"{provider} hook oasr_register_workloads raised "
+                    f"{type(exc).__name__}: {exc}; none of its workloads are used", exc)
+            continue
+        for i, item in enumerate(items):
+            if isinstance(item, Workload):
+                found.append((item, provider))
+            else:
+                hint = " Have you forgotten the `()`?" if isinstance(item, type) else ""
+                _report(pm, f"{provider} hook oasr_register_workloads: item {i} is a "
+                        f"{type(item).__name__}, not an oasr_core.census.Workload instance; "
+                        f"it is ignored.{hint}")
+    by_name: dict[str, list[tuple[Workload, str]]] = {}
+    for workload, provider in found:
+        by_name.setdefault(workload.name, []).append((workload, provider))
+    out = {}
+    for name, entries in by_name.items():
+        if len(entries) == 1:
+            out[name] = entries[0]
+            continue
+        who = " and ".join(p for _, p in entries)
+        _report(pm, f"workload {name!r} is registered by {who}; all are dropped. Please report "
+                "this conflict to the plugin author(s)", level=logging.ERROR)
+    return out
+
+
+def _report(pm: Any, message: str, exc: BaseException | None = None,
+            level: int = logging.WARNING) -> None:
+    if getattr(pm, "strict", False):
+        raise PluginError(message) from exc
+    if pm is not None:
+        pm.report(message, exc=exc, level=level)
+
+
+def model_workload(spec: str, *, inputs: Sequence[str] = ("B,T,80",),
+                   fixed_frames: int | None = None, params: Mapping[str, Any] | None = None,
+                   ) -> Workload:
+    """A :class:`Workload` around ``package.module:factory`` (``--model``).
+
+    Raises :class:`~oasr_core.errors.ConfigurationError` naming what cannot be imported.
+    """
+    if not _MODEL_RE.match(spec):
+        raise ConfigurationError(f"--model {spec!r}: expected package.module:factory")
+    module_name, _, attr = spec.partition(":")
+    try:
+        factory = getattr(importlib.import_module(module_name), attr)
+    except ImportError as exc:
+        raise ConfigurationError(f"--model {spec!r}: cannot import {module_name!r} "
+                                 f"({type(exc).__name__}: {exc})") from None
+    except AttributeError:
+        raise ConfigurationError(f"--model {spec!r}: module {module_name!r} has no "
+                                 f"{attr!r}") from None
+    if not callable(factory):
+        raise ConfigurationError(f"--model {spec!r}: {attr!r} is not callable")
+    try:
+        return Workload(name="model", factory=factory, inputs=tuple(inputs),
+                        params=params or {}, fixed_frames=fixed_frames,
+                        streaming=fixed_frames is None, description=spec)
+    except (TypeError, ValueError) as exc:
+        raise ConfigurationError(f"--model {spec!r}: {exc}") from None
+
+
+def make_inputs(workload: Workload, batch: int, frames: int, *, dtype: Any,
+                device: Any) -> tuple[Any, ...]:
+    """The workload's inputs for ``batch`` utterances of ``frames`` frames each."""
+    import torch
+
+    generator = None if str(device) == "meta" else torch.Generator().manual_seed(0)
+    out = []
+    for spec in workload.inputs:
+        parsed = parse_input(spec)
+        if parsed == _LENGTHS:
+            out.append(torch.full((batch,), frames, dtype=torch.int64, device=device))
+            continue
+        shape = [batch if d == "B" else frames if d == "T" else d for d in parsed]
+        if generator is None:
+            out.append(torch.empty(shape, dtype=dtype, device=device))
+        else:
+            out.append(torch.randn(shape, generator=generator, dtype=dtype).to(device))
+    return tuple(out)

@@ -1,0 +1,163 @@
+"""``oasr tune build``: measure a census on this GPU (or replay a log) into a tuning file.
+
+Examples::
+
+    oasr tune build --family gemm --census offline.json --census streaming.json --out user
+    oasr tune build --family gemm --widths "512,256;2048,512" --m-ladder 16,64,256,1024 \\
+        --out db/sm90/gemm.json
+    oasr tune build --from-log db/sm90/measurements/gemm.jsonl --out /tmp/gemm.json
+"""
+
+from __future__ import annotations
+
+import json
+import sys
+from pathlib import Path
+
+import click
+
+from oasr_core.cli import CliState, handle_errors
+from oasr_core.errors import ConfigurationError
+from oasr_core.types import ARCH_RE
+
+
+def _options(**kw):
+    from oasr_core.build import BuildOptions
+
+    return BuildOptions(**kw)
+
+
+@click.command("build")
+@click.option("--family", default=None, help="Kernel family to build (default with "
+              "--from-log: the log's).")
+@click.option("--census", "censuses", multiple=True, type=click.Path(path_type=Path,
+              dir_okay=False), help="ShapeSet JSON from `oasr tune census` (repeatable).")
+@click.option("--widths", default=None, metavar="N,K;N,K",
+              help="Build without a census: the static dims of each signature.")
+@click.option("--m-ladder", default=None, metavar="M,M,...", help="Sizes for --widths.")
+@click.option("--op", default=None, help="Op for --widths (default: the family's first).")
+@click.option("--dtype", default=None, help="Dtype for --widths (default: the family's first).")
+@click.option("--alpha", type=click.FloatRange(0.0, 1.0), default=0.0, show_default=True,
+              help="Eager fraction of every --widths point.")
+@click.option("--working-set-bytes", type=click.IntRange(min=0), default=None,
+              help="The served model's weight bytes (decides warm vs cold L2).")
+@click.option("--from-log", "from_logs", multiple=True, type=click.Path(path_type=Path,
+              dir_okay=False, exists=True), help="Rebuild from a measurement log, no GPU.")
+@click.option("--out", default="user", show_default=True,
+              help="user, system, a .json file, or a tier root directory.")
+@click.option("--arch", default=None, help="Arch family (live: must be this GPU's).")
+@click.option("--lane", default=None, help="Lane to measure (default: the arch's active lane).")
+@click.option("--log", "log_path", type=click.Path(path_type=Path, dir_okay=False),
+              default=None, help="Measurement log (default: measurements/ beside --out).")
+@click.option("--checkpoint", "checkpoint_path", type=click.Path(path_type=Path,
+              dir_okay=False), default=None, help="Checkpoint (default: beside the log).")
+@click.option("--fresh", is_flag=True, help="Replace the output file; ignore incumbents.")
+@click.option("--no-resume", is_flag=True, help="Measure every signature, even those the "
+              "checkpoint finished.")
+@click.option("--min-speedup", type=click.FloatRange(min=1.0), default=1.05, show_default=True)
+@click.option("--noise-k", type=click.FloatRange(min=0.0), default=2.0, show_default=True,
+              help="A win must exceed this many combined relative sigmas.")
+@click.option("--tie", type=click.FloatRange(min=0.0), default=0.01, show_default=True,
+              help="Within this fraction, the incumbent stays.")
+@click.option("--cover-eps", type=click.FloatRange(min=0.0), default=0.03, show_default=True)
+@click.option("--top-k", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option("--max-points", type=click.IntRange(min=2), default=24, show_default=True,
+              help="Points per signature, fill included (census points too with --thin).")
+@click.option("--thin", is_flag=True, help="Thin dense censuses to --max-points.")
+@click.option("--no-fill", is_flag=True, help="Measure census points only.")
+@click.option("--exact-dtype", is_flag=True, help="Key by exact dtype, not dt=half.")
+@click.option("--budget-s", type=click.FloatRange(min=0.0), default=None,
+              help="Start no new signature after this many seconds.")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--progress/--no-progress", default=None,
+              help="Progress bar (default: when stderr is a terminal).")
+@click.option("--json", "as_json", is_flag=True, help="Machine-readable summary.")
+@click.pass_obj
+@handle_errors
+def build_cmd(state: CliState, family, censuses, widths, m_ladder, op, dtype, alpha,
+              working_set_bytes, from_logs, out, arch, lane, log_path, checkpoint_path, fresh,
+              no_resume, min_speedup, noise_k, tie, cover_eps, top_k, max_points, thin, no_fill,
+              exact_dtype, budget_s, seed, progress, as_json) -> None:
+    """Measure each signature of a census and write its tuning entries (locked merge)."""
+    from oasr_core import build
+
+    if arch is not None and not ARCH_RE.match(arch):
+        raise ConfigurationError(f"--arch {arch!r} is not an arch family like sm90")
+    options = _options(min_speedup=min_speedup, noise_k=noise_k, tie=tie, cover_eps=cover_eps,
+                       top_k=top_k, max_points=max_points, thin=thin, fill=not no_fill,
+                       exact_dtype=exact_dtype, budget_s=budget_s, fresh=fresh,
+                       resume=not no_resume)
+    show = sys.stderr.isatty() if progress is None else progress
+    rt = state.runtime()
+    if from_logs:
+        if censuses or widths:
+            raise ConfigurationError("--from-log replays a log: it takes no --census/--widths")
+        result = build.build_from_log(list(from_logs), registry=rt.registry, out=out,
+                                      family=family, arch=arch, options=options,
+                                      progress=show)
+    else:
+        result = _live(rt, build, options, family, censuses, widths, m_ladder, op, dtype,
+                       alpha, working_set_bytes, out, arch, lane, log_path, checkpoint_path,
+                       seed, show)
+    _report(result, as_json)
+
+
+def _live(rt, build, options, family, censuses, widths, m_ladder, op, dtype, alpha,
+          working_set_bytes, out, arch, lane, log_path, checkpoint_path, seed, show):
+    import attrs
+
+    from oasr_core.bench import BenchOptions
+
+    if family is None:
+        raise ConfigurationError("--family is required to measure (e.g. --family gemm)")
+    fam = rt.registry.family(family)
+    if bool(censuses) == bool(widths):
+        raise ConfigurationError("give either --census FILE (repeatable) or --widths with "
+                                 "--m-ladder")
+    if widths:
+        if not m_ladder:
+            raise ConfigurationError("--widths needs --m-ladder (e.g. 16,64,256,1024)")
+        census = build.census_from_widths(fam, widths, m_ladder, op=op, dtype=dtype,
+                                          alpha=alpha, working_set_bytes=working_set_bytes)
+    else:
+        census = build.read_censuses(censuses, fam)
+        if working_set_bytes is not None:
+            census = attrs.evolve(census, working_set_bytes=working_set_bytes)
+    if not census.points:
+        raise ConfigurationError(f"the census holds no point of family {fam.name}")
+    device = rt.device_arch()
+    if device is None:
+        raise ConfigurationError("no CUDA device: measuring needs a GPU; rebuild from a "
+                                 "measurement log with --from-log instead")
+    if arch is not None and arch != device:
+        raise ConfigurationError(f"--arch {arch} but this GPU is {device}")
+    arch = device
+    chosen = rt.registry.lane(lane) if lane else rt.registry.active_lane(fam.name, arch)
+    if chosen is None or chosen.family != fam.name or arch not in chosen.arch_families:
+        raise ConfigurationError(f"no lane of family {fam.name} runs on {arch}"
+                                 + (f" as {lane!r}" if lane else ""))
+    return build.build_live(census, family=fam, lane=chosen, arch=arch,
+                            out=build.resolve_out(out, arch, fam), options=options,
+                            log_path=log_path, checkpoint_path=checkpoint_path,
+                            bench_options=BenchOptions(seed=seed), progress=show)
+
+
+def _report(result, as_json: bool) -> None:
+    data = {"out": str(result.out), "entries": sorted(k for k, e in result.entries.items()
+                                                      if e is not None),
+            "reused": list(result.reused), "skipped": list(result.skipped),
+            "points": result.points, "elapsed_s": round(result.elapsed_s, 3),
+            "runs": list(result.runs), "messages": list(result.messages)}
+    if as_json:
+        click.echo(json.dumps(data, indent=1, sort_keys=True))
+        return
+    for msg in result.messages:
+        click.echo(f"note: {msg}", err=True)
+    for key, entry in sorted(result.entries.items()):
+        regions = "none" if entry is None else " ".join(
+            f"{'*' if hi is None else hi}:{c}" for hi, c in entry.regions)
+        click.echo(f"{key}  {regions}")
+    click.echo(f"wrote {len(data['entries'])} entr{'y' if len(data['entries']) == 1 else 'ies'}"
+               f" to {result.out} ({len(result.reused)} reused from the checkpoint, "
+               f"{len(result.skipped)} skipped); {result.points} point(s) measured in "
+               f"{result.elapsed_s:.1f} s")

@@ -1,0 +1,268 @@
+"""``oasr tune census``: write the ShapeSet of a deployment (what ``oasr tune build`` tunes).
+
+The workload is a registered one (``--workload conformer``) or any importable factory
+(``--model package.module:factory`` with ``--input`` descriptions); the engine flags decide
+which keys exist and which are captured; a manifest or a concurrency histogram weights them;
+``--capture`` merges recordings made with ``OASR_CAPTURE``. Bad input is one line on stderr
+and exit code 2.
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+from typing import Any
+
+import click
+
+from oasr_core.cli import CliState, handle_errors
+from oasr_core.errors import ConfigurationError
+
+
+def _params(values: tuple[str, ...]) -> dict[str, Any]:
+    """``NAME=VALUE`` pairs; the value is JSON when it parses (``4``, ``false``), else text."""
+    out: dict[str, Any] = {}
+    for item in values:
+        name, sep, text = item.partition("=")
+        if not sep or not name.isidentifier():
+            raise ConfigurationError(f"--param {item!r}: expected NAME=VALUE")
+        try:
+            out[name] = json.loads(text)
+        except ValueError:
+            out[name] = text
+    return out
+
+
+def _ints(text: str, option: str) -> tuple[int, ...]:
+    try:
+        values = tuple(int(v) for v in text.split(",") if v.strip())
+    except ValueError:
+        raise ConfigurationError(f"{option} {text!r}: expected integers like 1,2,4,8") from None
+    if not values or min(values) < 1:
+        raise ConfigurationError(f"{option} {text!r}: expected positive integers")
+    return values
+
+
+def _workload(state: CliState, name: str | None, model: str | None, inputs: tuple[str, ...],
+              fixed_frames: int | None):
+    from oasr_core.census.workloads import collect_workloads, model_workload
+
+    if (name is None) == (model is None):
+        raise ConfigurationError("give exactly one of --workload NAME and --model "
+                                 "package.module:factory")
+    if model is not None:
+        return model_workload(model, inputs=inputs or ("B,T,80",), fixed_frames=fixed_frames)
+    if inputs or fixed_frames is not None:
+        raise ConfigurationError("--input and --fixed-frames describe a --model; a registered "
+                                 "workload declares its own")
+    available = collect_workloads(state.runtime().registry.pm)
+    if name not in available:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(available), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigurationError(f"unknown workload {name!r}{hint}; available: "
+                                 f"{', '.join(sorted(available)) or 'none'}; or census any "
+                                 "module with --model package.module:factory")
+    return available[name][0]
+
+
+def _engine(mode: str, max_batch: int, chunk: int, ladder: str, buckets: str | None,
+            preferred: int | None, granularity: int, max_frames: int, no_graphs: bool):
+    from oasr_core.census.engine import EngineConfig, Ladder
+
+    width_ladder: Any
+    if ladder in ("padded", "exact"):
+        width_ladder = Ladder(ladder)
+    else:
+        width_ladder = _ints(ladder, "--ladder")
+    try:
+        return EngineConfig(
+            service_mode=mode, max_batch_size=max_batch, chunk_size=chunk,
+            width_ladder=width_ladder, preferred_batch_size=preferred,
+            batch_buckets=_ints(buckets, "--batch-buckets") if buckets else None,
+            frame_granularity=granularity, max_graph_frames=max_frames,
+            use_graphs=not no_graphs)
+    except ValueError as exc:
+        raise ConfigurationError(str(exc)) from None
+
+
+def _traffic(mode: str, manifest: Path | None, audio_root: Path | None,
+             concurrency: str | None):
+    from oasr_core.census.engine import Traffic, parse_concurrency, read_manifest
+
+    if mode == "offline" and concurrency is not None:
+        raise ConfigurationError("--concurrency weights streaming cohorts; offline mode takes "
+                                 "--manifest")
+    if mode == "streaming" and manifest is not None:
+        raise ConfigurationError("--manifest weights offline batches; streaming mode takes "
+                                 "--concurrency")
+    if manifest is not None:
+        return Traffic(durations_s=read_manifest(manifest, audio_root=audio_root),
+                       source=f"manifest:{manifest}")
+    if concurrency is not None:
+        return Traffic(concurrency=parse_concurrency(concurrency),
+                       source=f"concurrency:{concurrency}")
+    return Traffic()
+
+
+@click.command("census")
+@click.option("--workload", "workload_name", default=None, metavar="NAME",
+              help="A registered workload (built in: conformer, whisper_encoder).")
+@click.option("--model", default=None, metavar="PACKAGE.MODULE:FACTORY",
+              help="Census any torch module built by this factory instead.")
+@click.option("--input", "inputs", multiple=True, metavar="DIMS",
+              help="--model input per positional argument: dims of B, T and integers "
+              "('B,T,80', 'B,80,T') or 'lengths'. Default B,T,80.")
+@click.option("--fixed-frames", type=click.IntRange(min=1), default=None,
+              help="--model: a fixed-window front end's frame count (keyed exactly).")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
+              help="Factory keyword argument, JSON value (layers=4, family_ops=false).")
+@click.option("--service-mode", type=click.Choice(["offline", "streaming"]), required=True)
+@click.option("--max-batch-size", type=click.IntRange(min=1), required=True,
+              help="Largest offline batch / streaming cohort.")
+@click.option("--chunk-size", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Streaming chunk in encoder frames.")
+@click.option("--manifest", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Offline traffic: JSONL with 'duration' or an audio path per line.")
+@click.option("--audio-root", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="Folder the manifest's audio paths are relative to.")
+@click.option("--concurrency", default=None, metavar="N:W,...|FILE",
+              help="Streaming traffic: active streams -> weight (default: uniform).")
+@click.option("--ladder", default="padded", show_default=True, metavar="padded|exact|W,W,..",
+              help="Streaming cohort widths.")
+@click.option("--batch-buckets", default=None, metavar="B,B,..",
+              help="Captured offline batch widths (default: powers of two and the maximum).")
+@click.option("--preferred-batch-size", type=click.IntRange(min=1), default=None,
+              help="Offline micro-batch width (default: --max-batch-size).")
+@click.option("--frame-granularity", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--max-frames", type=click.IntRange(min=1), default=4096, show_default=True,
+              help="Longest offline key captured in a graph.")
+@click.option("--no-graphs", is_flag=True, help="The engine captures no graphs (all eager).")
+@click.option("--coverage", type=click.FloatRange(0, 1, min_open=True), default=0.97,
+              show_default=True, help="Keep must-tune points and this share of weight/calls.")
+@click.option("--capture", "captures", multiple=True,
+              type=click.Path(path_type=Path, dir_okay=False),
+              help="Merge an OASR_CAPTURE recording (repeatable).")
+@click.option("--capture-share", type=click.FloatRange(0, 1, min_open=True, max_open=True),
+              default=0.5, show_default=True, help="Share of traffic each recording stands for.")
+@click.option("--dtype", type=click.Choice(["fp16", "bf16"]), default="fp16", show_default=True,
+              help="The deployment's activation dtype.")
+@click.option("--quantization", type=click.Choice(["none", "int8_w8a8", "fp8_w8a8"]),
+              default="none", show_default=True, help="Passed to the workload's factory.")
+@click.option("--probe-device", type=click.Choice(["meta", "cpu"]), default="meta",
+              show_default=True, help="meta: shapes only, no arithmetic.")
+@click.option("--probe-limit", type=click.IntRange(min=1), default=None,
+              help="Probe only the heaviest N keys.")
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True)
+@click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
+@click.pass_obj
+@handle_errors
+def census_cmd(state: CliState, workload_name: str | None, model: str | None,
+               inputs: tuple[str, ...], fixed_frames: int | None, params: tuple[str, ...],
+               service_mode: str, max_batch_size: int, chunk_size: int, manifest: Path | None,
+               audio_root: Path | None, concurrency: str | None, ladder: str,
+               batch_buckets: str | None, preferred_batch_size: int | None,
+               frame_granularity: int, max_frames: int, no_graphs: bool, coverage: float,
+               captures: tuple[Path, ...], capture_share: float, dtype: str, quantization: str,
+               probe_device: str, probe_limit: int | None, out: Path, as_json: bool) -> None:
+    """Enumerate the shapes a deployment runs, weight them by traffic, write a ShapeSet."""
+    from oasr_core.census import capture as cap
+    from oasr_core.census import shapeset as ss
+    from oasr_core.census.probe import run_census
+    from oasr_core.census.recorder import patches_of
+
+    workload = _workload(state, workload_name, model, inputs, fixed_frames)
+    config = _engine(service_mode, max_batch_size, chunk_size, ladder, batch_buckets,
+                     preferred_batch_size, frame_granularity, max_frames, no_graphs)
+    traffic = _traffic(service_mode, manifest, audio_root, concurrency)
+    factory_params = _params(params)
+    if quantization != "none":
+        factory_params["quantization"] = quantization
+    recordings = [(path, ss.load(path)) for path in captures]
+    registry = state.runtime().registry
+    patches = patches_of(registry)
+    if not patches:
+        raise ConfigurationError("no installed family provides recorder patches, so no call "
+                                 "can be recorded; install a family plugin such as oasr-gemm")
+    with _Progress() as advance:
+        result = run_census(workload, config, traffic, patches, dtype=dtype,
+                            params=factory_params, probe_device=probe_device,
+                            probe_limit=probe_limit, strict=registry.strict, progress=advance)
+    result = result.with_provenance(quantization=quantization)
+    for path, recording in recordings:
+        result = cap.merge_capture(result, recording, share=capture_share, origin=str(path))
+    if not result.points:
+        raise ConfigurationError(f"workload {workload.name!r} made no call any installed "
+                                 "family records; nothing to tune")
+    selected = result.select(coverage)
+    ss.dump(selected, out)
+    _summary(selected, out, as_json)
+
+
+class _Progress:
+    """A rich progress bar over probed keys on stderr (silent when stderr is not a terminal)."""
+
+    def __enter__(self):
+        from rich.console import Console
+        from rich.progress import BarColumn, MofNCompleteColumn, Progress, TextColumn
+
+        console = Console(stderr=True)
+        self.bar = Progress(TextColumn("probing {task.description}"), BarColumn(),
+                            MofNCompleteColumn(), console=console, transient=True,
+                            disable=not console.is_terminal)
+        self.bar.__enter__()
+        self.task = self.bar.add_task("keys", total=None)
+        return self.advance
+
+    def advance(self, key, done: int, total: int) -> None:
+        self.bar.update(self.task, description=key.label, completed=done, total=total)
+
+    def __exit__(self, *exc: object) -> None:
+        self.bar.__exit__(*exc)
+
+
+def summary_rows(shapeset) -> list[dict[str, Any]]:
+    """One row per signature: points, must-tune points, M range, calls and weight share."""
+    total = shapeset.total_weight or 1.0
+    rows: dict[str, dict[str, Any]] = {}
+    for p in shapeset.points:
+        row = rows.setdefault(p.signature, {"signature": p.signature, "points": 0, "must": 0,
+                                            "m_min": p.m, "m_max": p.m, "calls": 0.0,
+                                            "weight_share": 0.0})
+        row["points"] += 1
+        row["must"] += int(p.must)
+        row["m_min"], row["m_max"] = min(row["m_min"], p.m), max(row["m_max"], p.m)
+        row["calls"] += p.calls
+        row["weight_share"] += p.weight / total
+    return sorted(rows.values(), key=lambda r: -r["weight_share"])
+
+
+def _summary(shapeset, out: Path, as_json: bool) -> None:
+    rows = summary_rows(shapeset)
+    prov = shapeset.provenance
+    totals = {"signatures": len(rows), "points": len(shapeset.points),
+              "points_seen": prov.get("points_seen"), "weight_covered": prov.get("weight_covered"),
+              "must": sum(p.must for p in shapeset.points),
+              "working_set_bytes": shapeset.working_set_bytes, "out": str(out)}
+    if as_json:
+        click.echo(json.dumps({"signatures": rows, **totals}, indent=1))
+        return
+    from rich.console import Console
+    from rich.table import Table
+
+    table = Table(title=f"census: {prov.get('workload')} ({prov.get('service_mode')})")
+    for column in ("signature", "points", "must", "M range", "calls/unit", "weight"):
+        table.add_column(column, justify="left" if column == "signature" else "right")
+    for r in rows:
+        table.add_row(r["signature"], str(r["points"]), str(r["must"]),
+                      f"{r['m_min']}..{r['m_max']}", f"{r['calls']:.3g}",
+                      f"{100 * r['weight_share']:.1f}%")
+    console = Console(width=max(100, Console().width))
+    console.print(table)
+    covered = totals["weight_covered"]
+    console.print(f"{totals['signatures']} signatures, {totals['points']} points (of "
+                  f"{totals['points_seen']} seen), {totals['must']} must-tune, weight covered "
+                  f"{100 * (covered or 0):.1f}%, working set "
+                  f"{shapeset.working_set_bytes / 2**20:.1f} MiB; wrote {out}", highlight=False,
+                  soft_wrap=True)

@@ -1,0 +1,316 @@
+"""``oasr tune evaluate``: the regret of selectors against the measured oracle of a log.
+
+The oracle of a point is the best arm measured there, by the objective the build optimises
+(GPU time + alpha x issue time, alpha being the point's eager fraction), on the same matrix
+the build partitions (survivors and rescaled cross-evaluations; an arm the halving
+eliminated counts with its coarse estimate). A selector's regret at a point is
+``T(choice) / T(best) - 1``; a choice never measured at the point is counted as *missing*,
+not as an infinite regret. Per selector, overall and per signature: geomean regret
+(``exp(mean(log(1 + r))) - 1``), p95, max, weight-averaged regret, and missing.
+
+Selectors: ``default`` (the family's fallback), ``torch`` when measured, the system tier,
+each ``--db NAME=PATH`` (a miss falls to the fallback, as at runtime), and cost models. A
+model is scored only on a log it was provably not calibrated on: its provenance must list
+the runs it was calibrated on, and none may be a run of this log.
+"""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Callable, Collection, Mapping, Sequence
+from typing import Any, Protocol
+
+import attrs
+
+from oasr_core.build.decide import Measured, anchors, cells, to_point
+from oasr_core.build.inputs import Signature
+from oasr_core.build.sources import LogSource
+from oasr_core.partition import Cell, Point
+from oasr_core.types import Family, Problem
+
+
+class Selector(Protocol):
+    """Something that names a choice for a signature's point."""
+
+    name: str
+
+    def choose(self, sig: Signature, m: int, measured: Sequence[str]) -> str | None:
+        """The choice id at size ``m`` (``measured``: the arms timed there), or None."""
+
+
+@attrs.frozen
+class FixedSelector:
+    """Always the same choice (``default``, ``torch``)."""
+
+    name: str
+    choice: str
+
+    def choose(self, sig: Signature, m: int, measured: Sequence[str]) -> str | None:
+        return self.choice
+
+
+@attrs.frozen
+class TableSelector:
+    """A tuning file, looked up as the runtime does: exact dtype key, then its class."""
+
+    name: str
+    table: Any
+    family: Family
+
+    def choose(self, sig: Signature, m: int, measured: Sequence[str]) -> str | None:
+        from oasr_core.database import signature_key
+
+        dims = tuple(v for _, v in sig.dims)
+        for dt in self.family.key_dtypes(sig.dtype):
+            entry = self.table.entries.get(signature_key(self.family, sig.op, dt, dims))
+            if entry is not None:
+                hit = entry.lookup(m)
+                if hit is not None:
+                    return hit
+        return self.family.fallback.value
+
+
+@attrs.frozen
+class ModelSelector:
+    """A cost model: ``pick(problem, measured) -> choice``; ``calibrated_on`` lists run ids."""
+
+    name: str
+    pick: Callable[[Problem, Sequence[str]], str | None]
+    family: Family
+    calibrated_on: frozenset[str] | None = None
+
+    def choose(self, sig: Signature, m: int, measured: Sequence[str]) -> str | None:
+        return self.pick(sig.problem(self.family, m), measured)
+
+
+@attrs.frozen
+class Stats:
+    """Regret statistics over a set of points (fractions, not percent)."""
+
+    n: int
+    missing: int
+    geomean: float
+    p95: float
+    max: float
+    weighted: float
+
+    @classmethod
+    def of(cls, regrets: Sequence[float | None], weights: Sequence[float]) -> Stats:
+        """Statistics of ``regrets`` (None: missing) with their point weights."""
+        pairs = [(r, w) for r, w in zip(regrets, weights, strict=True) if r is not None]
+        got = sorted(r for r, _ in pairs)
+        missing = len(regrets) - len(got)
+        if not got:
+            return cls(0, missing, math.nan, math.nan, math.nan, math.nan)
+        geo = math.exp(sum(math.log1p(r) for r in got) / len(got)) - 1.0
+        p95 = got[max(0, math.ceil(0.95 * len(got)) - 1)]
+        total = sum(w for _, w in pairs)
+        weighted = sum(r * w for r, w in pairs) / total if total else math.nan
+        return cls(len(got), missing, geo, p95, got[-1], weighted)
+
+
+@attrs.frozen
+class SelectorReport:
+    """One selector's scores, overall and per signature (``excluded``: why not scored)."""
+
+    name: str
+    overall: Stats | None
+    per_signature: Mapping[str, Stats] = attrs.field(factory=dict)
+    choices: Mapping[tuple[str, int], str | None] = attrs.field(factory=dict)
+    excluded: str | None = None
+
+
+@attrs.frozen
+class EvalReport:
+    """Every selector's report over the log's points."""
+
+    selectors: tuple[SelectorReport, ...]
+    signatures: tuple[Signature, ...]
+    points: Mapping[str, tuple[Point, ...]]
+    runs: frozenset[str]
+
+    def lines(self) -> list[str]:
+        """A readable table: overall per selector, then per signature."""
+        def pct(x: float) -> str:
+            return "    -" if math.isnan(x) else f"{100 * x:5.1f}"
+
+        out = [f"{'selector':<16} {'n':>5} {'miss':>5} {'geo%':>6} {'p95%':>6} {'max%':>6} "
+               f"{'wtd%':>6}"]
+        for rep in self.selectors:
+            if rep.overall is None:
+                out.append(f"{rep.name:<16} excluded: {rep.excluded}")
+                continue
+            s = rep.overall
+            out.append(f"{rep.name:<16} {s.n:>5} {s.missing:>5} {pct(s.geomean):>6} "
+                       f"{pct(s.p95):>6} {pct(s.max):>6} {pct(s.weighted):>6}")
+        for sig in self.signatures:
+            out.append(sig.key)
+            for rep in self.selectors:
+                s = rep.per_signature.get(sig.key)
+                if s is not None:
+                    out.append(f"  {rep.name:<14} {s.n:>5} {s.missing:>5} {pct(s.geomean):>6} "
+                               f"{pct(s.p95):>6} {pct(s.max):>6} {pct(s.weighted):>6}")
+        return out
+
+    def to_json(self) -> dict[str, Any]:
+        """JSON-ready report (NaN as null)."""
+        def stats(s: Stats | None) -> Any:
+            if s is None:
+                return None
+            return {k: (None if isinstance(v, float) and math.isnan(v) else v)
+                    for k, v in attrs.asdict(s).items()}
+
+        return {"runs": sorted(self.runs), "selectors": [
+            {"name": r.name, "excluded": r.excluded, "overall": stats(r.overall),
+             "per_signature": {k: stats(v) for k, v in r.per_signature.items()}}
+            for r in self.selectors]}
+
+
+def log_matrix(arm_rows: Sequence[Mapping[str, Any]], family: Family
+               ) -> tuple[list[Signature], dict[str, tuple[Point, ...]], dict[str, str]]:
+    """The signatures of a log, each point's matrix row (coarse estimates included), and
+    aliases (the default config's id -> ``default``)."""
+    source = LogSource(arm_rows)
+    fallback = family.fallback.value
+    sigs = source.signatures(family)
+    matrix, aliases = {}, {}
+    for sig in sigs:
+        pts = []
+        for pp in sig.points:
+            main = source.main(sig, pp, ())
+            cross = Measured.from_rows("cross", source.groups.get((sig.key, pp.m, "cross"), []))
+            if not main.survivors():
+                continue
+            row = cells(main, cross if cross.arms else None, anchors(main, pp.alpha, fallback))
+            for name, arm in main.ok().items():
+                row.setdefault(name, Cell(arm.median_ms, arm.sigma_ms, arm.issue_us,
+                                          arm.solo_ms, arm.overlap, arm.rounds))
+            for name, params in main.params.items():
+                if isinstance(params, Mapping) and params.get("kind") == "default" and \
+                        params.get("config"):
+                    aliases[str(params["config"])] = name
+            pts.append(to_point(pp, row))
+        matrix[sig.key] = tuple(pts)
+    return sigs, matrix, aliases
+
+
+def evaluate(arm_rows: Sequence[Mapping[str, Any]], family: Family,
+             selectors: Sequence[Selector], *, census_only: bool = False) -> EvalReport:
+    """Score ``selectors`` on the points of ``arm_rows`` (see the module docstring)."""
+    sigs, matrix, aliases = log_matrix(arm_rows, family)
+    runs = frozenset(str(r.get("run")) for r in arm_rows)
+    reports = []
+    for sel in selectors:
+        why = _excluded(sel, runs)
+        if why is not None:
+            reports.append(SelectorReport(sel.name, None, excluded=why))
+            continue
+        per_sig, choices, all_r, all_w = {}, {}, [], []
+        for sig in sigs:
+            regrets, weights = [], []
+            for p in matrix[sig.key]:
+                if census_only and p.fill:
+                    continue
+                choice = sel.choose(sig, p.m, sorted(p.cells))
+                choice = aliases.get(choice, choice) if choice not in p.cells else choice
+                choices[(sig.key, p.m)] = choice
+                t = p.time(choice) if choice is not None else math.inf
+                regrets.append(t / p.best() - 1.0 if math.isfinite(t) else None)
+                weights.append(p.weight)
+            if regrets:
+                per_sig[sig.key] = Stats.of(regrets, weights)
+            all_r += regrets
+            all_w += weights
+        reports.append(SelectorReport(sel.name, Stats.of(all_r, all_w), per_sig, choices))
+    return EvalReport(tuple(reports), tuple(sigs), matrix, runs)
+
+
+def hook_model_selector(pm: Any, family: Family, lane: Any, model: Mapping[str, Any] | None,
+                        name: str = "model") -> ModelSelector:
+    """The runtime model tier (``oasr_model_select``) as a selector over measured configs.
+
+    Its calibration provenance is ``model["calibrated_on"]["runs"]`` (the measurement runs
+    its coefficients were fitted on); a payload without it that serves the uncalibrated
+    structure (``"serve": "structure"``) used no log; any other is of unknown provenance.
+    """
+    payload = model or {}
+    runs = (payload.get("calibrated_on") or {}).get("runs")
+    if runs is None and payload.get("serve") == "structure":
+        runs = ()
+
+    def pick(problem: Problem, measured: Sequence[str]) -> str | None:
+        candidates = tuple(c for c in (lane.config(n) for n in measured) if c is not None)
+        if not candidates:
+            return None
+        got = pm.hook.oasr_model_select(family=family, lane=lane, problem=problem,
+                                        candidates=candidates, model=model)
+        return got.id if got is not None and got in candidates else None
+
+    return ModelSelector(name, pick, family, None if runs is None else frozenset(runs))
+
+
+def _excluded(sel: Selector, runs: Collection[str]) -> str | None:
+    if not isinstance(sel, ModelSelector):
+        return None
+    if sel.calibrated_on is None:
+        return ("its provenance does not list the runs it was calibrated on, so it may have "
+                "been calibrated on this log")
+    shared = sorted(set(sel.calibrated_on) & set(runs))
+    if shared:
+        return f"calibrated on run(s) {', '.join(shared[:3])} of this log"
+    return None
+
+
+def plot(report: EvalReport, path: str, *, regions_of: str | None = None) -> None:
+    """Per signature: each arm's measured time over M (log axis), the chosen regions shaded.
+
+    ``regions_of`` names the selector whose choices are shaded (a region per run of equal
+    choices). Needs matplotlib (drawn with the Agg backend, no display).
+    """
+    import matplotlib
+
+    matplotlib.use("Agg")
+    import matplotlib.pyplot as plt
+
+    sigs = [s for s in report.signatures if report.points.get(s.key)]
+    cols = 2 if len(sigs) > 1 else 1
+    rows = max(1, math.ceil(len(sigs) / cols))
+    fig, axes = plt.subplots(rows, cols, figsize=(7 * cols, 3.6 * rows), squeeze=False)
+    for ax in axes.flat[len(sigs):]:
+        ax.set_visible(False)
+    chosen = next((r for r in report.selectors if r.name == regions_of), None)
+    for ax, sig in zip(axes.flat, sigs, strict=False):
+        pts = report.points[sig.key]
+        arms = sorted({a for p in pts for a in p.cells})
+        for arm in arms:
+            xs = [p.m for p in pts if math.isfinite(p.time(arm))]
+            ys = [1000 * p.time(arm) for p in pts if math.isfinite(p.time(arm))]
+            if len(xs) >= 2:
+                ax.plot(xs, ys, marker=".", linewidth=1, label=arm)
+        if chosen is not None:
+            _shade(ax, pts, chosen.choices, sig.key)
+        ax.set_xscale("log")
+        ax.set_yscale("log")
+        ax.set_title(sig.key, fontsize=8)
+        ax.set_xlabel("M")
+        ax.set_ylabel("us per call (objective)")
+        if len(arms) <= 12:
+            ax.legend(fontsize=6)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+
+
+def _shade(ax: Any, pts: Sequence[Point], choices: Mapping[tuple[str, int], str | None],
+           key: str) -> None:
+    spans: list[list[Any]] = []
+    for p in pts:
+        c = choices.get((key, p.m))
+        if spans and spans[-1][2] == c:
+            spans[-1][1] = p.m
+        else:
+            spans.append([p.m, p.m, c])
+    for k, (lo, hi, c) in enumerate(spans):
+        ax.axvspan(lo / 1.1, hi * 1.1, alpha=0.12, color=f"C{k % 10}")
+        ax.text(math.sqrt(lo * hi), 0.98, str(c), transform=ax.get_xaxis_transform(),
+                fontsize=6, ha="center", va="top", rotation=90)
