@@ -142,7 +142,9 @@ class LazyGroup(click.Group):
 
 
 TUNE_COMMANDS = {
+    "build": "oasr_core.commands.build:build_cmd",
     "census": "oasr_core.commands.census:census_cmd",
+    "evaluate": "oasr_core.commands.evaluate:evaluate_cmd",
     "prebuild": "oasr_core.commands.prebuild:prebuild_cmd",
 }
 """Subcommands of ``oasr tune`` kept in their own modules: name -> ``module:command``."""

@@ -166,6 +166,25 @@ class EvalReport:
             for r in self.selectors]}
 
 
+def agreement(report: EvalReport, a: str, b: str, *, tol: float = 0.01,
+              census_only: bool = True) -> float:
+    """The weighted fraction of points where selectors ``a`` and ``b`` serve the same choice,
+    or choices measured within ``tol`` of each other (two builds of one census agree?)."""
+    ra, rb = (next(r for r in report.selectors if r.name == n) for n in (a, b))
+    agree = total = 0.0
+    for sig in report.signatures:
+        for p in report.points[sig.key]:
+            if census_only and p.fill:
+                continue
+            ca, cb = ra.choices.get((sig.key, p.m)), rb.choices.get((sig.key, p.m))
+            ta, tb = (p.time(c) if c is not None else math.inf for c in (ca, cb))
+            same = ca == cb or (math.isfinite(ta) and math.isfinite(tb)
+                                and abs(ta - tb) <= tol * min(ta, tb))
+            total += p.weight
+            agree += p.weight if same else 0.0
+    return agree / total if total else math.nan
+
+
 def log_matrix(arm_rows: Sequence[Mapping[str, Any]], family: Family
                ) -> tuple[list[Signature], dict[str, tuple[Point, ...]], dict[str, str]]:
     """The signatures of a log, each point's matrix row (coarse estimates included), and

@@ -27,7 +27,7 @@ import json
 import math
 import os
 import secrets
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Iterable, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -225,14 +225,3 @@ def rows_by_run(run_rows: Iterable[Mapping[str, Any]]) -> dict[str, Mapping[str,
     """Run header rows by run id (the last header of an id wins)."""
     return {str(r.get("run")): r for r in run_rows}
 
-
-def iter_points(arm_rows: Iterable[Mapping[str, Any]]) -> Iterator[tuple[str, int]]:
-    """Distinct (key, M) pairs of main-phase rows, in first-seen order."""
-    seen = set()
-    for row in arm_rows:
-        if (row.get("phase") or "main") != "main":
-            continue
-        kp = (str(row["key"]), int(row["M"]))
-        if kp not in seen:
-            seen.add(kp)
-            yield kp

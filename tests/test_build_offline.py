@@ -65,6 +65,7 @@ class Device:
             time.sleep(120)
         self.problem = problem
         self.benched.append((dims, problem.m))
+        self.resolved = {c: options.config_of(c, problem) for c in choices}
         names = [c.value if isinstance(c, Sentinel) else c.id for c in choices]
         return BenchCase(arms={n: (lambda i, n=n: n) for n in names}, gate=lambda out: True)
 
@@ -175,6 +176,9 @@ def test_live_build_keeps_default_torch_and_incumbent_and_logs_every_arm(tmp_pat
     survivors = {r["config"] for r in main if r["stage"] is None}
     assert {"default", "torch"} <= survivors
     assert all(r["config"] != LANE.default_config for r in main)
+    assert device.resolved[Sentinel.DEFAULT] == LANE.default
+    assert device.resolved[Sentinel.TORCH] is None
+    assert device.resolved[LANE.config("n64_k32_s1")] == LANE.config("n64_k32_s1")
     device2 = Device(seed=3)
     live(tmp_path, device2, "512,256", "64,4096", fill=False, resume=False)
     _, arms, _ = read_logs([log])

@@ -191,3 +191,12 @@ def test_the_model_tier_hook_as_a_selector(payload, scored):
     assert (rep.overall is not None) == scored
     if scored:
         assert rep.choices[(KEY, 16)] == "n64_k32_s1" and rep.overall.missing == 0
+
+
+def test_agreement_of_two_tables(tmp_path):
+    one = table(tmp_path, [(64, "n64_k32_s1"), (256, "n64_k64_s1"), (None, "torch")], "a.json")
+    two = table(tmp_path, [(64, "n64_k32_s1"), (None, "torch")], "b.json")
+    report = evaluate.evaluate(rows(), FAM, [evaluate.TableSelector("one", one, FAM),
+                                             evaluate.TableSelector("two", two, FAM)])
+    assert evaluate.agreement(report, "one", "two") == pytest.approx(4 / 5)
+    assert evaluate.agreement(report, "one", "two", tol=0.3) == pytest.approx(1.0)

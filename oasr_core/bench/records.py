@@ -8,7 +8,8 @@ them keeps the weights as cold in L2 as they are in the served model), and retur
 numerics gate bound to its reference. The protocol (:func:`oasr_core.bench.measure`) does
 everything else: gate, issue cost, CUDA graphs, separator, rounds, halving, solo gate.
 
-A GEMM implementation is about twenty lines::
+A GEMM implementation is about twenty lines (``launcher_for`` stands for the family's own
+prepared-launcher lookup; arms are named ``choice.id`` or the sentinel's value)::
 
     def make_bench(problem, choices, options):
         n, k, m = problem.dim("N"), problem.dim("K"), problem.m
@@ -19,12 +20,13 @@ A GEMM implementation is about twenty lines::
         ref, torch_out = numerics.reference(a, w, bias), numerics.torch_output(a, w, bias)
         arms = {}
         for choice in choices:
-            if choice is Sentinel.TORCH:
-                arms["torch"] = lambda i: torch.addmm(bias, a, ws[i].t(), out=out)
+            name = choice.value if isinstance(choice, Sentinel) else choice.id
+            cfg = options.config_of(choice, problem)      # DEFAULT -> the lane's default
+            if cfg is None:                               # TORCH
+                arms[name] = lambda i: torch.addmm(bias, a, ws[i].t(), out=out)
             else:
-                cfg = lane.default if choice is Sentinel.DEFAULT else choice
                 launch = launcher_for(cfg, m, n, k)
-                arms[choice_id(choice)] = lambda i, f=launch: f(a, ws[i], bias, out)
+                arms[name] = lambda i, f=launch: f(a, ws[i], bias, out)
         return BenchCase(arms=arms, copies=copies, weight_bytes=n * k * 2,
                          gate=lambda o: numerics.numerics_gate(o, torch_out, ref))
 
@@ -129,6 +131,22 @@ class BenchOptions:
     """Eager calls timed on the host for the issue cost."""
     overlap_tolerance: float = 0.2
     """An arm whose loop time is below (1 - this) x its single-call time is marked overlap."""
+    lane: str | None = None
+    """The lane whose configs are measured."""
+    resolve: Callable[[Any, Any], Any] | None = attrs.field(default=None, eq=False, repr=False)
+    """``resolve(choice, problem) -> Config | None`` behind :meth:`config_of` (set by the build)."""
+
+    def config_of(self, choice: Any, problem: Any) -> Any:
+        """The lane config ``choice`` launches at ``problem``: a config itself, ``DEFAULT`` as
+        the lane's default, ``HEURISTIC`` as the family heuristic's pick; None for ``TORCH``
+        and ``FUSED`` (the family's own non-lane paths)."""
+        if self.resolve is not None:
+            return self.resolve(choice, problem)
+        return None if isinstance(choice, enum.Enum) else choice
+
+    def to_json(self) -> dict[str, Any]:
+        """The options as JSON (for a log's run header)."""
+        return attrs.asdict(self, filter=lambda a, _v: a.name != "resolve")
 
     def warm(self) -> bool:
         """Whether the served model's weights fit in L2 (then they are benchmarked warm)."""

@@ -10,6 +10,7 @@ through :func:`.pipeline.run_build` after measurement.
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import Sequence
 from pathlib import Path
@@ -66,6 +67,7 @@ __all__ = [
     "plan",
     "read_census",
     "read_censuses",
+    "resolve_choice",
     "resolve_out",
     "run_build",
     "tune_signature",
@@ -89,6 +91,15 @@ def resolve_out(out: str | os.PathLike[str], arch: str, family: Family) -> Path:
         return database.tier_path(root, arch, family)
     path = Path(out)
     return path if path.suffix == ".json" else database.tier_path(path, arch, family)
+
+
+def resolve_choice(family: Family, lane: Lane, choice: Any, problem: Any) -> Any:
+    """The config of ``lane`` a choice launches at ``problem`` (None: torch, fused)."""
+    if choice is Sentinel.DEFAULT:
+        return lane.default
+    if choice is Sentinel.HEURISTIC:
+        return family.sentinel_heuristic(problem, lane)
+    return None if isinstance(choice, Sentinel) else choice
 
 
 def default_paths(out: Path, family: Family) -> tuple[Path, Path]:
@@ -160,7 +171,8 @@ def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Pa
         timer = CudaGraphTimer()
     bench = bench_options or BenchOptions()
     bench = attrs.evolve(bench, working_set_bytes=census.working_set_bytes,
-                         l2_bytes=timer.l2_bytes)
+                         l2_bytes=timer.l2_bytes, lane=lane.name,
+                         resolve=functools.partial(resolve_choice, family, lane))
     if soft is None:
         soft = database.current_soft_validators(family)
     default_log, default_ckpt = default_paths(out, family)
@@ -170,7 +182,7 @@ def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Pa
                  "protocol": PROTOCOL_VERSION, "family": family.name, "arch": arch,
                  "lane": lane.name, "soft": soft, "device": getattr(timer, "name", None),
                  "started": utc_now(), "knobs": options.knobs(),
-                 "bench": attrs.asdict(bench),
+                 "bench": bench.to_json(),
                  "working_set_bytes": census.working_set_bytes}])
     signatures = plan(census, family, max_points=options.max_points, thin=options.thin,
                       fill=options.fill, exact_dtype=options.exact_dtype)

@@ -228,6 +228,7 @@ def run_build(signatures: Sequence[Signature], source: MeasurementSource, *, fam
     impl = soft.get("impl_hash")
     outcomes: list[Outcome] = []
     skipped: list[str] = []
+    messages: list[str] = []
     first = True
     with _progress(progress, sum(len(s.points) for s in signatures)) as bar:
         for sig in signatures:
@@ -247,7 +248,10 @@ def run_build(signatures: Sequence[Signature], source: MeasurementSource, *, fam
                 if checkpoint is not None:
                     checkpoint.append(_record(outcome, dg, arch, lane, impl))
             outcomes.append(outcome)
-            if outcome.entry is not None:
+            if outcome.entry is None:
+                messages.append(f"{sig.key}: no point could be measured; its entry, if any, "
+                                "is left as it was")
+            else:
                 write_entries(out, family=family, arch=arch, lane=lane,
                               entries={sig.key: outcome.entry}, configs=outcome.configs,
                               soft=soft, provenance=_provenance(outcomes),
@@ -260,7 +264,6 @@ def run_build(signatures: Sequence[Signature], source: MeasurementSource, *, fam
                       configs={k: configs[k] for k in basis if k in configs}, soft=soft,
                       provenance=_provenance(outcomes),
                       coverage_basis=[k for k in basis if k in configs])
-    messages = []
     if skipped:
         messages.append(f"time budget of {options.budget_s:g} s spent: {len(skipped)} "
                         f"signature(s) not measured: {', '.join(skipped)}")

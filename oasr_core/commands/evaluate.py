@@ -90,8 +90,16 @@ def evaluate_cmd(state: CliState, logs, dbs, family, arch, no_system, census_onl
         except ImportError:
             raise ConfigurationError("--plot needs matplotlib (pip install matplotlib)") \
                 from None
+    names = [name for name, _ in tables]
+    pairs = {f"{a} vs {b}": ev.agreement(report, a, b) for i, a in enumerate(names)
+             for b in names[i + 1:]}
     if as_json:
-        click.echo(json.dumps(report.to_json(), indent=1, sort_keys=True))
+        data = report.to_json()
+        data["agreement"] = {k: (None if v != v else v) for k, v in pairs.items()}
+        click.echo(json.dumps(data, indent=1, sort_keys=True))
     else:
         for line in report.lines():
             click.echo(line)
+        for pair, frac in pairs.items():
+            click.echo(f"agreement {pair}: {100 * frac:.1f}% of weighted census points "
+                       "(same choice, or measured within 1%)")
