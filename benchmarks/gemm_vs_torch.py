@@ -55,10 +55,12 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     return p.parse_args(argv)
 
 
-def _specs(lanes, arch, dtype):
+def _specs(lanes, arch):
+    """Whole-space modules with both dtypes: the same objects the GPU tests, the production
+    modules and ``OASR_GEMM_COMPILE_SET=all`` use, so one prebuilt cache serves them all."""
     from oasr_gemm import jit
 
-    return [jit.full_spec(lane, arch, dtypes=(dtype,)) for lane in lanes]
+    return [jit.full_spec(lane, arch) for lane in lanes]
 
 
 def _prebuild(specs, jobs):
@@ -161,7 +163,7 @@ def _point(kernels, lane, n, k, m, args, rng, stream):
         prepared = kernel.prepare(args.dtype, m, n, k, None)
         ptrs = (a.data_ptr(), w.data_ptr(), b.data_ptr() if b is not None else 0, out.data_ptr())
         arms[cid] = (lambda p=prepared, q=ptrs, o=out: p.launch(
-            *q, m, n, k, dev, torch._C._cuda_getCurrentRawStream(dev)))
+            *q, dev, torch._C._cuda_getCurrentRawStream(dev)))
     graphs = {"torch": _graph(lambda: F.linear(a, w, b), args.graph_calls, stream)}
     for cid, fn in arms.items():
         graphs[cid] = _graph(fn, args.graph_calls, stream)
@@ -263,7 +265,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no CUDA device: pass --arch with --prebuild-only", file=sys.stderr)
         return 2
     lanes = args.lanes.split(",") if args.lanes else [LANE_SM90 if arch == "sm90" else LANE_SM80]
-    specs = _specs(lanes, arch, args.dtype)
+    specs = _specs(lanes, arch)
     _, build_lines = _prebuild(specs, args.jobs)
     print("\n".join(build_lines), flush=True)
     if args.prebuild_only or not have_gpu:

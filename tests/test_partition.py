@@ -146,3 +146,13 @@ def test_coverage_basis_counts_points_alike_and_drops_sentinels():
     sig2 = [pt(16, default=10, b=4), pt(64, default=10, b=4, a=9)]
     assert coverage_basis([sig1, sig2], size=8) == ["b", "a"]
     assert coverage_basis([sig1, sig2], size=1) == ["b"]
+
+
+def test_uniform_share_keeps_light_points_in_the_objective():
+    from oasr_core.partition import blend_weights
+
+    pts = [Point(m=m, weight=w, cells={}) for m, w in ((16, 0.001), (4096, 100.0))]
+    blended = blend_weights(pts, 0.5)
+    assert sum(p.weight for p in blended) == pytest.approx(100.001)
+    assert blended[0].weight == pytest.approx(0.5 * 0.001 + 0.5 * 50.0005)
+    assert blend_weights(pts, 0.0) == pts

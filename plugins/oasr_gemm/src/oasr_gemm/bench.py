@@ -1,0 +1,114 @@
+"""The gemm family's bench adapter: ``Family.make_bench`` for ``oasr tune build``.
+
+For one problem it allocates the operands once (weight copies as the protocol's L2 policy
+asks), the fp32 reference and torch's own output (the numerics gate's yardstick), and returns
+one arm per choice: a config of the lane (launched through its prepared call, exactly as the
+served op launches it) or ``torch`` (cuBLAS through ``addmm``, as the op's torch path runs it).
+
+A build measures the lane's whole space, so the arms come from the lane's full module
+(``oasr_gemm.jit.full_spec``), loaded once per process; a config whose unit failed to compile is
+reported as rejected, never timed. ``gemm_activation`` is measured with SiLU, the activation of
+the Conformer's feed-forward blocks; the epilogue activations cost the same to within noise.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from oasr_core.types import Config, Problem, Sentinel
+
+BENCH_ACTIVATION = "silu"
+"""The activation ``gemm_activation`` is measured with."""
+
+_FULL: dict[tuple[str, str], Mapping[str, Any]] = {}
+_FULL_LOCK = threading.Lock()
+
+
+def full_kernels(lane: str, arch: str) -> Mapping[str, Any]:
+    """Every compiled config of ``lane`` on ``arch`` (its full module), bound by id."""
+    key = (lane, arch)
+    if key not in _FULL:
+        with _FULL_LOCK:
+            if key not in _FULL:
+                from oasr_core import jit as core_jit
+
+                from oasr_gemm import codegen, jit
+                from oasr_gemm.launch import Kernel
+
+                module = core_jit.load(jit.full_spec(lane, arch))
+                _FULL[key] = {c.id: Kernel.bind(module, c) for c in jit.lane_configs(lane, arch)
+                              if codegen.symbol(c) in module.exports}
+    return _FULL[key]
+
+
+def _arch_of(device: Any) -> str:
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm{major}{minor}"
+
+
+def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: Any):
+    """The :class:`oasr_core.bench.BenchCase` of ``problem`` (see the module docstring)."""
+    import torch
+    from oasr_core.bench import BenchCase
+
+    from oasr_gemm import numerics
+
+    n, k, m = problem.dim("N"), problem.dim("K"), problem.m
+    act = BENCH_ACTIVATION if problem.op == "gemm_activation" else None
+    dev = torch.device(options.device)
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    a, w, bias = numerics.make_operands(m, n, k, problem.dtype, device=dev, seed=options.seed)
+    weight_bytes = n * k * a.element_size()
+    copies = options.copies_for(weight_bytes)
+    weights = [w] + [w.clone() for _ in range(copies - 1)]
+    out = torch.empty(m, n, dtype=a.dtype, device=dev)
+    ref = numerics.reference(a, w, bias, act)
+    torch_out = numerics.torch_output(a, w, bias, act)
+    lane = options.lane
+    kernels = full_kernels(lane, _arch_of(dev)) if lane else {}
+    stream_of = torch._C._cuda_getCurrentRawStream
+    arms, rejected = {}, {}
+
+    def torch_arm(i: int) -> Any:
+        torch.addmm(bias, a, weights[i].t(), out=out)
+        if act is not None:
+            torch.nn.functional.silu(out, inplace=True)
+        return out
+
+    for choice in choices:
+        name = choice.value if isinstance(choice, Sentinel) else choice.id
+        cfg = options.config_of(choice, problem)
+        if cfg is None:
+            if choice is Sentinel.TORCH:
+                arms[name] = torch_arm
+            else:
+                rejected[name] = f"{name} has no gemm launcher"
+            continue
+        kernel = kernels.get(cfg.id)
+        if kernel is None:
+            rejected[name] = f"{cfg.id} is not compiled in the {lane} module"
+            continue
+        try:
+            prepared = kernel.prepare(problem.dtype, m, n, k, act)
+        except Exception as exc:  # a refused shape is one rejected arm, not a failed build
+            rejected[name] = str(exc)
+            continue
+
+        def run(i: int, p=prepared, cid=cfg.id) -> Any:
+            status = p.launch(a.data_ptr(), weights[i].data_ptr(), bias.data_ptr(),
+                              out.data_ptr(), index, stream_of(index))
+            if status:
+                from oasr_gemm.launch import LaunchError, status_text
+
+                raise LaunchError(f"{lane}/{cid} refused m={m} n={n} k={k}: "
+                                  f"{status_text(status)}")
+            return out
+
+        arms[name] = run
+    return BenchCase(arms=arms, copies=copies, weight_bytes=weight_bytes, rejected=rejected,
+                     gate=lambda o: numerics.numerics_gate(o, torch_out, ref,
+                                                           dtype=problem.dtype))

@@ -1,0 +1,150 @@
+"""C++ generation: one translation unit per compiled config of either lane.
+
+A unit is a few lines: it includes the lane's header (``csrc/oasr_gemm/sm80.cuh`` or
+``sm90.cuh``, where the kernels, the parameter cache and the C ABI live), names one kernel type
+per dtype, and exports two ``extern "C"`` functions (see ``csrc/oasr_gemm/common.cuh``)::
+
+    int32_t oasr_gemm_<lane>_<unit>(const CallArgs* call, a, w, bias, d, stream)
+    int64_t oasr_gemm_<lane>_<unit>_workspace(m, n, k, dtype, split_k, int64_t* semaphores)
+
+``CallArgs`` (sizes, dtype and activation codes, split-K factor, workspace pointers and sizes)
+is prepared once per shape (:class:`oasr_gemm.launch.CallArgs`). The launcher returns a
+:data:`STATUS` code; the workspace query returns the scratch bytes (-1 when the dtype is not
+compiled in or the shape is invalid) and writes the zeroed semaphore bytes.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Iterable
+from importlib import resources
+from pathlib import Path
+
+from oasr_core.types import Config
+
+from oasr_gemm.config_space import LANE_SM80, LANE_SM90
+
+DTYPE_CODES = {"fp16": 0, "bf16": 1}
+ACT_CODES = {None: 0, "none": 0, "relu": 1, "gelu": 2, "silu": 3}
+STATUS = {
+    0: "ok", 1: "dtype not compiled in", 2: "shape not implementable", 3: "bad split-K factor",
+    4: "workspace too small", 5: "parameter preparation failed", 6: "launch failed",
+    7: "no CUDA device",
+}
+_CXX_DTYPE = {"fp16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t"}
+_SM90_MAINLOOP = {
+    "ws": "cutlass::gemm::KernelTmaWarpSpecialized",
+    "pingpong": "cutlass::gemm::KernelTmaWarpSpecializedPingpong",
+    "cooperative": "cutlass::gemm::KernelTmaWarpSpecializedCooperative",
+}
+_SM90_EPILOGUE = {
+    "ws": "cutlass::epilogue::TmaWarpSpecialized",
+    "pingpong": "cutlass::epilogue::TmaWarpSpecialized",
+    "cooperative": "cutlass::epilogue::TmaWarpSpecializedCooperative",
+}
+_LANE_TAG = {LANE_SM80: "sm80", LANE_SM90: "sm90"}
+
+
+def csrc_dir() -> Path:
+    """The include dir holding ``oasr_gemm/*.cuh`` (package data)."""
+    return Path(str(resources.files("oasr_gemm") / "csrc"))
+
+
+def symbol(config: Config) -> str:
+    """The launcher's C symbol for ``config`` (shared by configs of one unit)."""
+    return f"oasr_gemm_{_LANE_TAG[config.lane]}_{config.params['unit']}"
+
+
+def workspace_symbol(config: Config) -> str:
+    """The workspace query's C symbol for ``config``."""
+    return symbol(config) + "_workspace"
+
+
+def sm80_kernel_type(config: Config, dtype: str) -> str:
+    """The C++ type of a 2.x config's kernel for ``dtype``."""
+    p = config.params
+    decomp = 1 if p["stream_k"] else 2 if p["parallel_split_k"] else 0
+    args = [_CXX_DTYPE[dtype], *p["tile"], *p["warp"], p["stages"], decomp]
+    return f"oasr_gemm::sm80::Kernel<{', '.join(map(str, args))}>"
+
+
+def sm90_kernel_type(config: Config, dtype: str) -> str:
+    """The C++ type of a 3.x config's kernel for ``dtype``."""
+    p = config.params
+    schedule = p["schedule"]
+    scheduler = "cutlass::gemm::StreamKScheduler" if p["stream_k"] else "void"
+    args = [
+        _CXX_DTYPE[dtype], *p["tile"], *p["cluster"], p["stages"], _SM90_MAINLOOP[schedule],
+        _SM90_EPILOGUE[schedule], scheduler, "true" if p["swap_ab"] else "false",
+    ]
+    return f"oasr_gemm::sm90::Kernel<{', '.join(map(str, args))}>"
+
+
+def kernel_type(config: Config, dtype: str) -> str:
+    """The C++ kernel type of ``config`` for ``dtype`` (either lane)."""
+    if config.lane == LANE_SM80:
+        return sm80_kernel_type(config, dtype)
+    if config.lane == LANE_SM90:
+        return sm90_kernel_type(config, dtype)
+    raise KeyError(f"config {config.id!r} belongs to lane {config.lane!r}, not a gemm lane")
+
+
+def unit_source(config: Config, dtypes: Iterable[str] = ("fp16", "bf16")) -> str:
+    """The translation unit of ``config``'s compile unit, with kernels for ``dtypes``."""
+    dtypes = tuple(dtypes)
+    if not dtypes or any(d not in DTYPE_CODES for d in dtypes):
+        raise ValueError(f"dtypes {dtypes!r} must be a non-empty subset of {tuple(DTYPE_CODES)}")
+    header = "oasr_gemm/sm80.cuh" if config.lane == LANE_SM80 else "oasr_gemm/sm90.cuh"
+    sym = symbol(config)
+    aliases = "\n".join(
+        f"using K{DTYPE_CODES[d]} = {kernel_type(config, d)};" for d in dtypes)
+    run_cases = "\n".join(
+        f"    case {DTYPE_CODES[d]}: return K{DTYPE_CODES[d]}::run(a, w, bias, d, c->m, c->n, "
+        "c->k, c->act, c->split, c->workspace, c->workspace_bytes, c->semaphores, "
+        "c->semaphore_bytes, static_cast<cudaStream_t>(stream));" for d in dtypes)
+    ws_cases = "\n".join(
+        f"    case {DTYPE_CODES[d]}: return K{DTYPE_CODES[d]}::workspace(m, n, k, split_k, "
+        "semaphore_bytes);" for d in dtypes)
+    return f"""// oasr_gemm {config.lane} unit {config.params['unit']} ({', '.join(dtypes)})
+// generated by oasr_gemm.codegen; edit the generator, not this file.
+#include "{header}"
+
+namespace {{
+{aliases}
+}}  // namespace
+
+OASR_EXPORT int32_t {sym}(const oasr_gemm::CallArgs* c, const void* a, const void* w,
+    const void* bias, void* d, void* stream) {{
+  if (c == nullptr) {{
+    return oasr_gemm::kErrShape;
+  }}
+  switch (c->dtype) {{
+{run_cases}
+    default: return oasr_gemm::kErrDtype;
+  }}
+}}
+
+OASR_EXPORT int64_t {sym}_workspace(int64_t m, int64_t n, int64_t k, int32_t dtype,
+    int32_t split_k, int64_t* semaphore_bytes) {{
+  switch (dtype) {{
+{ws_cases}
+    default: return -1;
+  }}
+}}
+"""
+
+
+@functools.cache
+def impl_hash() -> str:
+    """A short hash of everything that decides the generated code: this module and the headers.
+
+    It is the family's ``impl_hash`` soft validator: a tuning entry measured under another
+    implementation is marked stale.
+    """
+    digest = hashlib.sha256()
+    digest.update(Path(__file__).read_bytes())
+    for header in sorted((csrc_dir() / "oasr_gemm").glob("*.cuh")):
+        digest.update(header.name.encode())
+        digest.update(header.read_bytes())
+    return digest.hexdigest()[:16]

@@ -1,0 +1,236 @@
+"""The config spaces of the gemm family's two lanes, as data.
+
+Every config is an :class:`oasr_core.types.Config` whose ``params`` name each kernel parameter
+explicitly, so a tuning file is readable without this module and a config can be rebuilt from
+its JSON. ``params["unit"]`` names the compiled translation unit: configs that differ only in
+a run-time argument (the 2.x lane's split-K factor) share one unit and one binary.
+
+The lists are written out rather than generated from a cross product: each entry is here
+because it won somewhere (GPU.md: non-persistent 64x32x64 and 64x64x128 at small M, 128x128x64
+ping-pong at M >= 4096; the H200 run in benchmarks/results/h200_gemm.md: swapped 64x16/64x32
+tiles up to 1.15x torch at M <= 512, ping-pong 128x96 and 128x192 at M 2152..32768) or probes a
+region that is still open (M ~ 1000-2152: N widths of 80-160, non-persistent kernels with
+fewer stages for two or three CTAs per SM, 1x2 and 2x1 clusters, deeper K tiles).
+:mod:`oasr_gemm.feasibility` filters what does not fit or would be wrong.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+
+from oasr_core.types import Config
+
+FAMILY = "gemm"
+LANE_SM80 = "sm80_mma"
+LANE_SM90 = "sm90_wgmma"
+
+SM90_SCHEDULES = ("ws", "pingpong", "cooperative")
+"""``ws``: non-persistent ``KernelTmaWarpSpecialized``; ``pingpong`` / ``cooperative``: the
+persistent ``KernelTmaWarpSpecialized{Pingpong,Cooperative}`` kernels."""
+_SM90_TAG = {"ws": "ws", "pingpong": "pp", "cooperative": "co"}
+
+SM80_DEFAULT = "b128x128x64_w64x64x64_s3"
+SM90_DEFAULT = "ws_64x128x64_c1x1_s4"
+"""The best single sm90 config measured on an H200 over 98 shapes (benchmarks/results/
+h200_gemm.jsonl screening, fp16): geomean 0.72x torch and never below 0.59x, where the
+128x128x64 ping-pong tile that wins at M >= 8192 falls to 0.35x at small M."""
+
+
+def sm80_config(tile: tuple[int, int, int], warp: tuple[int, int, int], stages: int, *,
+                split_k: int = 1, stream_k: bool = False, parallel: bool = False) -> Config:
+    """A CUTLASS 2.x ``GemmUniversal`` config.
+
+    ``split_k > 1`` without ``parallel`` is serial split-K (same binary as ``split_k=1``);
+    with ``parallel`` it is the fp32-partials-plus-reduction form; ``stream_k`` uses
+    ``ThreadblockSwizzleStreamK``.
+    """
+    bm, bn, bk = tile
+    wm, wn, wk = warp
+    unit = f"b{bm}x{bn}x{bk}_w{wm}x{wn}x{wk}_s{stages}"
+    if stream_k:
+        unit += "_sk"
+    elif parallel:
+        unit += "_pk"
+    cid = unit
+    if parallel:
+        cid = f"{unit}{split_k}"
+    elif split_k > 1:
+        cid = f"{unit}_spk{split_k}"
+    return Config(id=cid, lane=LANE_SM80, params={
+        "tile": [bm, bn, bk], "warp": [wm, wn, wk], "stages": stages, "split_k": split_k,
+        "stream_k": stream_k, "parallel_split_k": parallel, "unit": unit,
+    })
+
+
+def sm90_config(tile: tuple[int, int, int], cluster: tuple[int, int] = (1, 1),
+                schedule: str = "ws", *, stages: int = 0, stream_k: bool = False,
+                swap_ab: bool = False) -> Config:
+    """A CUTLASS 3.x CollectiveBuilder config.
+
+    ``stages=0`` lets the builder fit as many stages as shared memory allows after the
+    epilogue (``StageCountAutoCarveout``); a fixed count leaves room for more CTAs per SM.
+    ``stream_k`` pairs the cooperative kernel with ``StreamKScheduler``. ``swap_ab`` computes
+    ``D^T = W A^T``: the tile's N then runs along M.
+    """
+    if schedule not in SM90_SCHEDULES:
+        raise ValueError(f"schedule {schedule!r} is not one of {SM90_SCHEDULES}")
+    tm, tn, tk = tile
+    cm, cn = cluster
+    tag = "sk" if stream_k else _SM90_TAG[schedule]
+    cid = f"{tag}_{tm}x{tn}x{tk}_c{cm}x{cn}"
+    if stages:
+        cid += f"_s{stages}"
+    if swap_ab:
+        cid += "_swap"
+    return Config(id=cid, lane=LANE_SM90, params={
+        "tile": [tm, tn, tk], "cluster": [cm, cn], "schedule": schedule, "stages": stages,
+        "stream_k": stream_k, "swap_ab": swap_ab, "split_k": 1, "unit": cid,
+    })
+
+
+_SM80_TILES = (
+    # (block, warp): thin-M tiles for decode-sized M, then the classic CUTLASS shapes.
+    ((16, 64, 64), (16, 32, 64)),
+    ((16, 128, 64), (16, 32, 64)),
+    ((16, 256, 64), (16, 64, 64)),
+    ((32, 64, 64), (16, 32, 64)),
+    ((32, 128, 64), (32, 32, 64)),
+    ((32, 256, 64), (32, 64, 64)),
+    ((64, 32, 64), (32, 32, 64)),
+    ((64, 64, 64), (32, 32, 64)),
+    ((64, 64, 32), (32, 32, 32)),
+    ((64, 128, 64), (32, 64, 64)),
+    ((64, 128, 64), (64, 32, 64)),
+    ((64, 256, 64), (64, 64, 64)),
+    ((128, 32, 64), (32, 32, 64)),
+    ((128, 64, 64), (64, 32, 64)),
+    ((128, 128, 64), (64, 64, 64)),
+    ((128, 128, 64), (64, 32, 64)),
+    ((128, 128, 32), (64, 64, 32)),
+    ((128, 256, 32), (64, 64, 32)),
+    ((128, 256, 64), (64, 64, 64)),
+    ((256, 128, 32), (64, 64, 32)),
+    ((256, 128, 64), (64, 64, 64)),
+    # block_n = 16 on purpose: the epilogue predicate must reject it (digest 3.1).
+    ((128, 16, 64), (32, 16, 64)),
+)
+_SM80_STREAM_K = (
+    ((16, 128, 64), (16, 32, 64)),
+    ((32, 128, 64), (32, 32, 64)),
+    ((64, 128, 64), (32, 64, 64)),
+    ((128, 128, 64), (64, 64, 64)),
+    ((128, 256, 32), (64, 64, 32)),
+)
+_SM80_PARALLEL = (
+    ((16, 64, 64), (16, 32, 64)),
+    ((32, 64, 64), (16, 32, 64)),
+    ((64, 64, 64), (32, 32, 64)),
+    ((16, 128, 64), (16, 32, 64)),
+    ((32, 128, 64), (32, 32, 64)),
+)
+
+
+def _sm80_all() -> Iterable[Config]:
+    for tile, warp in _SM80_TILES:
+        for stages in (3, 4):
+            yield sm80_config(tile, warp, stages)
+        splits = (2, 4, 8) if tile[0] <= 64 else (2, 4)
+        for split in splits:
+            yield sm80_config(tile, warp, 3, split_k=split)
+    for tile, warp in _SM80_STREAM_K:
+        yield sm80_config(tile, warp, 3, stream_k=True)
+    for tile, warp in _SM80_PARALLEL:
+        for split in (2, 4, 8):
+            yield sm80_config(tile, warp, 3, split_k=split, parallel=True)
+
+
+def _sm90_all() -> Iterable[Config]:
+    ws_k64 = [(64, n) for n in (16, 32, 48, 64, 80, 96, 112, 128, 160, 192, 256)]
+    ws_k64 += [(128, n) for n in (16, 32, 48, 64, 80, 96, 112, 128, 144, 160)]
+    for tm, tn in ws_k64:
+        yield sm90_config((tm, tn, 64))
+    for tm, tn in ((64, 16), (64, 32), (64, 64), (64, 96), (64, 128), (128, 32), (128, 64),
+                   (128, 128)):
+        yield sm90_config((tm, tn, 128))
+    for tile, stages in (((64, 32, 64), 4), ((64, 64, 64), 4), ((64, 96, 64), 4),
+                         ((64, 128, 64), 4), ((128, 64, 64), 4), ((128, 80, 64), 3),
+                         ((128, 96, 64), 3), ((64, 96, 64), 3), ((64, 128, 64), 3)):
+        yield sm90_config(tile, stages=stages)
+    for tile in ((64, 128, 64), (128, 64, 64), (128, 96, 64), (128, 128, 64)):
+        yield sm90_config(tile, (2, 1))
+    for tn in (64, 80, 96, 112, 128, 144, 160, 192):
+        yield sm90_config((128, tn, 64), schedule="pingpong")
+    for cluster in ((1, 2), (2, 1)):
+        yield sm90_config((128, 128, 64), cluster, "pingpong")
+        yield sm90_config((128, 96, 64), cluster, "pingpong")
+    for tile in ((64, 64, 64), (64, 128, 64), (64, 256, 64), (128, 128, 128), (128, 96, 128)):
+        yield sm90_config(tile, schedule="pingpong")
+    yield sm90_config((128, 128, 128), (1, 2), "pingpong")
+    for tn in (80, 112):
+        yield sm90_config((128, tn, 64), (1, 2), "pingpong")
+    for tn in (64, 96, 128, 192, 256):
+        yield sm90_config((128, tn, 64), schedule="cooperative")
+    for tile, cluster in (((128, 128, 64), (1, 2)), ((128, 128, 64), (2, 1)),
+                          ((256, 128, 64), (1, 1)), ((256, 128, 64), (2, 1)),
+                          ((128, 256, 64), (1, 2)), ((128, 128, 128), (1, 1))):
+        yield sm90_config(tile, cluster, "cooperative")
+    for tile, cluster in (((128, 64, 64), (1, 1)), ((128, 128, 64), (1, 1)),
+                          ((128, 256, 64), (1, 1)), ((128, 128, 64), (1, 2))):
+        yield sm90_config(tile, cluster, "cooperative", stream_k=True)
+    for tile in ((64, 16, 64), (64, 16, 128), (64, 32, 128), (128, 16, 128), (128, 32, 64)):
+        yield sm90_config(tile, swap_ab=True)
+    yield sm90_config((128, 32, 64), schedule="pingpong", swap_ab=True)
+
+
+@functools.cache
+def full_space(lane: str) -> tuple[Config, ...]:
+    """Every config listed for ``lane``, before feasibility."""
+    if lane == LANE_SM80:
+        return tuple(_sm80_all())
+    if lane == LANE_SM90:
+        return tuple(_sm90_all())
+    raise KeyError(f"lane {lane!r} is not a gemm lane ({LANE_SM80}, {LANE_SM90})")
+
+
+@functools.cache
+def space(lane: str) -> tuple[Config, ...]:
+    """The registered config space of ``lane``: the listed configs that are feasible."""
+    from oasr_gemm.feasibility import is_feasible
+
+    return tuple(c for c in full_space(lane) if is_feasible(c))
+
+
+BASIS = {
+    LANE_SM80: (
+        "b16x64x64_w16x32x64_s3", "b32x64x64_w16x32x64_s3", "b64x64x64_w32x32x64_s3",
+        "b64x128x64_w32x64x64_s3", "b128x64x64_w64x32x64_s3", "b64x128x64_w32x64x64_s3_sk",
+        "b32x64x64_w16x32x64_s3_pk4",
+    ),
+    LANE_SM90: (
+        "ws_64x16x128_c1x1_swap", "pp_128x128x64_c1x1", "ws_64x64x64_c1x1_s4",
+        "ws_64x32x128_c1x1_swap", "ws_64x64x128_c1x1", "ws_128x96x64_c1x1_s3",
+        "pp_128x192x64_c1x1", "pp_128x96x64_c1x1",
+    ),
+}
+"""The coverage basis each lane's production module always links besides its default.
+
+sm90: a greedy cover of the H200 screening data (98 shapes, 7 widths, M 16..32768): with the
+default, these nine configs hold every shape but one within 5% of the best of the whole
+space. sm80 (not yet measured): small tiles for small M, one Stream-K and one parallel
+split-K unit."""
+
+DEFAULTS = {LANE_SM80: SM80_DEFAULT, LANE_SM90: SM90_DEFAULT}
+
+
+def config(lane: str, config_id: str) -> Config:
+    """The config ``config_id`` of ``lane`` (``KeyError`` when the space has none)."""
+    for c in space(lane):
+        if c.id == config_id:
+            return c
+    raise KeyError(f"lane {lane!r} has no config {config_id!r}")
+
+
+def units(configs: Iterable[Config]) -> tuple[str, ...]:
+    """The distinct compile units behind ``configs``, in first-seen order."""
+    return tuple(dict.fromkeys(c.params["unit"] for c in configs))

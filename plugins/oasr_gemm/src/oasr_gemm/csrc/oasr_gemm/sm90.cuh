@@ -1,0 +1,163 @@
+// oasr_gemm lane sm90_wgmma: CUTLASS 3.x CollectiveBuilder kernels (TMA + wgmma) for Hopper.
+//
+// One Kernel<...> instantiation per (config, dtype). The epilogue is a fused EVT
+// (LinCombPerColBiasEltAct, or the per-row form when A and W are swapped): bias loaded as a
+// broadcast row (nullptr = no bias, no load) and a run-time activation, with no C operand.
+// Swapped kernels compute D^T = W * A^T, so a small M becomes the kernel's N (narrow tiles)
+// while D keeps its row-major layout (it is D^T column-major).
+#pragma once
+
+#include <type_traits>
+
+#include "cute/tensor.hpp"
+#include "cutlass/epilogue/collective/collective_builder.hpp"
+#include "cutlass/epilogue/fusion/operations.hpp"
+#include "cutlass/gemm/collective/collective_builder.hpp"
+#include "cutlass/gemm/device/gemm_universal_adapter.h"
+#include "cutlass/gemm/dispatch_policy.hpp"
+#include "cutlass/gemm/kernel/gemm_universal.hpp"
+#include "cutlass/gemm/kernel/tile_scheduler.hpp"
+#include "cutlass/util/packed_stride.hpp"
+#include "oasr_gemm/common.cuh"
+
+namespace oasr_gemm {
+namespace sm90 {
+
+template <class T, int TM, int TN, int TK, int CM, int CN, int Stages, class MainloopSchedule,
+          class EpilogueSchedule, class TileScheduler, bool Swap>
+struct Kernel {
+  using TileShape = cute::Shape<cute::Int<TM>, cute::Int<TN>, cute::Int<TK>>;
+  using ClusterShape = cute::Shape<cute::Int<CM>, cute::Int<CN>, cute::_1>;
+  using LayoutA = cutlass::layout::RowMajor;
+  using LayoutB = cutlass::layout::ColumnMajor;
+  using LayoutD =
+      std::conditional_t<Swap, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
+  static constexpr int kAlign = 8;
+
+  using Fusion = std::conditional_t<
+      Swap,
+      cutlass::epilogue::fusion::LinCombPerRowBiasEltAct<RuntimeAct, T, float, T, T, float>,
+      cutlass::epilogue::fusion::LinCombPerColBiasEltAct<RuntimeAct, T, float, T, T, float>>;
+
+  using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
+      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlign, T,
+      LayoutD, kAlign, EpilogueSchedule, Fusion>::CollectiveOp;
+
+  using StageCount = std::conditional_t<
+      Stages == 0,
+      cutlass::gemm::collective::StageCountAutoCarveout<
+          static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
+      cutlass::gemm::collective::StageCount<(Stages > 0 ? Stages : 2)>>;
+
+  using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
+      cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, T, LayoutA, kAlign, T, LayoutB,
+      kAlign, float, TileShape, ClusterShape, StageCount, MainloopSchedule>::CollectiveOp;
+
+  using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>,
+                                                          CollectiveMainloop, CollectiveEpilogue,
+                                                          TileScheduler>;
+  using Adapter = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
+  using Arguments = typename GemmKernel::Arguments;
+  using Params = typename GemmKernel::Params;
+  static constexpr bool kStreamK = std::is_same_v<TileScheduler, cutlass::gemm::StreamKScheduler>;
+
+  struct Prepared {
+    Arguments args;
+    Params params;
+  };
+
+  static Arguments make_args(const void* a, const void* w, const void* bias, void* d, int m, int n,
+                             int k, int act, int split, int dev) {
+    int pm = Swap ? n : m;
+    int pn = Swap ? m : n;
+    auto const* op_a = static_cast<T const*>(Swap ? w : a);
+    auto const* op_b = static_cast<T const*>(Swap ? a : w);
+    auto stride_a = cutlass::make_cute_packed_stride(typename GemmKernel::StrideA{},
+                                                     cute::make_shape(pm, k, 1));
+    auto stride_b = cutlass::make_cute_packed_stride(typename GemmKernel::StrideB{},
+                                                     cute::make_shape(pn, k, 1));
+    auto stride_c = cutlass::make_cute_packed_stride(typename GemmKernel::StrideC{},
+                                                     cute::make_shape(pm, pn, 1));
+    auto stride_d = cutlass::make_cute_packed_stride(typename GemmKernel::StrideD{},
+                                                     cute::make_shape(pm, pn, 1));
+    cutlass::KernelHardwareInfo hw;
+    hw.device_id = dev;
+    hw.sm_count = sm_count(dev);
+    Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
+                   {pm, pn, k, 1},
+                   {op_a, stride_a, op_b, stride_b},
+                   {{}, nullptr, stride_c, static_cast<T*>(d), stride_d},
+                   hw};
+    auto& fusion = args.epilogue.thread;
+    fusion.alpha = 1.f;
+    fusion.beta = 0.f;
+    fusion.bias_ptr = static_cast<T const*>(bias);
+    fusion.activation.kind = act;
+    if constexpr (kStreamK) {
+      args.scheduler.splits = split;
+    }
+    return args;
+  }
+
+  static int64_t workspace(int64_t m, int64_t n, int64_t k, int32_t split, int64_t* sem_bytes) {
+    if (sem_bytes != nullptr) {
+      *sem_bytes = 0;
+    }
+    int dev = current_device();
+    if (dev < 0 || !shape_ok(m, n, k)) {
+      return -1;
+    }
+    Arguments args = make_args(nullptr, nullptr, nullptr, nullptr, int(m), int(n), int(k), 0,
+                               split, dev);
+    return int64_t(GemmKernel::get_workspace_size(args));
+  }
+
+  static int32_t run(const void* a, const void* w, const void* bias, void* d, int64_t m,
+                     int64_t n, int64_t k, int32_t act, int32_t split, void* ws, int64_t ws_bytes,
+                     void* sem, int64_t sem_bytes, cudaStream_t stream) {
+    static PreparedCache<Prepared> cache;
+    if (!shape_ok(m, n, k)) {
+      return kErrShape;
+    }
+    if (split != 1 && !kStreamK) {
+      return kErrSplit;
+    }
+    int dev = current_device();
+    if (dev < 0) {
+      return kErrDevice;
+    }
+    CallKey key{a, w, bias, d, ws, sem, m, n, k, act, split, dev};
+    Prepared prep;
+    if (!cache.find(key, prep)) {
+      prep.args = make_args(a, w, bias, d, int(m), int(n), int(k), act, split, dev);
+      if (!GemmKernel::can_implement(prep.args)) {
+        return kErrShape;
+      }
+      if (int64_t(GemmKernel::get_workspace_size(prep.args)) > ws_bytes) {
+        return kErrWorkspace;
+      }
+      if (!ensure_smem_attribute<GemmKernel>(
+              reinterpret_cast<const void*>(cutlass::device_kernel<GemmKernel>),
+              GemmKernel::SharedStorageSize, dev)) {
+        return kErrInit;
+      }
+      prep.params = GemmKernel::to_underlying_arguments(prep.args, ws);
+      cache.put(key, prep);
+    }
+    if constexpr (kStreamK) {
+      // Stream-K's barrier flags count arrivals and are not reset by the kernel: zero them.
+      if (GemmKernel::initialize_workspace(prep.args, ws, stream) != cutlass::Status::kSuccess) {
+        return kErrInit;
+      }
+    }
+    if (Adapter::run(prep.params, stream) != cutlass::Status::kSuccess) {
+      cudaGetLastError();
+      return kErrLaunch;
+    }
+    return kOk;
+  }
+};
+
+}  // namespace sm90
+}  // namespace oasr_gemm

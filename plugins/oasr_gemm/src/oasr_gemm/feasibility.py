@@ -1,0 +1,186 @@
+"""Feasibility predicates of the gemm lanes: static (does it build and compute the right thing)
+and per problem (can it run this shape).
+
+The static rules encode failures that were seen, not guessed:
+
+- the CUTLASS 2.x tensor-op epilogue thread map (``DefaultThreadMapTensorOp`` ->
+  ``OutputTileOptimalThreadMap``) must cover a warp's 32 lanes exactly; with ``block_n = 16`` it
+  does not, and such tiles compile, run, and return values 100-170x off (digest 3.1 and 6.2.1:
+  a 128x16 tile reached production and produced empty transcripts);
+- shared memory per CTA within the arch's opt-in limit (227 KiB on sm90, 163 KiB on sm80,
+  99 KiB on sm86/sm89);
+- Hopper tile N a multiple of 16: the TMA epilogue's automatic tile is gcd(32, N) columns and
+  an 8-column one fails CUTLASS's "Stride Divisibility Condition" (128x72 did, in the compile
+  survey of every config);
+- Hopper accumulators per consumer thread low enough not to spill (a 128x256 tile held by one
+  warpgroup needs 256 registers for accumulators alone);
+- split-K no larger than the K tiles it splits; 16-byte alignment (N and K multiples of 8).
+"""
+
+from __future__ import annotations
+
+from oasr_core.types import Config, Problem
+
+from oasr_gemm.config_space import LANE_SM80, LANE_SM90
+
+SMEM_LIMIT = {"sm80": 166912, "sm86": 101376, "sm87": 166912, "sm89": 101376, "sm90": 232448}
+"""Opt-in shared memory per block in bytes (``cudaDevAttrMaxSharedMemoryPerBlockOptin``)."""
+SM80_ARCHES = ("sm80", "sm86", "sm89", "sm90")
+SM80_DEFAULT_ON = ("sm80", "sm86", "sm89")
+SM90_ARCHES = ("sm90",)
+ALIGN = 8
+"""Elements per 16-byte access for fp16/bf16: N and K must be multiples of it."""
+MAX_PARALLEL_WORKSPACE = 256 << 20
+"""Largest fp32 partials buffer a parallel split-K config may ask for (bytes)."""
+_SM90_EPILOGUE_SMEM = 8192
+
+
+def epilogue_covers_warp(block_n: int, warps_m: int, warps_n: int, partitions_k: int,
+                         warp_m: int, elements_per_access: int, element_bits: int) -> bool:
+    """Whether CUTLASS 2.x's ``OutputTileOptimalThreadMap`` maps a warp onto whole rows.
+
+    A transcription of ``DefaultThreadMapTensorOp`` (Shape = (N, 8 rows, warps_m groups),
+    Count = warp_m / 8) and ``RowArrangement``: the access width times the access rows must be
+    the 32 lanes of a warp, and every iteration count must be at least one (else the kernel
+    compiles with ``static_assert`` failures or, worse, silently drops columns).
+    """
+    rows = 8
+    warp_count = warps_m * warps_n * partitions_k
+    if warp_m % rows or block_n % elements_per_access:
+        return False
+    remaining_for_rows = warp_count // warps_m if warps_m <= warp_count else 1
+    shape_width = block_n // elements_per_access
+    if rows <= remaining_for_rows:
+        return shape_width // 32 >= 1 and shape_width % 32 == 0
+    shape_row = rows // remaining_for_rows
+    target_width = 256 // (elements_per_access * element_bits // 8)
+    target_rows = 32 // target_width
+    if target_rows > shape_row:
+        width, access_rows = 32 // shape_row, shape_row
+    else:
+        width = min(shape_width, 32, target_width)
+        access_rows = min(rows, 32 // width)
+    return (width * access_rows == 32 and shape_row // access_rows >= 1
+            and shape_width // width >= 1 and width * elements_per_access <= block_n)
+
+
+def sm80_smem(config: Config) -> int:
+    """Shared memory of a 2.x config's main loop: stages x (A tile + B tile) in 16-bit."""
+    bm, bn, bk = config.params["tile"]
+    return config.params["stages"] * (bm + bn) * bk * 2
+
+
+def sm90_smem(config: Config) -> int:
+    """Lower bound of a 3.x config's shared memory (its fixed stage count, or two stages)."""
+    tm, tn, tk = config.params["tile"]
+    stages = config.params["stages"] or 2
+    return stages * (tm + tn) * tk * 2 + _SM90_EPILOGUE_SMEM
+
+
+def _sm80_static(config: Config) -> bool:
+    p = config.params
+    (bm, bn, bk), (wm, wn, wk) = p["tile"], p["warp"]
+    if bm % wm or bn % wn or bk % wk or wm % 16 or wn % 8 or wk % 16:
+        return False
+    warps_m, warps_n, parts_k = bm // wm, bn // wn, bk // wk
+    if not 1 <= warps_m * warps_n * parts_k <= 8:
+        return False
+    if not epilogue_covers_warp(bn, warps_m, warps_n, parts_k, wm, 8, 16):
+        return False
+    if p["parallel_split_k"]:
+        if p["split_k"] < 2 or p["stream_k"]:
+            return False
+        if not epilogue_covers_warp(bn, warps_m, warps_n, parts_k, wm, 4, 32):
+            return False
+    if p["stream_k"] and p["split_k"] != 1:
+        return False
+    if p["split_k"] > 1 and not p["parallel_split_k"] and (bm > 128 or bn > 256):
+        return False
+    if p["stages"] < 2:
+        return False
+    return sm80_smem(config) <= SMEM_LIMIT["sm90"]
+
+
+def _sm90_static(config: Config) -> bool:
+    p = config.params
+    tm, tn, tk = p["tile"]
+    cm, cn = p["cluster"]
+    schedule = p["schedule"]
+    if tm not in (64, 128, 256) or tn % 16 or not 16 <= tn <= 256 or tk not in (64, 128):
+        return False
+    if cm * cn > 2 or cm < 1 or cn < 1:
+        return False
+    if schedule == "cooperative":
+        if tm % 128:
+            return False
+        accum_per_thread = tm * tn // 256
+    else:
+        if tm > 128:
+            return False
+        accum_per_thread = tm * tn // 128
+    if accum_per_thread > (160 if schedule == "ws" else 192):
+        return False
+    if p["stream_k"] and schedule != "cooperative":
+        return False
+    if p["swap_ab"] and schedule == "cooperative":
+        return False
+    if p["stages"] and p["stages"] < 2:
+        return False
+    return sm90_smem(config) <= SMEM_LIMIT["sm90"]
+
+
+def is_feasible(config: Config) -> bool:
+    """Static predicate: the config builds and computes the right thing on some arch of its lane."""
+    if config.lane == LANE_SM80:
+        return _sm80_static(config)
+    if config.lane == LANE_SM90:
+        return _sm90_static(config)
+    return False
+
+
+def fits_arch(config: Config, arch: str) -> bool:
+    """Whether ``config`` runs on arch family ``arch`` (``sm90``): lane arches and shared memory."""
+    if config.lane == LANE_SM90:
+        return arch in SM90_ARCHES
+    if config.lane == LANE_SM80:
+        return arch in SM80_ARCHES and sm80_smem(config) <= SMEM_LIMIT.get(arch, 0)
+    return False
+
+
+def aligned(n: int, k: int) -> bool:
+    """16-byte alignment of rows: N and K multiples of 8 elements."""
+    return n % ALIGN == 0 and k % ALIGN == 0 and n > 0 and k > 0
+
+
+def supports(config: Config, problem: Problem) -> bool:
+    """Per-problem predicate: ``config`` can run ``problem`` (alignment, split vs K tiles)."""
+    n, k, m = problem.dim("N"), problem.dim("K"), problem.m
+    if not aligned(n, k) or m < 1:
+        return False
+    p = config.params
+    split = p.get("split_k", 1)
+    if split > 1:
+        k_tiles = -(-k // p["tile"][2])
+        if split > k_tiles:
+            return False
+        if p.get("parallel_split_k") and split * m * n * 4 > MAX_PARALLEL_WORKSPACE:
+            return False
+    return True
+
+
+def cost_features(config: Config) -> dict[str, object]:
+    """Cost-model features of a config: tile, warps or cluster, schedule, stages, split, smem."""
+    p = config.params
+    features: dict[str, object] = {
+        "tile": list(p["tile"]), "stages": p["stages"], "split_k": p.get("split_k", 1),
+        "stream_k": p.get("stream_k", False),
+    }
+    if config.lane == LANE_SM80:
+        bm, bn, bk = p["tile"]
+        wm, wn, wk = p["warp"]
+        features.update(warps=(bm // wm) * (bn // wn) * (bk // wk), smem=sm80_smem(config),
+                        parallel_split_k=p["parallel_split_k"], schedule="mma_sync")
+    else:
+        features.update(cluster=list(p["cluster"]), schedule=p["schedule"],
+                        swap_ab=p["swap_ab"], smem=sm90_smem(config))
+    return features

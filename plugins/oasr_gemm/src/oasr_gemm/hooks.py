@@ -1,0 +1,43 @@
+"""Entry point of the gemm plugin (``[project.entry-points.oasr] gemm = "oasr_gemm.hooks"``).
+
+Only imports and returns records; the work lives in the sibling modules.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from oasr_core import hookimpl
+
+
+@hookimpl
+def oasr_register_families():
+    from oasr_core.types import Family, Sentinel
+
+    from oasr_gemm import bench, jit, numerics, recorder
+
+    return [Family(
+        name="gemm", ops=("gemm", "gemm_activation"), dims=("N", "K"), dtypes=("fp16", "bf16"),
+        dtype_classes={"half": ("fp16", "bf16")}, sentinels={Sentinel.DEFAULT, Sentinel.TORCH},
+        fallback=Sentinel.DEFAULT, numerics_gate=numerics.numerics_gate,
+        soft_validators=jit.soft_validators, recorder_patches=recorder.recorder_patches,
+        make_bench=bench.make_bench, description="fp16/bf16 A W^T (+bias, +act)")]
+
+
+@hookimpl
+def oasr_register_lanes():
+    from oasr_core.types import Lane
+
+    from oasr_gemm import config_space as cs
+    from oasr_gemm import feasibility as fe
+    from oasr_gemm import jit, launch
+
+    common = dict(family="gemm", is_feasible=fe.is_feasible, supports=fe.supports,
+                  is_available=launch.is_available, jit_module=jit.GemmKernelModule,
+                  cost_features=fe.cost_features)
+    return [Lane(name=cs.LANE_SM80, arch_families=fe.SM80_ARCHES, default_on=fe.SM80_DEFAULT_ON,
+                 config_space=cs.space(cs.LANE_SM80), default_config=cs.SM80_DEFAULT,
+                 jit_specs=functools.partial(jit.lane_specs, cs.LANE_SM80), **common),
+            Lane(name=cs.LANE_SM90, arch_families=fe.SM90_ARCHES, default_on=fe.SM90_ARCHES,
+                 config_space=cs.space(cs.LANE_SM90), default_config=cs.SM90_DEFAULT,
+                 jit_specs=functools.partial(jit.lane_specs, cs.LANE_SM90), **common)]

@@ -1,0 +1,171 @@
+"""JIT specs of the gemm lanes: one translation unit per compiled config, one library per lane.
+
+A lane's **production module** links its production set: the configs the loaded tuning tiers
+reference for this arch and lane (``oasr_core.runtime.get_runtime().referenced_configs``), the
+lane's default and its coverage basis (:data:`oasr_gemm.config_space.BASIS`), filtered to what
+fits the arch. ``OASR_GEMM_COMPILE_SET=all`` links the lane's whole space instead. Objects are
+cached per unit by the core JIT (:mod:`oasr_core.jit`), so a production module that gains a
+config compiles one unit and relinks.
+
+Nothing here runs at import; building happens in :func:`oasr_core.jit.build`/``prebuild``/
+``load`` calls made by :mod:`oasr_gemm.launch`, the benchmark and ``oasr tune prebuild``.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterable, Sequence
+
+from oasr_core.errors import ConfigurationError
+from oasr_core.types import Config
+
+from oasr_gemm import codegen
+from oasr_gemm.config_space import BASIS, DEFAULTS, LANE_SM80, LANE_SM90, space, units
+from oasr_gemm.feasibility import fits_arch
+
+MODULE_PREFIX = {LANE_SM80: "gemm_sm80_mma", LANE_SM90: "gemm_sm90_wgmma"}
+COMPILE_SET_ENV = "OASR_GEMM_COMPILE_SET"
+ALL_DTYPES = ("fp16", "bf16")
+EXTRA_FLAGS = ("-Xcompiler", "-fvisibility-inlines-hidden")
+"""Hide inline functions too: libstdc++'s ``std::ctype<char>::do_widen`` (pulled in by
+CUTLASS's host code) is otherwise exported as a weak symbol, and a module must export only its
+launchers."""
+
+
+def compile_set() -> str:
+    """``tuned`` (default: production set) or ``all`` (whole space), from the environment."""
+    value = os.environ.get(COMPILE_SET_ENV, "tuned").strip().lower() or "tuned"
+    if value not in ("tuned", "all"):
+        raise ConfigurationError(
+            f"{COMPILE_SET_ENV}={value!r}: expected 'tuned' (production set) or 'all'")
+    return value
+
+
+def jit_arch(arch_family: str) -> str:
+    """The nvcc target of an arch family: ``sm90`` -> ``90a`` (wgmma needs the ``a`` target)."""
+    number = arch_family.removeprefix("sm")
+    if not number.isdigit():
+        raise ValueError(f"{arch_family!r} is not an arch family like 'sm90'")
+    return number + ("a" if int(number) >= 90 else "")
+
+
+def lane_configs(lane: str, arch: str) -> tuple[Config, ...]:
+    """The configs of ``lane`` that run on arch family ``arch``."""
+    return tuple(c for c in space(lane) if fits_arch(c, arch))
+
+
+def production_ids(lane: str, arch: str, referenced: Iterable[str] = ()) -> tuple[str, ...]:
+    """The production set of ``lane`` on ``arch``: referenced ids, the default and the basis.
+
+    Ids that are not in the lane's space or do not fit the arch are dropped (a stale tuning
+    file cannot break the module); the default comes first.
+    """
+    fitting = {c.id for c in lane_configs(lane, arch)}
+    wanted = [DEFAULTS[lane], *BASIS[lane], *sorted(referenced)]
+    return tuple(i for i in dict.fromkeys(wanted) if i in fitting)
+
+
+def runtime_referenced(lane: str, arch: str) -> frozenset[str]:
+    """What this process's tuning tiers reference on ``lane`` (empty when nothing is loaded)."""
+    from oasr_core.runtime import get_runtime
+
+    return get_runtime().referenced_configs("gemm", arch, lane)
+
+
+def unit(config: Config, dtypes: Sequence[str] = ALL_DTYPES):
+    """The translation unit compiling ``config``'s unit for ``dtypes``."""
+    from oasr_core.jit import TranslationUnit
+
+    return TranslationUnit(name=config.params["unit"], source=codegen.unit_source(config, dtypes),
+                           exports=(codegen.symbol(config), codegen.workspace_symbol(config)))
+
+
+def module_spec(lane: str, arch: str, configs: Iterable[Config], *, name: str | None = None,
+                dtypes: Sequence[str] = ALL_DTYPES):
+    """A :class:`oasr_core.jit.JitSpec` linking the units behind ``configs`` for ``arch``."""
+    from oasr_core.jit import JitSpec
+
+    configs = tuple(configs)
+    by_unit = {c.params["unit"]: c for c in configs}
+    suffix = "" if tuple(dtypes) == ALL_DTYPES else "_" + "_".join(dtypes)
+    return JitSpec(
+        name=name or f"{MODULE_PREFIX[lane]}{suffix}", arch=jit_arch(arch),
+        units=tuple(unit(by_unit[u], dtypes) for u in units(configs)),
+        include_dirs=(str(codegen.csrc_dir()),), extra_flags=EXTRA_FLAGS,
+    )
+
+
+def production_spec(lane: str, arch: str, referenced: Iterable[str] | None = None):
+    """The lane's production module on ``arch`` (the whole space under ``COMPILE_SET=all``).
+
+    ``referenced`` defaults to what the runtime's tuning tiers reference.
+    """
+    if compile_set() == "all":
+        return module_spec(lane, arch, lane_configs(lane, arch))
+    if referenced is None:
+        referenced = runtime_referenced(lane, arch)
+    by_id = {c.id: c for c in lane_configs(lane, arch)}
+    return module_spec(lane, arch, [by_id[i] for i in production_ids(lane, arch, referenced)])
+
+
+def full_spec(lane: str, arch: str, dtypes: Sequence[str] = ALL_DTYPES):
+    """Every config of ``lane`` that fits ``arch``, in one module (tuning, benchmarks, tests)."""
+    return module_spec(lane, arch, lane_configs(lane, arch), name=None, dtypes=dtypes)
+
+
+def lane_specs(lane: str, arch: str, scope: str) -> list:
+    """``Lane.jit_specs``: the modules ``lane`` loads on arch family ``arch``.
+
+    ``scope="production"`` is the production module (:func:`production_spec`), ``"all"`` the
+    whole space (:func:`full_spec`); an arch the lane has no config for gets none.
+    """
+    if scope not in ("production", "all"):
+        raise ValueError(f"scope {scope!r} is not 'production' or 'all'")
+    if not lane_configs(lane, arch):
+        return []
+    return [full_spec(lane, arch) if scope == "all" else production_spec(lane, arch)]
+
+
+class GemmKernelModule:
+    """The JIT module of one gemm config (``Lane.jit_module``; the core instantiates it).
+
+    ``GemmKernelModule(config)`` knows the config's translation unit and a one-unit spec for
+    building or loading it alone (e.g. to try a candidate); the lane-wide production module is
+    :func:`production_spec`. Constructing it compiles nothing.
+    """
+
+    def __init__(self, config: Config, arch: str | None = None) -> None:
+        if config.lane not in MODULE_PREFIX:
+            raise ValueError(f"config {config.id!r} belongs to lane {config.lane!r}")
+        self.config = config
+        self.arch = arch or ("sm90" if config.lane == LANE_SM90 else "sm80")
+
+    def translation_unit(self, dtypes: Sequence[str] = ALL_DTYPES):
+        """The unit compiling this config."""
+        return unit(self.config, dtypes)
+
+    def spec(self, dtypes: Sequence[str] = ALL_DTYPES):
+        """A module holding this config's unit alone."""
+        name = f"{MODULE_PREFIX[self.config.lane]}_{self.config.params['unit']}"
+        return module_spec(self.config.lane, self.arch, [self.config], name=name, dtypes=dtypes)
+
+    @property
+    def exports(self) -> tuple[str, str]:
+        """The launcher and workspace-query symbols."""
+        return codegen.symbol(self.config), codegen.workspace_symbol(self.config)
+
+
+def soft_validators() -> dict[str, str | None]:
+    """The family's soft stamps: the generator/headers hash and the CUTLASS version.
+
+    A stamp that cannot be known here (no CUTLASS wheel) is None, which never marks an entry
+    stale.
+    """
+    from oasr_core.errors import ToolchainError
+    from oasr_core.jit import cutlass_version
+
+    try:
+        cutlass = cutlass_version()
+    except ToolchainError:
+        cutlass = None
+    return {"impl_hash": codegen.impl_hash(), "cutlass": cutlass}

@@ -1,0 +1,132 @@
+"""The gemm family's numerics gate, operands and fp32 reference (pure torch, CPU-testable).
+
+A candidate kernel can launch cleanly and still be wrong (a 128x16 tile once returned values
+100-170x off and reached production), so every candidate is checked before it is timed: its
+relative error against an fp32 reference may be at most :data:`FACTOR` times torch's own error
+on the same inputs, and it may hold no NaN or Inf. Relative error is the Frobenius norm of the
+difference over the norm of the reference, computed in fp64 so the measure adds no error.
+Torch's error at these sizes is half-precision rounding of the output; a floor of one unit
+roundoff of the dtype keeps the bound meaningful should torch's error ever come out near 0.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+FACTOR = 4.0
+"""A candidate passes within this multiple of torch's relative error."""
+UNIT_ROUNDOFF = {"fp16": 2.0 ** -11, "bf16": 2.0 ** -8}
+ACTIVATIONS = ("relu", "gelu", "silu")
+
+
+@attrs.frozen
+class GateResult:
+    """The verdict on one candidate output; truthy when it passes."""
+
+    passed: bool
+    error: float
+    """The candidate's relative error against the reference."""
+    torch_error: float
+    """torch's relative error against the same reference."""
+    bound: float
+    """The largest error that passes."""
+    reason: str = ""
+    """Why it failed (empty when it passed)."""
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+
+def relative_error(output: Any, reference: Any) -> float:
+    """``||output - reference|| / ||reference||`` in fp64 on the reference's device.
+
+    inf when the shapes differ.
+    """
+    if tuple(output.shape) != tuple(reference.shape):
+        return float("inf")
+    ref64 = reference.detach().to(dtype=_float64())
+    out64 = output.detach().to(device=ref64.device, dtype=_float64())
+    denom = float(ref64.norm())
+    diff = float((out64 - ref64).norm())
+    if denom == 0.0:
+        return 0.0 if diff == 0.0 else float("inf")
+    return diff / denom
+
+
+def _float64() -> Any:
+    import torch
+
+    return torch.float64
+
+
+def numerics_gate(candidate: Any, torch_output: Any, reference: Any, *, dtype: str | None = None,
+                  factor: float = FACTOR) -> GateResult:
+    """Judge ``candidate`` against the fp32 ``reference``, relative to ``torch_output``'s error.
+
+    ``dtype`` (``fp16``/``bf16``, default: the candidate's) sets the floor of the bound.
+    """
+    import torch
+
+    if dtype is None:
+        dtype = {torch.float16: "fp16", torch.bfloat16: "bf16"}.get(candidate.dtype, "fp16")
+    torch_err = relative_error(torch_output, reference)
+    bound = max(factor * torch_err, UNIT_ROUNDOFF.get(dtype, 2.0 ** -11))
+    if tuple(candidate.shape) != tuple(reference.shape):
+        return GateResult(False, float("inf"), torch_err, bound,
+                          f"shape {tuple(candidate.shape)} != {tuple(reference.shape)}")
+    finite = bool(torch.isfinite(candidate.detach().float()).all())
+    if not finite:
+        return GateResult(False, float("inf"), torch_err, bound, "NaN or Inf in the output")
+    err = relative_error(candidate, reference)
+    if err > bound:
+        return GateResult(False, err, torch_err, bound,
+                          f"relative error {err:.3g} > {factor:g} x torch's {torch_err:.3g}")
+    return GateResult(True, err, torch_err, bound)
+
+
+def apply_activation(x: Any, activation: str | None) -> Any:
+    """``x`` through the named activation, torch's definitions (GELU: exact erf form)."""
+    import torch.nn.functional as F
+
+    if activation in (None, "none"):
+        return x
+    if activation == "relu":
+        return F.relu(x)
+    if activation == "gelu":
+        return F.gelu(x)
+    if activation == "silu":
+        return F.silu(x)
+    raise ValueError(f"activation {activation!r} is not one of {ACTIVATIONS}")
+
+
+def reference(a: Any, w: Any, bias: Any = None, activation: str | None = None) -> Any:
+    """The fp32 result ``act(a @ w.T + bias)`` computed from the same half-precision operands."""
+    import torch.nn.functional as F
+
+    b32 = bias.float() if bias is not None else None
+    return apply_activation(F.linear(a.float(), w.float(), b32), activation)
+
+
+def torch_output(a: Any, w: Any, bias: Any = None, activation: str | None = None) -> Any:
+    """What the torch path computes (cuBLAS through ``F.linear``), in the operands' dtype."""
+    import torch.nn.functional as F
+
+    return apply_activation(F.linear(a, w, bias), activation)
+
+
+def make_operands(m: int, n: int, k: int, dtype: str = "fp16", *, bias: bool = True,
+                  device: Any = "cpu", seed: int = 0) -> tuple[Any, Any, Any]:
+    """Random ``(a [m, k], w [n, k], bias [n] | None)``, scaled so outputs stay O(1).
+
+    Never zeros or constants: a kernel that skips work must show up as an error.
+    """
+    import torch
+
+    tdtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    a = torch.randn(m, k, generator=gen).to(device=device, dtype=tdtype)
+    w = (torch.randn(n, k, generator=gen) / k ** 0.5).to(device=device, dtype=tdtype)
+    b = torch.randn(n, generator=gen).to(device=device, dtype=tdtype) if bias else None
+    return a, w, b

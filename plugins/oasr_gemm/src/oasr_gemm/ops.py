@@ -1,0 +1,255 @@
+"""The gemm family's ops: ``gemm`` and ``gemm_activation``, eager and as torch custom ops.
+
+``gemm(a, w, bias=None, out=None)`` is ``torch.nn.functional.linear``: ``a`` is ``[..., K]``
+(leading dims flattened into M), ``w`` is ``[N, K]``. ``gemm_activation`` adds a ReLU, GELU
+(erf) or SiLU in the kernel's epilogue. A call shape resolves once per tuning epoch through
+``oasr_core.select("gemm", op, dtype, (N, K), M)``; the answer (a prepared launcher, or the
+torch path) is memoised here per (op, activation, dtype, N, K, M, device), so a repeated call
+is one dict lookup, a few tensor checks, one ctypes call and the launch.
+
+Inputs the kernels do not take (CPU tensors, fp32, N or K not a multiple of 8, non-contiguous
+or misaligned tensors, autograd) take the torch path and are counted (:func:`stats`). A module
+that cannot be built or loaded, or a launcher that refuses, is warned about once and the torch
+path serves: slower, never wrong.
+
+``torch.ops.oasr.gemm`` / ``torch.ops.oasr.gemm_activation`` are the same ops registered with
+``torch.library`` (with fake implementations), so they trace under ``torch.compile`` and run in
+CUDA graphs; the Python functions route to them while compiling.
+"""
+
+from __future__ import annotations
+
+import threading
+import warnings
+from collections import Counter
+from typing import Any
+
+import torch
+import torch.nn.functional as F
+from oasr_core.errors import OasrError
+
+from oasr_gemm import launch
+from oasr_gemm.launch import reserve_workspace
+from oasr_gemm.numerics import ACTIVATIONS, apply_activation
+
+__all__ = ["gemm", "gemm_activation", "reserve_workspace", "stats", "reset_stats", "clear_memo"]
+
+_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+_TORCH = "torch"
+_MEMO: dict[tuple, Any] = {}
+_STATS: Counter = Counter()
+_ARCH: dict[int, str] = {}
+_WARNED: set[str] = set()
+_BIND_LOCK = threading.Lock()
+_BOUND_RUNTIME: list[Any] = [None]
+
+
+def gemm(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
+         out: torch.Tensor | None = None) -> torch.Tensor:
+    """``a @ w.T (+ bias)``, like ``F.linear``; written into ``out`` when given."""
+    if torch.compiler.is_compiling():
+        return _via_custom_op(torch.ops.oasr.gemm(a, w, bias), out)
+    return _run("gemm", None, a, w, bias, out)
+
+
+def gemm_activation(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
+                    activation: str = "relu", out: torch.Tensor | None = None) -> torch.Tensor:
+    """``act(a @ w.T + bias)`` with ``activation`` in relu, gelu (erf), silu, fused."""
+    if activation not in ACTIVATIONS:
+        raise ValueError(f"activation {activation!r} is not one of {ACTIVATIONS}")
+    if torch.compiler.is_compiling():
+        return _via_custom_op(torch.ops.oasr.gemm_activation(a, w, bias, activation), out)
+    return _run("gemm_activation", activation, a, w, bias, out)
+
+
+def stats() -> dict[str, int]:
+    """Calls served by the torch path, by reason (``torch:cpu``, ``torch:selected``, ...)."""
+    return dict(_STATS)
+
+
+def reset_stats() -> None:
+    """Zero the counters of :func:`stats`."""
+    _STATS.clear()
+
+
+def clear_memo(_epoch: int | None = None) -> None:
+    """Forget every memoised shape (called on ``oasr_core.reload``)."""
+    _MEMO.clear()
+
+
+def _via_custom_op(result: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    if out is None:
+        return result
+    out.copy_(result)
+    return out
+
+
+def _unsupported(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, n: int,
+                 k: int) -> str | None:
+    """Why the kernels cannot take these operands (None: they can); shapes already match."""
+    if not (a.is_cuda and w.is_cuda):
+        return "cpu"
+    dtype = a.dtype
+    if dtype not in _DTYPES or w.dtype != dtype:
+        return "dtype"
+    if n % 8 or k % 8:
+        return "unaligned"
+    if not (a.is_contiguous() and w.is_contiguous()):
+        return "noncontiguous"
+    dev = a.get_device()
+    if w.get_device() != dev:
+        return "device"
+    if bias is not None and (bias.dtype != dtype or bias.shape != (n,)
+                             or bias.get_device() != dev or not bias.is_contiguous()):
+        return "bias"
+    if torch.is_grad_enabled() and (a.requires_grad or w.requires_grad
+                                    or (bias is not None and bias.requires_grad)):
+        return "autograd"
+    return None
+
+
+def _torch_path(reason: str, activation: str | None, a: torch.Tensor, w: torch.Tensor,
+                bias: torch.Tensor | None, out: torch.Tensor | None) -> torch.Tensor:
+    _STATS["torch:" + reason] += 1
+    result = apply_activation(F.linear(a, w, bias), activation)
+    if out is None:
+        return result
+    out.copy_(result)
+    return out
+
+
+def _check_out(out: torch.Tensor, a: torch.Tensor, n: int) -> None:
+    shape = (*a.shape[:-1], n)
+    if tuple(out.shape) != shape or out.dtype != a.dtype or out.device != a.device:
+        raise ValueError(f"out must be a {a.dtype} tensor of shape {shape} on {a.device}; got "
+                         f"{out.dtype} {tuple(out.shape)} on {out.device}")
+
+
+def _run(op: str, activation: str | None, a: torch.Tensor, w: torch.Tensor,
+         bias: torch.Tensor | None, out: torch.Tensor | None) -> torch.Tensor:
+    ashape, wshape = a.shape, w.shape
+    if len(wshape) != 2 or not ashape or ashape[-1] != wshape[1]:
+        return _torch_path("shape", activation, a, w, bias, out)
+    n, k = wshape
+    if out is not None:
+        _check_out(out, a, n)
+    reason = _unsupported(a, w, bias, n, k)
+    if reason is not None:
+        return _torch_path(reason, activation, a, w, bias, out)
+    m = a.numel() // k
+    if m == 0:
+        return _torch_path("empty", activation, a, w, bias, out)
+    dev = a.get_device()
+    key = (op, activation, a.dtype, n, k, m, dev)
+    plan = _MEMO.get(key)
+    if plan is None:
+        plan = _plan(key)
+    if plan is _TORCH:
+        return _torch_path("selected", activation, a, w, bias, out)
+    if out is None:
+        out = a.new_empty((m, n) if len(ashape) == 2 else (*ashape[:-1], n))
+    elif not out.is_contiguous():
+        return _torch_path("noncontiguous", activation, a, w, bias, out)
+    a_ptr, w_ptr, d_ptr = a.data_ptr(), w.data_ptr(), out.data_ptr()
+    b_ptr = bias.data_ptr() if bias is not None else 0
+    if (a_ptr | w_ptr | d_ptr | b_ptr) & 15:
+        return _torch_path("misaligned", activation, a, w, bias, out)
+    stream = torch._C._cuda_getCurrentRawStream(dev)
+    if torch._C._cuda_getDevice() == dev:
+        status = plan.launch(a_ptr, w_ptr, b_ptr, d_ptr, dev, stream)
+    else:
+        with torch.cuda.device(dev):
+            status = plan.launch(a_ptr, w_ptr, b_ptr, d_ptr, dev, stream)
+    if status:
+        _refused(key, plan, status)
+        return _torch_path("refused", activation, a, w, bias, out)
+    return out
+
+
+def _arch(dev: int) -> str:
+    arch = _ARCH.get(dev)
+    if arch is None:
+        major, minor = torch.cuda.get_device_capability(dev)
+        arch = _ARCH[dev] = f"sm{major}{minor}"
+    return arch
+
+
+def _bind_runtime() -> None:
+    """Clear the memo on every reload of the runtime the selections come from."""
+    from oasr_core.runtime import get_runtime
+
+    rt = get_runtime()
+    if _BOUND_RUNTIME[0] is not rt:
+        with _BIND_LOCK:
+            if _BOUND_RUNTIME[0] is not rt:
+                _MEMO.clear()
+                rt.add_reload_listener(clear_memo)
+                _BOUND_RUNTIME[0] = rt
+
+
+def _plan(key: tuple) -> Any:
+    """Resolve one call shape: select a config, bind its launcher, size its workspace."""
+    import oasr_core
+
+    op, activation, tdtype, n, k, m, dev = key
+    _bind_runtime()
+    dtype = _DTYPES[tdtype]
+    arch = _arch(dev)
+    plan: Any = _TORCH
+    try:
+        sel = oasr_core.select("gemm", op, dtype, (n, k), m, arch)
+    except OasrError as exc:
+        _warn_once(f"select:{op}:{dtype}:{n}:{k}", f"oasr_gemm: selection failed for op={op} "
+                   f"{dtype} N={n} K={k} ({exc}); the torch path serves this signature")
+        _MEMO[key] = plan
+        return plan
+    if sel.config is not None and sel.lane is not None:
+        kernels = launch.library(sel.lane, arch)
+        kernel = kernels.get(sel.config.id) if kernels is not None else None
+        if kernel is None and kernels is not None:
+            _warn_once(f"missing:{sel.lane}:{sel.config.id}",
+                       f"oasr_gemm: config {sel.config.id} ({sel.tier.value} tier) is not in "
+                       f"this process's {sel.lane} module; the torch path serves it")
+        elif kernel is not None:
+            try:
+                plan = kernel.prepare(dtype, m, n, k, activation)
+            except launch.LaunchError as exc:
+                _warn_once(f"prepare:{sel.config.id}", f"oasr_gemm: {exc}; torch serves")
+    _MEMO[key] = plan
+    return plan
+
+
+def _refused(key: tuple, plan: Any, status: int) -> None:
+    _MEMO[key] = _TORCH
+    _warn_once(f"refused:{plan.config.id}:{status}",
+               f"oasr_gemm: {plan.config.lane}/{plan.config.id} refused op={key[0]} "
+               f"N={key[3]} K={key[4]} M={key[5]} ({launch.status_text(status)}); the torch "
+               "path serves this shape")
+
+
+def _warn_once(key: str, message: str) -> None:
+    if key not in _WARNED:
+        _WARNED.add(key)
+        warnings.warn(message, RuntimeWarning, stacklevel=4)
+
+
+@torch.library.custom_op("oasr::gemm", mutates_args=(),
+                         schema="(Tensor a, Tensor w, Tensor? bias) -> Tensor")
+def _gemm_op(a, w, bias):
+    return _run("gemm", None, a, w, bias, None)
+
+
+@_gemm_op.register_fake
+def _gemm_fake(a, w, bias):
+    return a.new_empty((*a.shape[:-1], w.shape[0]))
+
+
+@torch.library.custom_op("oasr::gemm_activation", mutates_args=(),
+                         schema="(Tensor a, Tensor w, Tensor? bias, str activation) -> Tensor")
+def _gemm_activation_op(a, w, bias, activation):
+    return _run("gemm_activation", activation, a, w, bias, None)
+
+
+@_gemm_activation_op.register_fake
+def _gemm_activation_fake(a, w, bias, activation):
+    return a.new_empty((*a.shape[:-1], w.shape[0]))

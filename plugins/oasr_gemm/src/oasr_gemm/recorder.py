@@ -1,0 +1,90 @@
+"""How the census sees GEMM calls: the gemm family's recorder patches.
+
+``recorder_patches()`` is the gemm ``Family.recorder_patches``. It observes the family's own
+ops (``oasr_gemm.gemm``, ``oasr_gemm.gemm_activation``) and the plain torch calls they stand
+for in a model that does not use them yet: ``torch.nn.functional.linear`` and a matmul whose
+second operand is a 2-D weight (``torch.matmul``, ``Tensor.matmul`` i.e. ``x @ w``,
+``torch.mm``, ``torch.addmm``). Each call is recorded as family ``gemm``, op ``gemm`` or
+``gemm_activation``, dims ``(N, K)``, ``M = numel(A) / K``, batch 1. Only floating-point
+operands are the family's (fp16, bf16; an fp32 CPU probe is recorded as the deployment dtype
+by the census); an int8 or fp8 operand belongs to a quantized family and is left to it.
+
+The recorder, not this module, decides how a target is reached (see
+:mod:`oasr_core.census.recorder`); the functions here only read shapes. Importing this module
+imports neither torch nor the ops.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oasr_core.census.recorder import Call, RecorderPatch, dtype_name
+
+FAMILY = "gemm"
+_FLOAT = frozenset({"fp16", "bf16", "fp32"})
+
+
+def gemm_call(op: str, a: Any, n: int, k: int) -> Call | None:
+    """The :class:`Call` of ``a [..., K] x W^T`` for a weight ``[N, K]``; None if not ours."""
+    dtype = dtype_name(a.dtype)
+    if dtype not in _FLOAT or k <= 0 or n <= 0 or a.dim() < 1 or a.shape[-1] != k:
+        return None
+    m = a.numel() // k
+    if m == 0:
+        return None
+    return Call(family=FAMILY, op=op, dtype=dtype, dims=(("N", n), ("K", k)), m=m,
+                elements=m * k + n * k + m * n, flops=2 * m * n * k, weight_elements=n * k)
+
+
+def _linear_call(op: str, a: Any, w: Any) -> Call | None:
+    if w is None or w.dim() != 2:
+        return None
+    return gemm_call(op, a, int(w.shape[0]), int(w.shape[1]))
+
+
+def _matmul_call(a: Any, b: Any) -> Call | None:
+    """``a @ b`` with ``b`` a 2-D ``[K, N]`` weight; batched (3-D+) ``b`` is not a GEMM here."""
+    if not hasattr(b, "dim") or b.dim() != 2 or not hasattr(a, "dim") or a.dim() < 1:
+        return None
+    return gemm_call("gemm", a, int(b.shape[1]), int(b.shape[0]))
+
+
+def record_linear(input: Any, weight: Any, bias: Any = None) -> Call | None:
+    """``torch.nn.functional.linear(input, weight, bias)``."""
+    return _linear_call("gemm", input, weight)
+
+
+def record_matmul(input: Any, other: Any, **_kwargs: Any) -> Call | None:
+    """``torch.matmul(input, other)``, ``torch.mm`` and ``input @ other``."""
+    return _matmul_call(input, other)
+
+
+def record_addmm(input: Any, mat1: Any, mat2: Any, **_kwargs: Any) -> Call | None:
+    """``torch.addmm(bias, mat1, mat2)`` (a linear layer written as addmm)."""
+    return _matmul_call(mat1, mat2)
+
+
+def record_gemm(a: Any, w: Any, bias: Any = None, out: Any = None) -> Call | None:
+    """``oasr_gemm.gemm(a, w, bias, out)``."""
+    return _linear_call("gemm", a, w)
+
+
+def record_gemm_activation(a: Any, w: Any, bias: Any = None, activation: str = "relu",
+                           out: Any = None) -> Call | None:
+    """``oasr_gemm.gemm_activation(a, w, bias, activation, out)``."""
+    return _linear_call("gemm_activation", a, w)
+
+
+def recorder_patches() -> list[RecorderPatch]:
+    """The gemm family's patches (``Family.recorder_patches``)."""
+    table = (
+        ("oasr_gemm.ops:gemm", record_gemm, "the family op"),
+        ("oasr_gemm.ops:gemm_activation", record_gemm_activation, "the fused-epilogue op"),
+        ("torch.nn.functional:linear", record_linear, "nn.Linear and F.linear"),
+        ("torch:matmul", record_matmul, "torch.matmul on a 2-D weight"),
+        ("torch:Tensor.matmul", record_matmul, "x @ w and x.matmul(w) on a 2-D weight"),
+        ("torch:mm", record_matmul, "torch.mm"),
+        ("torch:addmm", record_addmm, "torch.addmm (bias + x @ w)"),
+    )
+    return [RecorderPatch(family=FAMILY, target=target, record=fn, description=text)
+            for target, fn, text in table]

@@ -1,0 +1,57 @@
+"""The gemm plugin against the core's family contract suite, plus its own record checks."""
+
+from __future__ import annotations
+
+from importlib import metadata
+
+from oasr_core.testing import FamilyContract
+from oasr_core.types import Sentinel
+
+import oasr_gemm.hooks
+from oasr_gemm import config_space as cs
+
+
+class TestGemmContract(FamilyContract):
+    plugin = oasr_gemm.hooks
+    modules = ("oasr_gemm", "oasr_gemm.config_space", "oasr_gemm.feasibility",
+               "oasr_gemm.codegen", "oasr_gemm.jit", "oasr_gemm.launch", "oasr_gemm.numerics")
+
+
+def test_family_record():
+    (family,) = oasr_gemm.hooks.oasr_register_families()
+    assert family.name == "gemm" and family.ops == ("gemm", "gemm_activation")
+    assert family.dims == ("N", "K") and family.dtypes == ("fp16", "bf16")
+    assert dict(family.dtype_classes) == {"half": ("fp16", "bf16")}
+    assert family.sentinels == {Sentinel.DEFAULT, Sentinel.TORCH}
+    assert family.fallback is Sentinel.DEFAULT
+    soft = family.soft_validators()
+    assert set(soft) == {"impl_hash", "cutlass"} and len(soft["impl_hash"]) == 16
+    assert soft["cutlass"] == "4.2.0"
+
+
+def test_lane_records():
+    lanes = {lane.name: lane for lane in oasr_gemm.hooks.oasr_register_lanes()}
+    assert set(lanes) == {cs.LANE_SM80, cs.LANE_SM90}
+    assert lanes[cs.LANE_SM90].default_on == ("sm90",)
+    assert "sm90" in lanes[cs.LANE_SM80].arch_families
+    assert "sm90" not in lanes[cs.LANE_SM80].default_on
+    assert lanes[cs.LANE_SM90].default.id == cs.SM90_DEFAULT
+    assert lanes[cs.LANE_SM80].default.id == cs.SM80_DEFAULT
+    for lane in lanes.values():
+        assert all(lane.is_feasible(c) for c in lane.config_space)
+        assert all(lane.is_available(c) for c in lane.config_space)
+
+
+def test_entry_point_is_declared():
+    try:
+        eps = metadata.entry_points(group="oasr")
+    except Exception:  # pragma: no cover - metadata backends differ
+        eps = ()
+    declared = [ep for ep in eps if ep.name == "gemm"]
+    if declared:
+        assert declared[0].value == "oasr_gemm.hooks"
+    else:
+        from pathlib import Path
+
+        text = (Path(__file__).parents[1] / "pyproject.toml").read_text()
+        assert '[project.entry-points.oasr]\ngemm = "oasr_gemm.hooks"' in text

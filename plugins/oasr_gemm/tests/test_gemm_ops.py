@@ -1,0 +1,210 @@
+"""The ops on a machine without a GPU: routing to torch (counted), custom ops, fallbacks."""
+
+from __future__ import annotations
+
+import warnings
+
+import pytest
+import torch
+import torch.nn.functional as F
+from oasr_core.errors import ToolchainError
+from torch._subclasses.fake_tensor import FakeTensorMode
+
+import oasr_gemm
+from oasr_gemm import config_space as cs
+from oasr_gemm import jit, launch, ops
+
+
+def _operands(dtype=torch.float16, m=6, n=16, k=32):
+    gen = torch.Generator().manual_seed(0)
+    a = torch.randn(2, m, k, generator=gen).to(dtype)
+    w = torch.randn(n, k, generator=gen).to(dtype)
+    b = torch.randn(n, generator=gen).to(dtype)
+    return a, w, b
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16, torch.float32])
+def test_cpu_inputs_take_the_torch_path_and_are_counted(dtype):
+    a, w, b = _operands(dtype)
+    assert torch.equal(oasr_gemm.gemm(a, w, b), F.linear(a, w, b))
+    assert torch.equal(oasr_gemm.gemm(a, w), F.linear(a, w))
+    for act, fn in (("relu", F.relu), ("gelu", F.gelu), ("silu", F.silu)):
+        assert torch.equal(oasr_gemm.gemm_activation(a, w, b, act), fn(F.linear(a, w, b)))
+    assert oasr_gemm.stats() == {"torch:cpu": 5}
+    oasr_gemm.reset_stats()
+    assert oasr_gemm.stats() == {}
+
+
+def test_mismatched_shapes_reach_torch_and_its_error():
+    a, w, _ = _operands()
+    with pytest.raises(RuntimeError):
+        oasr_gemm.gemm(a, w[:, :16])
+    assert oasr_gemm.stats() == {"torch:shape": 1}
+
+
+def test_out_argument_is_filled_and_checked():
+    a, w, b = _operands()
+    out = torch.empty(2, 6, 16, dtype=torch.float16)
+    assert oasr_gemm.gemm(a, w, b, out=out) is out
+    assert torch.equal(out, F.linear(a, w, b))
+    with pytest.raises(ValueError, match="out must be"):
+        oasr_gemm.gemm(a, w, b, out=torch.empty(6, 16, dtype=torch.float16))
+
+
+def test_unknown_activation_is_an_error():
+    a, w, b = _operands()
+    with pytest.raises(ValueError, match="activation"):
+        oasr_gemm.gemm_activation(a, w, b, "tanh")
+
+
+def test_routing_reasons_on_fake_cuda_tensors():
+    with FakeTensorMode():
+        def t(*shape, dtype=torch.float16):
+            return torch.empty(*shape, device="cuda", dtype=dtype)
+
+        def why(a, w, b=None):
+            return ops._unsupported(a, w, b, w.shape[0], w.shape[1])
+
+        a, w, b = t(4, 64), t(128, 64), t(128)
+        assert why(a, w, b) is None
+        assert why(a, w) is None
+        assert why(t(4, 64, dtype=torch.float32), t(128, 64, dtype=torch.float32)) == "dtype"
+        assert why(a, t(128, 64, dtype=torch.bfloat16)) == "dtype"
+        assert why(t(4, 60), t(128, 60)) == "unaligned"
+        assert why(a, t(124, 64)) == "unaligned"
+        assert why(t(64, 4).t(), w) == "noncontiguous"
+        assert why(a, t(64, 128).t()) == "noncontiguous"
+        assert why(a, w, t(64)) == "bias"
+        assert why(a, w, t(128, dtype=torch.bfloat16)) == "bias"
+        grad_w = t(128, 64).requires_grad_()
+        assert why(a, grad_w) == "autograd"
+        with torch.no_grad():
+            assert why(a, grad_w) is None
+    assert ops._unsupported(torch.empty(4, 64), torch.empty(128, 64), None, 128, 64) == "cpu"
+
+
+def test_custom_ops_are_registered_with_fake_impls():
+    a, w, b = _operands()
+    torch.library.opcheck(torch.ops.oasr.gemm.default, (a[0], w, b))
+    torch.library.opcheck(torch.ops.oasr.gemm_activation.default, (a[0], w, b, "gelu"))
+    with FakeTensorMode():
+        fa = torch.empty(3, 5, 32, device="cuda", dtype=torch.bfloat16)
+        fw = torch.empty(48, 32, device="cuda", dtype=torch.bfloat16)
+        out = torch.ops.oasr.gemm_activation(fa, fw, None, "relu")
+        assert out.shape == (3, 5, 48) and out.dtype == torch.bfloat16 and out.is_cuda
+
+
+def test_torch_compile_traces_through_the_custom_op():
+    a, w, b = _operands()
+
+    def f(a, w, b):
+        return oasr_gemm.gemm_activation(a, w, b, "silu") + oasr_gemm.gemm(a, w)
+
+    compiled = torch.compile(f, backend="eager", fullgraph=True)
+    assert torch.equal(compiled(a, w, b), f(a, w, b))
+
+
+def _pretend_gpu(monkeypatch, arch="sm90"):
+    monkeypatch.setitem(ops._ARCH, 0, arch)
+
+
+def test_unbuildable_module_falls_back_to_torch_with_one_warning(monkeypatch):
+    _pretend_gpu(monkeypatch)
+
+    def broken(*_args, **_kwargs):
+        raise ToolchainError("nvcc not found (test)")
+
+    monkeypatch.setattr(jit, "production_spec", broken)
+    key = ("gemm", None, torch.float16, 256, 512, 64, 0)
+    with pytest.warns(RuntimeWarning, match="unavailable.*nvcc not found"):
+        assert ops._plan(key) is ops._TORCH
+    assert ops._MEMO[key] is ops._TORCH
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ops._plan(("gemm_activation", "gelu", torch.bfloat16, 256, 512, 8, 0)) \
+            is ops._TORCH
+    assert launch.library(cs.LANE_SM90, "sm90") is None
+
+
+def test_config_missing_from_the_loaded_module_is_served_by_torch(monkeypatch):
+    _pretend_gpu(monkeypatch)
+    monkeypatch.setitem(launch._LIBRARIES, (cs.LANE_SM90, "sm90"), {})
+    default = cs.config(cs.LANE_SM90, cs.SM90_DEFAULT)
+    assert launch.is_available(default) is False
+    with pytest.warns(RuntimeWarning, match="not in this process"):
+        assert ops._plan(("gemm", None, torch.float16, 256, 512, 64, 0)) is ops._TORCH
+
+
+def test_torch_sentinel_selection_needs_no_module(monkeypatch):
+    _pretend_gpu(monkeypatch, "sm75")
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        assert ops._plan(("gemm", None, torch.float16, 256, 512, 64, 0)) is ops._TORCH
+    assert (cs.LANE_SM80, "sm75") not in launch._LIBRARIES
+
+
+def test_prepared_call_binds_codes_and_a_call_record():
+    import ctypes
+
+    calls = []
+
+    def fake_launcher(address, *ptrs):
+        record = launch.CallArgs.from_address(address)
+        calls.append(((record.m, record.n, record.k, record.dtype, record.act, record.split,
+                       record.workspace), ptrs))
+        return 0
+
+    def fake_workspace(m, n, k, dtype, split, sem_ref):
+        return 0
+
+    config = cs.config(cs.LANE_SM80, "b64x64x64_w32x32x64_s3_spk4")
+    kernel = launch.Kernel(config, fake_launcher, fake_workspace)
+    prepared = kernel.prepare("bf16", 64, 256, 512, "gelu")
+    assert prepared.address == ctypes.addressof(prepared.args)
+    assert prepared.launch(16, 32, 0, 48, 0, 7) == 0
+    assert calls == [((64, 256, 512, 1, 2, 4, None), (16, 32, 0, 48, 7))]
+
+
+def test_call_record_matches_the_c_layout():
+    import ctypes
+
+    offsets = {name: getattr(launch.CallArgs, name).offset for name, _ in
+               launch.CallArgs._fields_}
+    assert offsets == {"m": 0, "n": 8, "k": 16, "dtype": 24, "act": 28, "split": 32,
+                       "reserved": 36, "workspace": 40, "workspace_bytes": 48, "semaphores": 56,
+                       "semaphore_bytes": 64}
+    assert ctypes.sizeof(launch.CallArgs) == 72
+
+
+def test_refused_launch_turns_the_shape_to_torch():
+    config = cs.config(cs.LANE_SM90, cs.SM90_DEFAULT)
+    args = launch.CallArgs()
+    prepared = launch.Prepared(lambda *a: 2, args, 0, 0, 0, config)
+    key = ("gemm", None, torch.float16, 256, 512, 64, 0)
+    ops._MEMO[key] = prepared
+    with pytest.warns(RuntimeWarning, match="shape not implementable"):
+        ops._refused(key, prepared, 2)
+    assert ops._MEMO[key] is ops._TORCH
+
+
+def test_reload_clears_the_memo():
+    from oasr_core import runtime
+
+    ops._bind_runtime()
+    ops._MEMO[("gemm", None, torch.float16, 8, 8, 1, 0)] = ops._TORCH
+    runtime.reload()
+    assert ops._MEMO == {}
+
+
+def test_a_selection_error_is_warned_and_served_by_torch(monkeypatch):
+    import oasr_core
+    from oasr_core.errors import ConfigurationError
+
+    _pretend_gpu(monkeypatch)
+
+    def refuse(*_args, **_kwargs):
+        raise ConfigurationError("bad tuning setup (test)")
+
+    monkeypatch.setattr(oasr_core, "select", refuse)
+    with pytest.warns(RuntimeWarning, match="selection failed.*bad tuning setup"):
+        assert ops._plan(("gemm", None, torch.float16, 256, 512, 64, 0)) is ops._TORCH
