@@ -3,8 +3,8 @@
 # streaming), then scored: regret against the measured oracle, agreement of the two builds.
 # Run from the repo root on the device machine with .whl and .jit-carry carried.
 set -uo pipefail
-export PYTHONUNBUFFERED=1 OASR_TUNE_USER_DB=off OASR_JIT_DIR=$PWD/.jit-carry OASR_TUNE_SYSTEM_DB=off
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
+export PYTHONUNBUFFERED=1 OASR_TUNE_USER_DB=off OASR_JIT_DIR=${OASR_JIT_DIR:-$PWD/.jit-carry} OASR_TUNE_SYSTEM_DB=off
+[ -d /tmp/site/oasr_core ] || python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv | tee "$OUT/gpu.txt"
 C="--census benchmarks/census/conformer_offline.json --census benchmarks/census/conformer_streaming.json"
