@@ -8,28 +8,20 @@ import sys
 
 import pytest
 from click.testing import CliRunner
-from oasr_test_plugins import ARCH, GemmLike, write
+from oasr_test_plugins import ARCH, write
 
 from oasr_core import cli, runtime
-from oasr_core.plugins import make_plugin_manager
 
 
 @pytest.fixture
-def env(tmp_path, monkeypatch):
-    user, system = tmp_path / "user", tmp_path / "system"
-    user.mkdir()
-    system.mkdir()
-    monkeypatch.setenv("OASR_TUNE_USER_DB", str(user))
-    monkeypatch.setenv("OASR_TUNE_SYSTEM_DB", str(system))
-    pm = make_plugin_manager(load_entrypoints=False)
-    pm.register(GemmLike())
-    state = cli.CliState(plugin_manager=pm)
-    state.runtime()
+def env(tiers, tmp_path):
+    """The ``tiers`` runtime (tests/conftest.py) driven through the CLI."""
+    state = cli.CliState(plugin_manager=tiers["rt"].pm)
 
     def run(*args):
         return CliRunner().invoke(cli.main, list(args), obj=state)
 
-    return {"run": run, "user": user, "system": system, "tmp": tmp_path}
+    return {"run": run, "user": tiers["user"], "system": tiers["system"], "tmp": tmp_path}
 
 
 SELECT = ("tune", "select", "--family", "tg", "--op", "gemm", "--dtype", "fp16",
