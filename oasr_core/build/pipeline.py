@@ -58,6 +58,7 @@ class BuildOptions:
     tie: float = 0.01
     cover_eps: float = 0.03
     lam_frac: float = 0.005
+    uniform_share: float = 0.5
     top_k: int = 16
     finalists: int = 3
     max_points: int = 24
@@ -74,7 +75,8 @@ class BuildOptions:
     def partition_options(self) -> PartitionOptions:
         """The partition's share of the knobs."""
         return PartitionOptions(min_speedup=self.min_speedup, noise_k=self.noise_k,
-                                tie=self.tie, cover_eps=self.cover_eps, lam_frac=self.lam_frac)
+                                tie=self.tie, cover_eps=self.cover_eps, lam_frac=self.lam_frac,
+                                uniform_share=self.uniform_share)
 
     def knobs(self) -> dict[str, Any]:
         """The knobs that change what a signature measures or decides (for its digest)."""

@@ -60,6 +60,9 @@ def _options(**kw):
 @click.option("--tie", type=click.FloatRange(min=0.0), default=0.01, show_default=True,
               help="Within this fraction, the incumbent stays.")
 @click.option("--cover-eps", type=click.FloatRange(min=0.0), default=0.03, show_default=True)
+@click.option("--uniform-share", type=click.FloatRange(min=0.0, max=1.0), default=0.5,
+              show_default=True, help="Share of each signature's weight spread evenly over its "
+              "measured sizes (the rest follows the census).")
 @click.option("--top-k", type=click.IntRange(min=1), default=16, show_default=True)
 @click.option("--max-points", type=click.IntRange(min=2), default=24, show_default=True,
               help="Points per signature, fill included (census points too with --thin).")
@@ -76,7 +79,8 @@ def _options(**kw):
 @handle_errors
 def build_cmd(state: CliState, family, censuses, widths, m_ladder, op, dtype, alpha,
               working_set_bytes, from_logs, out, arch, lane, log_path, checkpoint_path, fresh,
-              no_resume, min_speedup, noise_k, tie, cover_eps, top_k, max_points, thin, no_fill,
+              no_resume, min_speedup, noise_k, tie, cover_eps, uniform_share, top_k, max_points,
+              thin, no_fill,
               exact_dtype, budget_s, seed, progress, as_json) -> None:
     """Measure each signature of a census and write its tuning entries (locked merge)."""
     from oasr_core import build
@@ -84,7 +88,8 @@ def build_cmd(state: CliState, family, censuses, widths, m_ladder, op, dtype, al
     if arch is not None and not ARCH_RE.match(arch):
         raise ConfigurationError(f"--arch {arch!r} is not an arch family like sm90")
     options = _options(min_speedup=min_speedup, noise_k=noise_k, tie=tie, cover_eps=cover_eps,
-                       top_k=top_k, max_points=max_points, thin=thin, fill=not no_fill,
+                       uniform_share=uniform_share, top_k=top_k, max_points=max_points,
+                       thin=thin, fill=not no_fill,
                        exact_dtype=exact_dtype, budget_s=budget_s, fresh=fresh,
                        resume=not no_resume)
     show = sys.stderr.isatty() if progress is None else progress
