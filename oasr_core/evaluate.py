@@ -22,7 +22,7 @@ from typing import Any, Protocol
 
 import attrs
 
-from oasr_core.build.decide import Measured, anchors, cells, to_point
+from oasr_core.build.decide import Measured, anchors, cells, stand_ins, to_point
 from oasr_core.build.inputs import Signature
 from oasr_core.build.sources import LogSource
 from oasr_core.partition import Cell, Point
@@ -185,10 +185,9 @@ def agreement(report: EvalReport, a: str, b: str, *, tol: float = 0.01,
     return agree / total if total else math.nan
 
 
-def log_matrix(arm_rows: Sequence[Mapping[str, Any]], family: Family
-               ) -> tuple[list[Signature], dict[str, tuple[Point, ...]], dict[str, str]]:
-    """The signatures of a log, each point's matrix row (coarse estimates included), and
-    aliases (the default config's id -> ``default``)."""
+def _matrix(arm_rows: Sequence[Mapping[str, Any]], family: Family
+            ) -> tuple[list[Signature], dict[str, tuple[Point, ...]],
+                       dict[tuple[str, int], dict[str, str]]]:
     source = LogSource(arm_rows)
     fallback = family.fallback.value
     sigs = source.signatures(family)
@@ -204,19 +203,30 @@ def log_matrix(arm_rows: Sequence[Mapping[str, Any]], family: Family
             for name, arm in main.ok().items():
                 row.setdefault(name, Cell(arm.median_ms, arm.sigma_ms, arm.issue_us,
                                           arm.solo_ms, arm.overlap, arm.rounds))
-            for name, params in main.params.items():
-                if isinstance(params, Mapping) and params.get("kind") == "default" and \
-                        params.get("config"):
-                    aliases[str(params["config"])] = name
+            aliases[(sig.key, pp.m)] = stand_ins(main)
             pts.append(to_point(pp, row))
         matrix[sig.key] = tuple(pts)
     return sigs, matrix, aliases
 
 
+def log_matrix(arm_rows: Sequence[Mapping[str, Any]], family: Family
+               ) -> tuple[list[Signature], dict[str, tuple[Point, ...]], dict[str, str]]:
+    """The signatures of a log, each point's matrix row (coarse estimates included), and
+    aliases: the configs a sentinel stands for at every point (the default config's id ->
+    ``default``). A config a sentinel stands for at some points only (the heuristic's pick)
+    is aliased per point by :func:`evaluate`."""
+    sigs, matrix, per_point = _matrix(arm_rows, family)
+    common: dict[str, str] | None = None
+    for found in per_point.values():
+        common = dict(found) if common is None else {
+            c: s for c, s in common.items() if found.get(c) == s}
+    return sigs, matrix, common or {}
+
+
 def evaluate(arm_rows: Sequence[Mapping[str, Any]], family: Family,
              selectors: Sequence[Selector], *, census_only: bool = False) -> EvalReport:
     """Score ``selectors`` on the points of ``arm_rows`` (see the module docstring)."""
-    sigs, matrix, aliases = log_matrix(arm_rows, family)
+    sigs, matrix, aliases = _matrix(arm_rows, family)
     runs = frozenset(str(r.get("run")) for r in arm_rows)
     reports = []
     for sel in selectors:
@@ -231,7 +241,8 @@ def evaluate(arm_rows: Sequence[Mapping[str, Any]], family: Family,
                 if census_only and p.fill:
                     continue
                 choice = sel.choose(sig, p.m, sorted(p.cells))
-                choice = aliases.get(choice, choice) if choice not in p.cells else choice
+                if choice not in p.cells:
+                    choice = aliases.get((sig.key, p.m), {}).get(choice, choice)
                 choices[(sig.key, p.m)] = choice
                 t = p.time(choice) if choice is not None else math.inf
                 regrets.append(t / p.best() - 1.0 if math.isfinite(t) else None)

@@ -35,12 +35,14 @@ Rules every implementation follows:
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 import pluggy
 
 if TYPE_CHECKING:
+    from torch import Tensor, nn
+
     from oasr_core.census.workloads import Workload
     from oasr_core.types import Config, Family, Lane, Problem
 
@@ -279,4 +281,51 @@ def oasr_register_workloads() -> Iterable[Workload]:
                 chunk_frames=encoders.chunk_input_frames,
                 description="Zipformer-S encoder; streaming chunks of 2C+7 frames",
             )]
+    """
+
+
+@hookspec(firstresult=True)
+def oasr_quantized_linear(quantization: str) -> Callable[[Tensor, nn.Linear], Tensor] | None:
+    """Provide the quantized linear layer of a quantization scheme, for the census.
+
+    **When:** the core calls this when ``oasr tune census --quantization NAME`` builds one of
+    its reference workloads (``conformer``, ``whisper_encoder``), once per model build and
+    before any probe: the full-precision reference model is then quantized online, every
+    linear layer its GEMM ops serve (projections, feed-forward and pointwise layers) going
+    through the returned function, while convolutions and attention stay full precision. A
+    plugin-registered workload quantizes itself and never triggers this hook.
+
+    :param quantization: the scheme's name as ``--quantization`` spells it, e.g.
+        ``"int8_w8a8"`` or ``"fp8_w8a8"``; never ``"none"``.
+
+    **Returns:** a callable *instance* (a plain function, or an object with ``__call__``;
+    never a class for the core to instantiate) taking ``(x, layer)``, an activation
+    ``[..., K]`` and the ``torch.nn.Linear`` it stands for, and returning ``layer(x)``
+    computed the quantized way, in ``x``'s dtype. It must run on the ``meta`` device (the
+    census probes shapes only) and call the op the plugin's family records through its
+    ``Family.recorder_patches``, so that the census sees the quantized GEMM under that
+    family. ``None`` means "not mine": another plugin may answer; when none does, the census
+    stops with a one-line error naming the scheme.
+
+    **firstresult:** yes. Stops at first non-None result; two plugins serving the same scheme
+    are ordered with ``tryfirst``/``trylast`` on the implementation.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from oasr_core import hookimpl
+
+        @hookimpl
+        def oasr_quantized_linear(quantization):
+            if quantization != "int8_w8a8":
+                return None
+            from my_int8 import ops, quant
+
+            def linear(x, layer):
+                xq, x_scale = quant.per_token(x)
+                wq, w_scale = quant.per_channel(layer.weight)
+                return ops.scaled_mm(xq, wq, x_scale, w_scale, layer.bias, out_dtype=x.dtype)
+
+            return linear
     """

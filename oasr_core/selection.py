@@ -12,21 +12,49 @@ in an epoch it is one dict lookup. A resolution walks the tiers of the active la
 3. the family's untuned selector: the shape heuristic, or the active lane's default.
 
 Every resolution is counted under its tier (:func:`oasr_core.report.tuning_report`).
+
+While an autotune session is active (:func:`oasr_core.autotune`, installed with
+:func:`set_session`), a memo miss asks the session first: it serves a result it holds for the
+shape, or measures the shape and serves the winner (counted under the user tier, where it is
+published); when it cannot, the tiers answer as usual. Outside a session the memoised path is
+unchanged: one dict lookup.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
+from typing import Any
 
 from oasr_core.errors import ConfigurationError, UnknownFamilyError
 from oasr_core.types import Config, Family, Lane, Problem, Selection, Sentinel, Tier
 
 _MEMO: dict[tuple, Selection] = {}
+_session: Any = None
+"""The active autotune session, or None; consulted on a memo miss only (issue #8)."""
 
 
 def clear_memo() -> None:
     """Forget every memoised selection (called by reload and runtime installs)."""
     _MEMO.clear()
+
+
+def set_session(session: Any) -> Any:
+    """Install ``session`` as the resolver asked before the tiers (None: none); returns the
+    previous one.
+
+    ``session.resolve(runtime, family, lane, arch, problem)`` returns a :class:`Selection`
+    or None (the tiers answer). The memo is cleared both ways, so a selection made outside a
+    session never hides a miss inside one, and a session's answer never outlives it.
+    """
+    global _session
+    old, _session = _session, session
+    _MEMO.clear()
+    return old
+
+
+def active_session() -> Any:
+    """The installed autotune session, or None."""
+    return _session
 
 
 def select(
@@ -75,7 +103,10 @@ def _resolve_and_memoise(family, op, dtype, dims, m, arch, point, lane) -> Selec
     active = _lane_for(registry, fam, arch_f, lane)
     problem = Problem(family=family, op=op, dtype=dtype,
                       dims=tuple(zip(fam.dims, dims_t, strict=True)), m=m, point=point)
-    sel = _resolve(rt, fam, active, arch_f, problem)
+    session = _session
+    sel = None if session is None else session.resolve(rt, fam, active, arch_f, problem)
+    if sel is None:
+        sel = _resolve(rt, fam, active, arch_f, problem)
     rt.count(family, op, sel.tier)
     key = (family, op, dtype, dims, m, arch, point, lane)
     try:
@@ -119,19 +150,45 @@ def _lane_for(registry, fam: Family, arch: str | None, lane: str | None) -> Lane
     return registry.active_lane(fam.name, arch)
 
 
+def resolve_tiers(family: Family, lane: Lane | None, arch: str | None,
+                  problem: Problem) -> Selection:
+    """What the tiers serve for ``problem``, down to the fallback: not memoised, not counted,
+    no session asked. Autotune measures against this answer (the incumbent)."""
+    from oasr_core.runtime import get_runtime
+
+    return _resolve(get_runtime(), family, lane, arch, problem)
+
+
 def _resolve(rt, fam: Family, lane: Lane | None, arch: str | None, problem: Problem) -> Selection:
     if arch is not None and lane is not None:
         tiers = rt.tiers(fam, arch)
-        for tier, tf in ((Tier.USER, tiers.user), (Tier.SYSTEM, tiers.system)):
-            if tf is None:
-                continue
-            sel = _from_file(rt, fam, lane, tier, tf, problem)
-            if sel is not None:
-                return sel
-        sel = _from_model(rt, fam, lane, tiers, problem)
+        sel = _from_tiers(rt, fam, lane, tiers, problem) or _from_model(rt, fam, lane, tiers,
+                                                                        problem)
         if sel is not None:
             return sel
     return _fallback(fam, lane, problem)
+
+
+def _from_tiers(rt, fam: Family, lane: Lane, tiers, problem: Problem) -> Selection | None:
+    for tier, tf in ((Tier.USER, tiers.user), (Tier.SYSTEM, tiers.system)):
+        if tf is not None:
+            sel = _from_file(rt, fam, lane, tier, tf, problem)
+            if sel is not None:
+                return sel
+    return None
+
+
+def from_tiers(family: Family, lane: Lane | None, arch: str | None,
+               problem: Problem) -> Selection | None:
+    """What the user, then the system tier serves at ``problem`` on ``lane``, resolved as
+    :func:`select` resolves it (unusable configs warned about once and skipped); None when
+    neither covers it. Neither memoised nor counted: for reports, not for op calls."""
+    from oasr_core.runtime import get_runtime
+
+    if arch is None or lane is None:
+        return None
+    rt = get_runtime()
+    return _from_tiers(rt, family, lane, rt.tiers(family, arch), problem)
 
 
 def _from_file(rt, fam: Family, lane: Lane, tier: Tier, tf, problem: Problem) -> Selection | None:

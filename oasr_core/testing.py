@@ -9,12 +9,21 @@ Fixtures:
     and unregisters it after the test.
 ``fake_family``
     registers :class:`FakeFamilyPlugin` (family ``fake``, lane ``fake_lane``) and returns it.
+``fake_int8_family``
+    registers :class:`FakeInt8Plugin` (family ``fake_int8``, lane ``fake_int8_lane``, the
+    ``int8_w8a8`` quantized linear) and returns it.
 ``fake_distribution``
     ``fake_distribution(name, entry_points=..., modules=...)`` puts an installed-looking
     distribution on ``sys.path``, so entry-point loading can be tested with real metadata.
 ``cli_runner``
     ``run(*args, plugin_manager=None)`` invokes the ``oasr`` CLI in-process with a
     :class:`click.testing.CliRunner`, bound to the test's manager.
+
+Builds and censuses run on a CPU against these fakes: :class:`ScriptedBench` is a scripted
+device (a family's ``make_bench`` plus a :class:`~oasr_core.bench.ScriptedTimer` timing each
+arm by a model such as :func:`fake_time_us` or :func:`fake_int8_time_us`, and a bitwise
+numerics gate); :func:`fake_int8_linear` quantizes a linear layer online and calls
+:func:`fake_int8_scaled_mm`, which the ``fake_int8`` family's recorder patch records.
 
 Family plugins also get a contract suite: subclass :class:`FamilyContract` (or call
 :func:`check_family_contract`) with the plugin's hooks module. Importing this module is cheap:
@@ -89,15 +98,263 @@ def fake_lane_record() -> Lane:
 
 
 class FakeFamilyPlugin:
-    """A plugin registering family ``fake`` and its lane ``fake_lane`` (no kernels)."""
+    """A plugin registering family ``fake`` and its lane ``fake_lane`` (no kernels).
+
+    ``make_bench`` (e.g. :meth:`ScriptedBench.make_bench`) makes the family measurable.
+    """
+
+    def __init__(self, make_bench: Callable[..., Any] | None = None) -> None:
+        self.make_bench = make_bench
 
     @hookimpl
     def oasr_register_families(self) -> list[Family]:
-        return [fake_family_record()]
+        return [attrs.evolve(fake_family_record(), make_bench=self.make_bench)]
 
     @hookimpl
     def oasr_register_lanes(self) -> list[Lane]:
         return [fake_lane_record()]
+
+
+def fake_time_us(name: str, config: Config | None, problem: Problem) -> float:
+    """A plausible GPU time of a ``fake`` arm: waves of 128-row CTAs, a K loop and split-K
+    overhead; torch (``config`` None) by its flops."""
+    m, n, k = problem.m, problem.dim("N"), problem.dim("K")
+    if config is None:
+        return 2.7 + 2 * m * n * k / 250e12 * 1e6
+    p = config.params
+    ctas = math.ceil(m / 128) * math.ceil(n / p["tile_n"]) * p["split_k"]
+    k_iters = math.ceil(k / p["split_k"] / p["tile_k"])
+    per_wave = 0.3 + k_iters * 0.05 * p["tile_n"] / 64 * p["tile_k"] / 64
+    return 2.0 + math.ceil(ctas / 132) * per_wave + 0.5 * (p["split_k"] > 1)
+
+
+# -- the fake int8 family: a heuristic fallback, no dtype in keys, bitwise numerics -------
+
+FAKE_INT8_FAMILY = "fake_int8"
+FAKE_INT8_OPS = ("scaled_mm", "scaled_mm_quant")
+"""The GEMM with a half-precision output, and the one quantizing its output to int8."""
+FAKE_INT8_LANE = "fake_int8_lane"
+FAKE_INT8_QUANTIZATION = "int8_w8a8"
+FAKE_INT8_SMS = 132
+"""SMs of the device the heuristic and the timing model assume."""
+_FAKE_INT8_TILES = (  # id, tile_m, tile_n, stream_k
+    ("m64_n64", 64, 64, False),
+    ("m64_n128", 64, 128, False),
+    ("m128_n64", 128, 64, False),
+    ("m128_n128", 128, 128, False),
+    ("m128_n256", 128, 256, False),
+    ("sk_m128_n128", 128, 128, True),
+    ("sk_m128_n256", 128, 256, True),
+)
+
+
+def _fake_int8_supports(config: Config, problem: Problem) -> bool:
+    """16-aligned N and K; a Stream-K tile only for ``scaled_mm`` (no quantizing Stream-K)."""
+    if problem.dim("N") % 16 or problem.dim("K") % 16:
+        return False
+    return not config.params["stream_k"] or problem.op == "scaled_mm"
+
+
+def fake_int8_heuristic(problem: Problem, lane: Lane) -> Config:
+    """The ``fake_int8`` shape heuristic: the largest data-parallel tile launching at least
+    half a wave of CTAs, else the smallest; never a Stream-K tile."""
+    tiles = sorted((c for c in lane.config_space if not c.params["stream_k"]),
+                   key=lambda c: (c.params["tile_m"] * c.params["tile_n"], c.id))
+    m, n = problem.m, problem.dim("N")
+    for config in reversed(tiles):
+        ctas = math.ceil(m / config.params["tile_m"]) * math.ceil(n / config.params["tile_n"])
+        if 2 * ctas >= FAKE_INT8_SMS:
+            return config
+    return tiles[0]
+
+
+@attrs.frozen
+class GateVerdict:
+    """A numerics gate's answer: truthy when the output passes; ``reason`` says why not."""
+
+    ok: bool
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.ok
+
+
+def fake_int8_bitwise_gate(output: Any, reference: Any) -> GateVerdict:
+    """Every int8 variant computes the same bits: anything else is wrong."""
+    if output == reference:
+        return GateVerdict(True)
+    return GateVerdict(False, "differs bitwise from the heuristic's variant")
+
+
+def fake_int8_scaled_mm(xq: Any, wq: Any, x_scale: Any, w_scale: Any, bias: Any = None,
+                        out_dtype: Any = None) -> Any:
+    """The fake int8 GEMM op ``[..., K] x [N, K]^T``: only makes the output (works on meta)."""
+    import torch
+
+    return torch.empty((*xq.shape[:-1], wq.shape[0]), device=xq.device,
+                       dtype=out_dtype or torch.float16)
+
+
+def fake_int8_linear(x: Any, layer: Any) -> Any:
+    """``layer(x)`` the W8A8 way: x quantized per token, the weight per output channel."""
+    import torch
+
+    def quantize(t: Any) -> tuple[Any, Any]:
+        scale = t.abs().amax(dim=-1, keepdim=True).clamp(min=1e-8) / 127.0
+        return torch.clamp(torch.round(t / scale), -128, 127).to(torch.int8), scale
+
+    xq, x_scale = quantize(x)
+    wq, w_scale = quantize(layer.weight)
+    # Through the module global, which the census recorder rebinds to its wrapper.
+    return fake_int8_scaled_mm(xq, wq, x_scale, w_scale, layer.bias, out_dtype=x.dtype)
+
+
+def record_fake_int8_scaled_mm(xq: Any, wq: Any, x_scale: Any = None, w_scale: Any = None,
+                               bias: Any = None, out_dtype: Any = None) -> Any:
+    """The census :class:`~oasr_core.census.Call` of :func:`fake_int8_scaled_mm`."""
+    from oasr_core.census.recorder import Call, dtype_name
+
+    n, k = int(wq.shape[0]), int(wq.shape[1])
+    m = xq.numel() // k
+    return Call(family=FAKE_INT8_FAMILY, op="scaled_mm", dtype=dtype_name(xq.dtype),
+                dims=(("N", n), ("K", k)), m=m, elements=m * k + n * k + m * n,
+                flops=2 * m * n * k, weight_elements=n * k)
+
+
+def fake_int8_recorder_patches() -> list[Any]:
+    """The ``fake_int8`` family's recorder patches: :func:`fake_int8_scaled_mm`."""
+    from oasr_core.census.recorder import RecorderPatch
+
+    return [RecorderPatch(family=FAKE_INT8_FAMILY,
+                          target="oasr_core.testing:fake_int8_scaled_mm",
+                          record=record_fake_int8_scaled_mm)]
+
+
+def fake_int8_family_record(make_bench: Callable[..., Any] | None = None) -> Family:
+    """The ``fake_int8`` family: ops scaled_mm and scaled_mm_quant, dims N, K, int8 keyed
+    without ``dt=``, the shape heuristic as fallback, bitwise numerics."""
+    return Family(name=FAKE_INT8_FAMILY, ops=FAKE_INT8_OPS, dims=("N", "K"), dtypes=("int8",),
+                  key_dtype=False, sentinels={Sentinel.HEURISTIC}, fallback=Sentinel.HEURISTIC,
+                  sentinel_heuristic=fake_int8_heuristic,
+                  recorder_patches=fake_int8_recorder_patches,
+                  numerics_gate=fake_int8_bitwise_gate, make_bench=make_bench,
+                  description="int8 test family of oasr_core.testing")
+
+
+def fake_int8_lane_record() -> Lane:
+    """The ``fake_int8_lane`` lane: five data-parallel and two Stream-K tiles, no cost model."""
+    space = [Config(id=cid, lane=FAKE_INT8_LANE,
+                    params={"tile_m": tm, "tile_n": tn, "stream_k": sk})
+             for cid, tm, tn, sk in _FAKE_INT8_TILES]
+    return Lane(name=FAKE_INT8_LANE, family=FAKE_INT8_FAMILY,
+                arch_families=("sm80", "sm86", "sm89", "sm90"), default_on=("sm90",),
+                config_space=space, default_config="m128_n128", supports=_fake_int8_supports)
+
+
+def fake_int8_time_us(name: str, config: Config | None, problem: Problem) -> float:
+    """A plausible GPU time of a ``fake_int8`` arm.
+
+    Data-parallel tiles run in waves of ``FAKE_INT8_SMS`` CTAs, a CTA's K loop costing by
+    its tile (a small tile does less per iteration, though less efficiently); a Stream-K
+    tile spreads the whole K loop evenly over the SMs and pays a fixup, so it wins where
+    few CTAs run deep K loops.
+    """
+    if config is None:
+        raise ValueError(f"fake_int8 has no non-lane arm {name!r}")
+    m, n, k = problem.m, problem.dim("N"), problem.dim("K")
+    p = config.params
+    ctas = math.ceil(m / p["tile_m"]) * math.ceil(n / p["tile_n"])
+    iter_us = 0.02 * (p["tile_m"] * p["tile_n"] / (128 * 128)) ** 0.75
+    k_iters = math.ceil(k / 64)
+    if p["stream_k"]:
+        return 3.0 + ctas * k_iters * iter_us / FAKE_INT8_SMS + 0.4
+    return 2.0 + math.ceil(ctas / FAKE_INT8_SMS) * (0.4 + k_iters * iter_us)
+
+
+def scripted_time_us(name: str, config: Config | None, problem: Problem) -> float:
+    """:func:`fake_time_us` or :func:`fake_int8_time_us`, by the problem's family."""
+    model = fake_int8_time_us if problem.family == FAKE_INT8_FAMILY else fake_time_us
+    return model(name, config, problem)
+
+
+TimeModel = Callable[[str, "Config | None", Problem], float]
+"""``time_us(arm name, config it launches or None, problem) -> microseconds per call``."""
+
+
+class ScriptedBench:
+    """A scripted device for CPU builds: a family's ``make_bench`` and the timer it times by.
+
+    ``make_bench`` (put it on a :class:`~oasr_core.types.Family`) builds a
+    :class:`~oasr_core.bench.BenchCase` whose arms return the "bits" they compute: every
+    variant computes the same bits (an exact integer accumulator), except configs named in
+    ``broken``, and the gate compares them bitwise with the exact bits (those of the
+    family's heuristic or default variant). :attr:`timer` (a
+    :class:`~oasr_core.bench.ScriptedTimer`) times each arm by ``time_us`` at the problem
+    being measured, with relative noise ``sigma_rel``. ``benched`` lists every problem
+    measured with its arm names, in order.
+    """
+
+    def __init__(self, time_us: TimeModel = scripted_time_us, *, broken: Sequence[str] = (),
+                 sigma_rel: float = 0.005, seed: int = 0) -> None:
+        from oasr_core.bench import ScriptedTimer
+
+        self.time_us = time_us
+        self.broken = frozenset(broken)
+        self.sigma_rel = sigma_rel
+        self.benched: list[tuple[Problem, tuple[str, ...]]] = []
+        self._arms: dict[str, tuple[Config | None, Problem]] = {}
+        self.timer = ScriptedTimer(self._script, seed=seed)
+
+    def _script(self, label: str) -> Any:
+        from oasr_core.bench import ScriptedArm
+
+        config, problem = self._arms[label]
+        return ScriptedArm(ms=self.time_us(label, config, problem) / 1000.0,
+                           sigma_rel=self.sigma_rel, issue_us=8.0 if config else 14.0)
+
+    def _bits(self, config: Config | None, problem: Problem) -> tuple:
+        if config is not None and config.id in self.broken:
+            return ("wrong", config.id)
+        return ("exact", problem.op, problem.dims, problem.m)
+
+    def make_bench(self, problem: Problem, choices: Sequence[Config | Sentinel],
+                   options: Any) -> Any:
+        """``Family.make_bench``: one arm per choice (sentinels through ``options``)."""
+        from oasr_core.bench import BenchCase
+
+        self._arms = {}
+        arms: dict[str, Callable[[int], Any]] = {}
+        for choice in choices:
+            name = choice.value if isinstance(choice, Sentinel) else choice.id
+            config = options.config_of(choice, problem)
+            self._arms[name] = (config, problem)
+            arms[name] = lambda _i, c=config: self._bits(c, problem)
+        self.benched.append((problem, tuple(arms)))
+        reference = self._bits(None, problem)
+        return BenchCase(arms=arms, gate=lambda out: fake_int8_bitwise_gate(out, reference))
+
+
+class FakeInt8Plugin:
+    """A plugin registering family ``fake_int8``, its lane ``fake_int8_lane`` and the
+    ``int8_w8a8`` quantized linear (:func:`fake_int8_linear`).
+
+    ``make_bench`` (e.g. :meth:`ScriptedBench.make_bench`) makes the family measurable.
+    """
+
+    def __init__(self, make_bench: Callable[..., Any] | None = None) -> None:
+        self.make_bench = make_bench
+
+    @hookimpl
+    def oasr_register_families(self) -> list[Family]:
+        return [fake_int8_family_record(self.make_bench)]
+
+    @hookimpl
+    def oasr_register_lanes(self) -> list[Lane]:
+        return [fake_int8_lane_record()]
+
+    @hookimpl
+    def oasr_quantized_linear(self, quantization: str) -> Callable[..., Any] | None:
+        return fake_int8_linear if quantization == FAKE_INT8_QUANTIZATION else None
 
 
 @pytest.fixture
@@ -127,6 +384,12 @@ def register_plugin(plugin_manager: OasrPluginManager) -> Iterator[Callable[...,
 def fake_family(register_plugin: Callable[..., Any]) -> FakeFamilyPlugin:
     """A registered :class:`FakeFamilyPlugin` (plugin name ``fake``)."""
     return register_plugin(FakeFamilyPlugin(), name="fake")
+
+
+@pytest.fixture
+def fake_int8_family(register_plugin: Callable[..., Any]) -> FakeInt8Plugin:
+    """A registered :class:`FakeInt8Plugin` (plugin name ``fake_int8``), not measurable."""
+    return register_plugin(FakeInt8Plugin(), name="fake_int8")
 
 
 @pytest.fixture

@@ -33,11 +33,13 @@ from oasr_core.measurements import (
 from oasr_core.selection import unusable_reason
 from oasr_core.types import Family, Lane, Sentinel
 
+from . import model
 from .inputs import (
     Census,
     PlannedPoint,
     ShapePoint,
     Signature,
+    census_families,
     census_from_widths,
     merge_censuses,
     plan,
@@ -45,7 +47,7 @@ from .inputs import (
     read_censuses,
 )
 from .pipeline import BuildOptions, BuildResult, Outcome, run_build, tune_signature
-from .sources import LiveSource, LogSource, MeasurementSource, Ranker
+from .sources import LiveSource, LogSource, MeasurementSource, Ranker, exhaustive, resolve_choice
 
 __all__ = [
     "BuildOptions",
@@ -61,8 +63,11 @@ __all__ = [
     "Signature",
     "build_from_log",
     "build_live",
+    "census_families",
     "census_from_widths",
     "default_paths",
+    "exhaustive",
+    "log_families",
     "merge_censuses",
     "plan",
     "read_census",
@@ -91,15 +96,6 @@ def resolve_out(out: str | os.PathLike[str], arch: str, family: Family) -> Path:
         return database.tier_path(root, arch, family)
     path = Path(out)
     return path if path.suffix == ".json" else database.tier_path(path, arch, family)
-
-
-def resolve_choice(family: Family, lane: Lane, choice: Any, problem: Any) -> Any:
-    """The config of ``lane`` a choice launches at ``problem`` (None: torch, fused)."""
-    if choice is Sentinel.DEFAULT:
-        return lane.default
-    if choice is Sentinel.HEURISTIC:
-        return family.sentinel_heuristic(problem, lane)
-    return None if isinstance(choice, Sentinel) else choice
 
 
 def default_paths(out: Path, family: Family) -> tuple[Path, Path]:
@@ -153,13 +149,17 @@ def with_incumbents(signatures: Sequence[Signature], files: Sequence[Path], fami
 def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Path,
                timer: Timer | None = None, options: BuildOptions | None = None,
                log_path: Path | None = None, checkpoint_path: Path | None = None,
-               rankers: Sequence[Ranker] = (), bench_options: BenchOptions | None = None,
-               soft: dict[str, Any] | None = None, progress: bool = False) -> BuildResult:
+               rankers: Sequence[Ranker] | None = None,
+               bench_options: BenchOptions | None = None, soft: dict[str, Any] | None = None,
+               profile: Any = None, progress: bool = False) -> BuildResult:
     """Measure ``census`` on this device and write the entries into ``out``.
 
     ``timer`` defaults to a :class:`~oasr_core.bench.CudaGraphTimer`; ``rankers`` are cost
-    models whose top-``options.top_k`` union (plus the forced arms) prunes the candidates;
-    ``soft`` defaults to :func:`oasr_core.database.current_soft_validators`.
+    models whose top-``options.top_k`` union (plus the forced arms) prunes the candidates
+    (None: the calibrated model an earlier build shipped, when ``options.prune`` allows and
+    there is one; see :mod:`.model`); ``soft`` defaults to
+    :func:`oasr_core.database.current_soft_validators`; ``profile`` (an ``ArchProfile``,
+    default: this device's) is what the file's cost model is fitted on.
     """
     options = options or BuildOptions()
     if family.make_bench is None:
@@ -178,18 +178,25 @@ def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Pa
     default_log, default_ckpt = default_paths(out, family)
     log = MeasurementLog(log_path or default_log)
     run = new_run_id()
+    system = database.system_root()
+    tier_files = [out] + ([database.tier_path(system, arch, family)] if system else [])
+    if model.modelled(lane) and profile is None:
+        profile = model.build_profile(arch)
+    if rankers is None:
+        prior = (model.prior_model(lane, profile, tier_files)
+                 if options.prune and profile is not None and model.modelled(lane) else None)
+        rankers = model.rankers(prior, lane) if prior is not None else ()
     log.append([{"row": "run", "schema_version": LOG_SCHEMA_VERSION, "run": run,
                  "protocol": PROTOCOL_VERSION, "family": family.name, "arch": arch,
                  "lane": lane.name, "soft": soft, "device": getattr(timer, "name", None),
                  "started": utc_now(), "knobs": options.knobs(),
                  "bench": bench.to_json(),
-                 "working_set_bytes": census.working_set_bytes}])
+                 "working_set_bytes": census.working_set_bytes,
+                 "profile": profile.to_json() if profile is not None else None}])
     signatures = plan(census, family, max_points=options.max_points, thin=options.thin,
                       fill=options.fill, exact_dtype=options.exact_dtype)
     if not options.fresh:
-        system = database.system_root()
-        files = [out] + ([database.tier_path(system, arch, family)] if system else [])
-        signatures = with_incumbents(signatures, files, family, lane)
+        signatures = with_incumbents(signatures, tier_files, family, lane)
     source = LiveSource(family=family, lane=lane, timer=timer, options=bench, log=log,
                         run=run, arch=arch, soft=soft, rankers=tuple(rankers),
                         top_k=options.top_k)
@@ -197,9 +204,29 @@ def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Pa
                        soft=soft, options=options,
                        checkpoint=Checkpoint(checkpoint_path or default_ckpt)
                        if options.resume else None,
-                       fingerprint=source.fingerprint(), progress=progress)
+                       fingerprint=source.fingerprint(), progress=progress,
+                       fit_model=lambda: _fit_from(log.path, family, lane, arch, profile,
+                                                   soft.get("impl_hash")))
     notes = [*census.skipped, *result.messages]
     return attrs.evolve(result, messages=tuple(notes))
+
+
+def _fit_from(path: Path, family: Family, lane: Lane, arch: str, profile: Any,
+              impl_hash: Any) -> dict[str, Any] | None:
+    """The payload fitted on every row of ``lane`` on ``arch`` in the log at ``path``."""
+    _runs, arms, _bad = read_logs([path])
+    rows = [r for r in arms if r.get("family") == family.name and r.get("arch") == arch]
+    return model.fit_payload(rows, profile, family, lane, impl_hash)
+
+
+def log_families(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
+    """The families whose measurements the logs hold, sorted (``--from-log`` without
+    ``--family`` rebuilds each)."""
+    _runs, arms, _bad = read_logs(paths)
+    families = sorted({str(r.get("family")) for r in arms})
+    if not families:
+        raise ConfigurationError(f"{', '.join(map(str, paths))}: the log holds no measurement")
+    return families
 
 
 def build_from_log(paths: Sequence[str | os.PathLike[str]], *, registry: Any, out: str,
@@ -230,6 +257,19 @@ def build_from_log(paths: Sequence[str | os.PathLike[str]], *, registry: Any, ou
     used_runs = [str(r.get("run")) for r in arms]
     soft = dict(headers.get(used_runs[-1], {}).get("soft") or {})
     source = LogSource(arms)
+    profile = model.profile_of(headers[r] for r in dict.fromkeys(used_runs) if r in headers)
+    lane_rec = _registered_lane(registry, lane_name)
     return run_build(source.signatures(fam), source, family=fam, arch=arch_name,
                      lane=lane_name, out=resolve_out(out, arch_name, fam), soft=soft,
-                     options=options or BuildOptions(), progress=progress)
+                     options=options or BuildOptions(), progress=progress,
+                     fit_model=lambda: model.fit_payload(arms, profile, fam, lane_rec,
+                                                         soft.get("impl_hash")))
+
+
+def _registered_lane(registry: Any, name: str) -> Lane | None:
+    """The registered lane ``name`` (None when no installed plugin provides it: the rebuilt
+    file then carries no model)."""
+    try:
+        return registry.lane(name)
+    except Exception:
+        return None

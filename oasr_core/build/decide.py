@@ -22,6 +22,7 @@ from oasr_core.bench.records import ArmResult, ArmStatus
 from oasr_core.database import Entry, Source
 from oasr_core.measurements import arm_result, number
 from oasr_core.partition import Cell, Partition, Point
+from oasr_core.types import Sentinel
 
 from .inputs import PlannedPoint
 
@@ -58,6 +59,21 @@ class Measured:
     def ranked(self, alpha: float) -> list[ArmResult]:
         """Survivors, best objective first (ties by name)."""
         return sorted(self.survivors().values(), key=lambda a: (a.objective_ms(alpha), a.name))
+
+
+def stand_ins(measured: Measured) -> dict[str, str]:
+    """The configs a point's sentinel arms stood for there: config id -> sentinel arm.
+
+    A sentinel arm's logged ``params.config`` names the lane config it launched (the lane
+    default, the heuristic's pick at that size). That arm *is* the config's measurement at
+    the point: the build does not time the config again there.
+    """
+    out: dict[str, str] = {}
+    for name, params in sorted(measured.params.items()):
+        if Sentinel.parse(name) is not None and isinstance(params, Mapping) and \
+                params.get("config"):
+            out.setdefault(str(params["config"]), name)
+    return out
 
 
 def finalists(mains: Mapping[int, Measured], alphas: Mapping[int, float], k: int,

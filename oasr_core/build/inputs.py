@@ -95,8 +95,7 @@ def normalise_dtype(dtype: str) -> str:
     return DTYPE_ALIASES.get(str(dtype).lower(), str(dtype).lower())
 
 
-def read_census(path: str | os.PathLike[str], family: Family) -> Census:
-    """The points of ``family`` in the census JSON at ``path`` (format: module docstring)."""
+def _read_raw(path: str | os.PathLike[str]) -> dict[str, Any]:
     origin = str(path)
     try:
         raw = json.loads(Path(path).read_text(encoding="utf-8"))
@@ -106,6 +105,28 @@ def read_census(path: str | os.PathLike[str], family: Family) -> Census:
         raise ConfigurationError(f"{origin}: not JSON ({exc})") from None
     if not isinstance(raw, dict) or not isinstance(raw.get("points"), list):
         raise ConfigurationError(f"{origin}: expected an object with a 'points' list")
+    return raw
+
+
+def census_families(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[str], int]:
+    """The family names the census files' points carry, sorted, and how many points name
+    none (an older census format: the build then needs ``--family``)."""
+    names: set[str] = set()
+    unnamed = 0
+    for path in paths:
+        for p in _read_raw(path)["points"]:
+            family = p.get("family") if isinstance(p, dict) else None
+            if isinstance(family, str) and family:
+                names.add(family)
+            else:
+                unnamed += 1
+    return sorted(names), unnamed
+
+
+def read_census(path: str | os.PathLike[str], family: Family) -> Census:
+    """The points of ``family`` in the census JSON at ``path`` (format: module docstring)."""
+    origin = str(path)
+    raw = _read_raw(path)
     version = raw.get("schema_version", raw.get("version"))
     if version is not None:
         _int(version, origin, "schema_version")

@@ -6,9 +6,14 @@ heaviest signature first:
 1. reuses a signature the checkpoint finished with the same digest (points, knobs,
    candidates, protocol), arch, lane and implementation hash: nothing is re-measured;
 2. otherwise, unless the time budget is spent, measures every point (its candidates with
-   successive halving, keeping the fallback, torch and the incumbent to the end), then
-   cross-evaluates each point's top finalists at every other point, partitions the M axis
-   (:mod:`oasr_core.partition`) and makes the entry;
+   successive halving, keeping the fallback, torch and the incumbent to the end; every
+   candidate fully when the lane has no cost model), then cross-evaluates each point's top
+   finalists at every other point (a finalist a sentinel arm stood for at a point, such as
+   the heuristic's pick there, takes that arm's measurement), partitions the M axis
+   against the family's fallback (:mod:`oasr_core.partition`) and makes the entry. An
+   entry is written whenever a point was measured, even when every region is the
+   fallback: ``[[null, "heuristic"]]`` says measured, where an absent entry says never
+   looked;
 3. writes the entry through the core's locked merge (:func:`oasr_core.database.write_entries`)
    and checkpoints the signature (fsync'ed), so a killed build loses at most the signature it
    was measuring.
@@ -43,6 +48,7 @@ from .decide import (
     make_entry,
     point_from_json,
     point_json,
+    stand_ins,
     to_point,
 )
 from .inputs import Signature
@@ -71,6 +77,9 @@ class BuildOptions:
     fresh: bool = False
     resume: bool = True
     """Reuse signatures the checkpoint finished (False: measure everything anew)."""
+    prune: bool = True
+    """Prune with the calibrated model an earlier build shipped, when there is one (the
+    rankers it adds are part of the source's fingerprint, hence of each digest)."""
 
     def partition_options(self) -> PartitionOptions:
         """The partition's share of the knobs."""
@@ -81,7 +90,7 @@ class BuildOptions:
     def knobs(self) -> dict[str, Any]:
         """The knobs that change what a signature measures or decides (for its digest)."""
         return attrs.asdict(self, filter=lambda a, _v: a.name not in ("budget_s", "fresh",
-                                                                      "resume"))
+                                                                      "resume", "prune"))
 
 
 @attrs.frozen
@@ -111,6 +120,8 @@ class BuildResult:
     elapsed_s: float
     runs: tuple[str, ...]
     messages: tuple[str, ...] = ()
+    family: str | None = None
+    """The family built."""
 
 
 def tune_signature(sig: Signature, source: MeasurementSource, family: Family,
@@ -134,12 +145,19 @@ def tune_signature(sig: Signature, source: MeasurementSource, family: Family,
     points, measured = [], {}
     for pp in timed:
         main = mains[pp.m]
-        missing = [n for n in fin if n not in main.survivors()]
+        survivors = main.survivors()
+        # A finalist a sentinel arm stood for here is already timed, as that arm (issue 7:
+        # the heuristic's pick at this size is measured once, as "heuristic").
+        stood = {c: s for c, s in stand_ins(main).items() if c in fin and s in survivors}
+        missing = [n for n in fin if n not in survivors and n not in stood]
         cross, anchor = None, []
         if missing:
             anchor = anchors(main, pp.alpha, fallback)
             cross = source.cross(sig, pp, [*missing, *(a for a in anchor if a not in missing)])
-        points.append(to_point(pp, cells(main, cross, anchor)))
+        row = cells(main, cross, anchor)
+        for config, sentinel in stood.items():
+            row.setdefault(config, row[sentinel])
+        points.append(to_point(pp, row))
         measured[pp.m] = main if cross is None else attrs.evolve(
             main, contended=main.contended or cross.contended,
             params={**cross.params, **main.params})
@@ -222,8 +240,13 @@ def run_build(signatures: Sequence[Signature], source: MeasurementSource, *, fam
               arch: str, lane: str, out: Path, soft: Mapping[str, Any],
               options: BuildOptions | None = None, checkpoint: Checkpoint | None = None,
               fingerprint: Sequence[str] = (), progress: bool = False,
-              clock: Callable[[], float] = time.monotonic) -> BuildResult:
-    """Build every signature into the tuning file ``out`` (see the module docstring)."""
+              clock: Callable[[], float] = time.monotonic,
+              fit_model: Callable[[], Mapping[str, Any] | None] | None = None) -> BuildResult:
+    """Build every signature into the tuning file ``out`` (see the module docstring).
+
+    ``fit_model`` returns the cost-model payload the file carries (called once, after the
+    last signature; None keeps the file's payload as it is).
+    """
     options = options or BuildOptions()
     start = clock()
     records = checkpoint.load() if checkpoint is not None else {}
@@ -262,10 +285,12 @@ def run_build(signatures: Sequence[Signature], source: MeasurementSource, *, fam
     basis = coverage_basis([o.points for o in outcomes], options.cover_eps, options.basis_size)
     configs = {k: c for o in outcomes for k, c in o.configs.items()}
     if not first:
+        payload = fit_model() if fit_model is not None else None
         write_entries(out, family=family, arch=arch, lane=lane, entries={},
                       configs={k: configs[k] for k in basis if k in configs}, soft=soft,
                       provenance=_provenance(outcomes),
-                      coverage_basis=[k for k in basis if k in configs])
+                      coverage_basis=[k for k in basis if k in configs],
+                      **({"model": payload} if payload is not None else {}))
     if skipped:
         messages.append(f"time budget of {options.budget_s:g} s spent: {len(skipped)} "
                         f"signature(s) not measured: {', '.join(skipped)}")
@@ -275,7 +300,7 @@ def run_build(signatures: Sequence[Signature], source: MeasurementSource, *, fam
                        points=sum(len(o.points) for o in outcomes if not o.reused),
                        elapsed_s=clock() - start,
                        runs=tuple(sorted({r for o in outcomes for r in o.runs})),
-                       messages=tuple(messages))
+                       messages=tuple(messages), family=family.name)
 
 
 def _provenance(outcomes: Sequence[Outcome]) -> dict[str, Any]:

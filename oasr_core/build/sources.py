@@ -5,6 +5,21 @@ own run over its candidates, with successive halving) and ``cross`` (named arms 
 fully, for cross-evaluation). :class:`LiveSource` measures with the bench protocol, appends
 the rows to the log as it goes and returns them parsed back from the rows, so its decisions
 are exactly those a :class:`LogSource` replay of the same log takes.
+
+What a point's main run measures follows the family's and the lane's records, never their
+names (issue 7):
+
+* the forced sentinels (the family's fallback, then default, torch, fused where the family
+  names them) are arms of their own, launched through ``make_bench`` as the sentinel; the
+  config a sentinel stands for at the point (the lane default, the heuristic's pick) is not
+  measured a second time there, and the log records it (``params.config``);
+* every other config of the lane that is feasible, compiled and supports the problem
+  (``Lane.supports`` sees the op: a config an op cannot serve is never a candidate of it);
+* a lane with a cost model (``Lane.cost_features``) is measured with successive halving; a
+  lane without one is measured exhaustively: every candidate is timed through every round
+  at every point, so the partition sees the whole matrix. Rankers (cost models the caller
+  passes to :func:`oasr_core.build.build_live`; the CLI passes none) cut the candidates to
+  their top-k union.
 """
 
 from __future__ import annotations
@@ -50,6 +65,24 @@ def choice_name(choice: Config | Sentinel) -> str:
     return choice.value if isinstance(choice, Sentinel) else choice.id
 
 
+def resolve_choice(family: Family, lane: Lane, choice: Any, problem: Any) -> Any:
+    """The config of ``lane`` a choice launches at ``problem`` (None: torch, fused)."""
+    if choice is Sentinel.DEFAULT:
+        return lane.default
+    if choice is Sentinel.HEURISTIC:
+        heuristic = family.sentinel_heuristic
+        return heuristic(problem, lane) if heuristic is not None else None
+    return None if isinstance(choice, Sentinel) else choice
+
+
+def exhaustive(lane: Lane) -> bool:
+    """Whether a build times every candidate of ``lane`` fully at every point (no successive
+    halving): true for a lane without a cost model (no ``cost_features``), whose small,
+    unranked space is measured whole (issue 7).
+    """
+    return lane.cost_features is None
+
+
 @attrs.define
 class LiveSource:
     """Measures on the device through ``family.make_bench`` and the bench protocol."""
@@ -72,14 +105,27 @@ class LiveSource:
         return [s for s in dict.fromkeys(wanted)
                 if s is self.family.fallback or s in self.family.sentinels]
 
+    def stands_for(self, sentinel: Sentinel, problem: Any) -> Config | None:
+        """The lane config ``sentinel`` launches at ``problem`` (None: none of the lane's)."""
+        config = resolve_choice(self.family, self.lane, sentinel, problem)
+        return config if isinstance(config, Config) else None
+
     def usable(self, problem: Any) -> list[Config]:
-        """Configs of the lane that are feasible, compiled and run this shape."""
-        skip = self.lane.default_config if Sentinel.DEFAULT in self.forced() else None
+        """Configs of the lane that are feasible, compiled and run this shape, except those
+        a forced sentinel stands for here (measured once, as the sentinel)."""
+        skip = {c.id for c in (self.stands_for(s, problem) for s in self.forced())
+                if c is not None}
         return [c for c in self.lane.config_space
-                if c.id != skip and unusable_reason(self.lane, c, problem) is None]
+                if c.id not in skip and unusable_reason(self.lane, c, problem) is None]
+
+    @property
+    def exhaustive(self) -> bool:
+        """Every candidate timed fully at every point (:func:`exhaustive`)."""
+        return exhaustive(self.lane)
 
     def candidates(self, sig: Signature, point: PlannedPoint) -> list[Config | Sentinel]:
-        """Forced sentinels, plus the usable configs (pruned to the rankers' top-k union)."""
+        """Forced sentinels, plus the usable configs (pruned to the rankers' top-k union
+        when the caller gives rankers, which are cost models of the lane)."""
         problem = sig.problem(self.family, point.m)
         configs = self.usable(problem)
         if self.rankers:
@@ -96,10 +142,12 @@ class LiveSource:
         ids = [c.id for c in self.lane.config_space if self.lane.is_feasible(c) and (
             self.lane.is_available is None or self.lane.is_available(c))]
         names = [getattr(r, "__qualname__", type(r).__name__) for r in self.rankers]
-        return [self.lane.name, *ids, f"top_k={self.top_k}", *names]
+        marks = ["exhaustive"] if self.exhaustive else []
+        return [self.lane.name, *ids, f"top_k={self.top_k}", *names, *marks]
 
     def main(self, sig: Signature, point: PlannedPoint, keep: Collection[str]) -> Measured:
-        return self._bench(sig, point, self.candidates(sig, point), "main", keep, True)
+        return self._bench(sig, point, self.candidates(sig, point), "main", keep,
+                           not self.exhaustive)
 
     def cross(self, sig: Signature, point: PlannedPoint, arms: Sequence[str]) -> Measured:
         problem = sig.problem(self.family, point.m)
@@ -117,14 +165,15 @@ class LiveSource:
                 unbuilt[name] = why
         return self._bench(sig, point, choices, "cross", arms, False, unbuilt)
 
-    def _params(self, name: str) -> dict[str, Any]:
+    def _params(self, name: str, problem: Any) -> dict[str, Any]:
         sentinel = Sentinel.parse(name)
         if sentinel is None:
             config = self.lane.config(name)
             return config.to_json() if config is not None else {}
         params: dict[str, Any] = {"kind": sentinel.value}
-        if sentinel is Sentinel.DEFAULT:
-            params["config"] = self.lane.default_config
+        config = self.stands_for(sentinel, problem)
+        if config is not None:
+            params["config"] = config.id
         return params
 
     def _bench(self, sig: Signature, point: PlannedPoint, choices: list[Config | Sentinel],
@@ -158,7 +207,8 @@ class LiveSource:
             "M": point.m, "batch": 1, "weight": point.weight, "calls": point.calls,
             "must": point.must, "alpha": point.alpha, "fill": point.fill,
             "incumbent": point.incumbent, "census_max": sig.census_max,
-            "fallback": self.family.fallback.value, "params": self._params(name),
+            "fallback": self.family.fallback.value,
+            "params": self._params(name, sig.problem(self.family, point.m)),
             "l2": result.l2, "copies": result.copies, "graph_calls": result.calls,
             "separator_ms": round(result.separator_ms, 8), "contended": result.contended,
             "sm_clock_mhz": [start.sm_clock_mhz, end.sm_clock_mhz],

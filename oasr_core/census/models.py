@@ -3,9 +3,14 @@
 Shapes, not numbers, are what the census needs, so weights are random (or absent: the census
 builds these on the meta device). The GEMMs go through the gemm family's ops when the
 ``oasr_gemm`` plugin is installed (``family_ops=True``) and through plain torch otherwise,
-as an engine built on oasr would. The subsampling projection calls a ``linear`` this module
-imported from torch before any recorder exists, on purpose: the original census missed a whole
-layer called that way (issue 5), and the recorder must see it.
+as an engine built on oasr would. A quantized model (``quantized_linear``, the callable a
+plugin's ``oasr_quantized_linear`` hook returns) runs every linear layer of :class:`GemmOps`
+through it instead, the activation of a fused one in torch after it; convolutions, the
+attention products and the subsampling projection stay full precision.
+
+The subsampling projection calls a ``linear`` this module imported from torch before any
+recorder exists, on purpose: the original census missed a whole layer called that way
+(issue 5), and the recorder must see it.
 
 The op *mix* is faithful to the published models, including what is not a GEMM here: the
 Conformer's pointwise convolutions are linears over ``[B, T, C]`` (what an optimised engine
@@ -16,6 +21,7 @@ a ``linear_pos`` projection at ``M = 2T - 1``.
 from __future__ import annotations
 
 import math
+from collections.abc import Callable
 
 import torch
 from torch import nn
@@ -25,15 +31,22 @@ from torch.nn.functional import linear
 _ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
 
 
+QuantizedLinear = Callable[[torch.Tensor, nn.Linear], torch.Tensor]
+"""``(x, layer) -> layer(x)`` computed quantized (from a plugin's ``oasr_quantized_linear``)."""
+
+
 class GemmOps:
-    """The GEMMs of a layer: ``oasr_gemm``'s ops, or torch's, looked up at call time.
+    """The GEMMs of a layer: ``oasr_gemm``'s ops, or torch's, looked up at call time; or
+    every linear through ``quantized_linear`` when the model is quantized.
 
     The module is kept, never its functions: a function captured in an attribute would be a
-    reference no recorder can rebind.
+    reference no recorder can rebind. (The quantized linear is the plugin's own function; it
+    reaches the recorded op through its module.)
     """
 
-    def __init__(self, family_ops: bool) -> None:
+    def __init__(self, family_ops: bool, quantized_linear: QuantizedLinear | None = None) -> None:
         self.family = None
+        self.quantized = quantized_linear
         if family_ops:
             import oasr_gemm
 
@@ -41,12 +54,17 @@ class GemmOps:
 
     def linear(self, x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
         """``layer(x)``."""
+        if self.quantized is not None:
+            return self.quantized(x, layer)
         if self.family is not None:
             return self.family.gemm(x, layer.weight, layer.bias)
         return linear(x, layer.weight, layer.bias)
 
     def linear_act(self, x: torch.Tensor, layer: nn.Linear, activation: str) -> torch.Tensor:
-        """``activation(layer(x))``, one fused call with the family's ops."""
+        """``activation(layer(x))``, one fused call with the family's ops (quantized: the
+        quantized linear, then the torch activation)."""
+        if self.quantized is not None:
+            return _ACTIVATIONS[activation](self.quantized(x, layer))
         if self.family is not None:
             return self.family.gemm_activation(x, layer.weight, layer.bias, activation)
         return _ACTIVATIONS[activation](linear(x, layer.weight, layer.bias))
@@ -180,11 +198,12 @@ class ConformerEncoder(nn.Module):
 
     def __init__(self, *, input_dim: int = 80, d_model: int = 256, heads: int = 4,
                  ffn_dim: int = 1024, kernel_size: int = 31, layers: int = 16,
-                 family_ops: bool = False) -> None:
+                 family_ops: bool = False,
+                 quantized_linear: QuantizedLinear | None = None) -> None:
         super().__init__()
         if d_model % heads:
             raise ValueError(f"d_model {d_model} is not divisible by heads {heads}")
-        ops = GemmOps(family_ops)
+        ops = GemmOps(family_ops, quantized_linear)
         self.d_model = d_model
         self.subsample = ConvSubsampling(input_dim, d_model)
         self.layers = nn.ModuleList(ConformerLayer(d_model, heads, ffn_dim, kernel_size, ops)
@@ -235,9 +254,10 @@ class WhisperEncoder(nn.Module):
     """
 
     def __init__(self, *, n_mels: int = 80, d_model: int = 512, heads: int = 8, layers: int = 6,
-                 ffn_dim: int = 2048, window: int = 3000, family_ops: bool = False) -> None:
+                 ffn_dim: int = 2048, window: int = 3000, family_ops: bool = False,
+                 quantized_linear: QuantizedLinear | None = None) -> None:
         super().__init__()
-        ops = GemmOps(family_ops)
+        ops = GemmOps(family_ops, quantized_linear)
         self.window = window
         self.conv1 = nn.Conv1d(n_mels, d_model, 3, padding=1)
         self.conv2 = nn.Conv1d(d_model, d_model, 3, stride=2, padding=1)

@@ -10,6 +10,8 @@ The model is built on the meta device by default: shapes propagate through every
 memory and no arithmetic, so the full reference Conformer probes in well under a second per
 key, in the deployment dtype. ``probe_device="cpu"`` runs real fp32 arithmetic instead (for a
 model whose forward depends on values); its fp32 calls are recorded as the deployment dtype.
+The working set counts every parameter at the deployment dtype, except the weights of layers
+a family records in a narrower dtype (a quantized model's int8 linears): those at their own.
 
 A streaming key is probed as one chunk of ``width`` lockstep streams through the whole model,
 without an attention cache: projections of the new frames (``M = width * C``) are exact, while
@@ -100,6 +102,16 @@ class PointBuilder:
     def signatures(self) -> dict[str, SignatureInfo]:
         return {sig: SignatureInfo(self.weight_bytes[sig], n) for sig, n in self.per_step.items()}
 
+    def narrower_weight_bytes(self, dtype: str) -> int:
+        """Bytes the model's weights hold less than at ``dtype``, because a family records
+        their calls in a narrower dtype (a quantized layer's int8 weight): per signature,
+        its layers (calls per step) times its weight elements times the itemsize saved."""
+        deploy = ITEMSIZE[dtype]
+        calls = {call.label: call for call in self.acc}
+        return sum(self.per_step.get(label, 0) * call.weight_elements
+                   * max(0, deploy - ITEMSIZE.get(call.dtype, deploy))
+                   for label, call in calls.items())
+
 
 def build_model(workload: Workload, params: Mapping[str, Any], *, device: str,
                 dtype: str) -> tuple[Any, int]:
@@ -182,6 +194,7 @@ def run_census(workload: Workload, config: EngineConfig, traffic: Traffic,
                   "seconds": round(time.monotonic() - started, 3),
                   "unresolved_patches": list(recorder.unresolved)},
     }
+    working_set = max(0, working_set - builder.narrower_weight_bytes(dtype))
     return ShapeSet(points=builder.points(), working_set_bytes=working_set,
                     signatures=builder.signatures(), provenance=provenance)
 

@@ -27,7 +27,9 @@ Fields (names are stable; adding one bumps no version, changing one does):
 ``signatures``
     per signature label (``family|op=..|dt=..|dims``, dims in order): ``weight_bytes`` of one
     weight operand and ``calls_per_step`` (calls of one forward pass, about the number of
-    layers sharing it).
+    layers sharing it). A label always names the operand dtype, even for a family whose
+    tuning keys carry no ``dt=`` (``Family.key_dtype`` false, an int8 GEMM's): the build
+    derives the tuning key from the family.
 ``working_set_bytes``
     the served model's whole weight working set at the deployment dtype (every parameter);
     the bench keeps weights L2-cold when it exceeds L2. 0 when unknown (a capture alone).

@@ -6,8 +6,11 @@ its front end has a fixed window (Whisper's 3000 frames) and how many input fram
 chunk of ``C`` encoder frames takes. The core ships two reference workloads, ``conformer`` and
 ``whisper_encoder`` (:mod:`oasr_core.census.models`); :func:`collect_workloads` adds them to
 whatever the installed plugins register (the core does not register a plugin of its own for
-them, so they are listed whatever plugins are blocked). Any importable factory can be
-censused as well: :func:`model_workload` (``--model package.module:factory``).
+them, so they are listed whatever plugins are blocked). Built with a ``quantization``
+(``--quantization int8_w8a8``), a reference workload quantizes its linear layers online
+through the quantized linear a plugin provides for that scheme (``oasr_quantized_linear``,
+asked on the manager that collected the workload). Any importable factory can be censused
+as well: :func:`model_workload` (``--model package.module:factory``).
 """
 
 from __future__ import annotations
@@ -120,44 +123,79 @@ def family_ops_installed() -> bool:
     return importlib.util.find_spec("oasr_gemm") is not None
 
 
-def _reference(cls_name: str, family_ops: bool | None, quantization: str,
-               params: Mapping[str, Any]) -> Any:
-    """Build a reference encoder; ``family_ops`` None means "when oasr_gemm is installed"."""
-    if quantization != "none":
+def quantized_linear(pm: Any, quantization: str) -> Callable[..., Any] | None:
+    """The plugins' quantized linear for ``quantization`` (``oasr_quantized_linear``).
+
+    None for ``"none"``. Raises :class:`~oasr_core.errors.ConfigurationError` when no
+    installed plugin provides the scheme, and :class:`~oasr_core.errors.PluginError` when
+    the hook raises or answers something that is not callable.
+    """
+    if quantization == "none":
+        return None
+    hook = getattr(getattr(pm, "hook", None), "oasr_quantized_linear", None)
+    try:
+        linear = hook(quantization=quantization) if hook is not None else None
+    except Exception as exc:
+        raise PluginError(f"hook oasr_quantized_linear raised {type(exc).__name__} for "
+                          f"quantization {quantization!r}: {exc}; report this to the plugin's "
+                          "author(s)") from exc
+    if linear is None:
         raise ConfigurationError(
-            f"quantization {quantization!r}: the reference workloads run unquantized; a "
-            "quantized census needs a workload whose factory quantizes its linears and a "
-            "family that records the quantized GEMM (the scaled_mm plugin)")
-    from oasr_core.census import models
-
-    ops = family_ops_installed() if family_ops is None else family_ops
-    return getattr(models, cls_name)(family_ops=ops, **params)
-
-
-def _conformer(*, family_ops: bool | None = None, quantization: str = "none",
-               **params: Any) -> Any:
-    return _reference("ConformerEncoder", family_ops, quantization, params)
+            f"quantization {quantization!r}: no installed plugin provides a quantized linear "
+            "for it (hook oasr_quantized_linear), and the reference workloads run unquantized "
+            "without one; install the plugin of the quantized GEMM family (see `oasr plugins`)")
+    if isinstance(linear, type) or not callable(linear):
+        hint = " Have you forgotten the `()`?" if isinstance(linear, type) else ""
+        raise PluginError(f"hook oasr_quantized_linear answered a {type(linear).__name__} for "
+                          f"quantization {quantization!r}, not a callable (x, layer) -> "
+                          f"tensor.{hint}")
+    return linear
 
 
-def _whisper_encoder(*, family_ops: bool | None = None, quantization: str = "none",
-                     **params: Any) -> Any:
-    return _reference("WhisperEncoder", family_ops, quantization, params)
+@attrs.frozen
+class ReferenceFactory:
+    """The factory of a reference encoder of :mod:`oasr_core.census.models`.
+
+    Called as a workload factory, ``(*, family_ops=None, quantization="none", **params)``:
+    ``family_ops`` None means "when oasr_gemm is installed"; a ``quantization`` other than
+    ``none`` quantizes the model's linear layers online through the quantized linear the
+    plugins of ``pm`` provide (:func:`quantized_linear`).
+    """
+
+    model: str
+    """Class name in :mod:`oasr_core.census.models`."""
+    pm: Any = attrs.field(default=None, eq=False, repr=False)
+    """The plugin manager asked for ``oasr_quantized_linear`` (None: no plugin)."""
+
+    def __call__(self, *, family_ops: bool | None = None, quantization: str = "none",
+                 **params: Any) -> Any:
+        linear = quantized_linear(self.pm, quantization)
+        from oasr_core.census import models
+
+        ops = family_ops_installed() if family_ops is None else family_ops
+        return getattr(models, self.model)(family_ops=ops, quantized_linear=linear, **params)
 
 
 def _conformer_chunk_frames(chunk: int) -> int:
     return 4 * chunk + 3
 
 
-def builtin_workloads() -> tuple[Workload, ...]:
-    """The core's reference workloads: ``conformer`` and ``whisper_encoder``."""
+def builtin_workloads(pm: Any = None) -> tuple[Workload, ...]:
+    """The core's reference workloads: ``conformer`` and ``whisper_encoder``.
+
+    ``pm`` is the plugin manager their factories ask for a quantized linear when built with
+    a ``quantization`` (without one, only ``quantization="none"`` builds).
+    """
     return (
-        Workload(name="conformer", factory=_conformer, inputs=("B,T,80",),
+        Workload(name="conformer", factory=ReferenceFactory("ConformerEncoder", pm),
+                 inputs=("B,T,80",),
                  params={"input_dim": 80, "d_model": 256, "heads": 4, "ffn_dim": 1024,
                          "kernel_size": 31, "layers": 16},
                  chunk_frames=_conformer_chunk_frames,
                  description="Conformer (M) encoder: conv2d subsampling x4, d 256, 4 heads, "
                              "FFN 1024, depthwise kernel 31, 16 layers"),
-        Workload(name="whisper_encoder", factory=_whisper_encoder, inputs=("B,80,T",),
+        Workload(name="whisper_encoder", factory=ReferenceFactory("WhisperEncoder", pm),
+                 inputs=("B,80,T",),
                  params={"n_mels": 80, "d_model": 512, "heads": 8, "layers": 6,
                          "ffn_dim": 2048},
                  fixed_frames=3000, streaming=False,
@@ -175,7 +213,7 @@ def collect_workloads(pm: Any = None) -> dict[str, tuple[Workload, str]]:
     line asking the user to report the conflict (never "last wins"). With ``pm.strict`` those
     problems raise :class:`~oasr_core.errors.PluginError`.
     """
-    found: list[tuple[Workload, str]] = [(w, BUILTIN) for w in builtin_workloads()]
+    found: list[tuple[Workload, str]] = [(w, BUILTIN) for w in builtin_workloads(pm)]
     hook = getattr(getattr(pm, "hook", None), "oasr_register_workloads", None)
     for impl in hook.get_hookimpls() if hook is not None else ():
         if impl.wrapper or impl.hookwrapper:

@@ -2,10 +2,15 @@
 
 Examples::
 
-    oasr tune build --family gemm --census offline.json --census streaming.json --out user
+    oasr tune build --census offline.json --census streaming.json --out user
     oasr tune build --family gemm --widths "512,256;2048,512" --m-ladder 16,64,256,1024 \\
         --out db/sm90/gemm.json
     oasr tune build --from-log db/sm90/measurements/gemm.jsonl --out /tmp/gemm.json
+
+Without ``--family``, a census build measures every installed family the census holds points
+of (a quantized model's census: gemm and scaled_mm, one tuning file each), and a log replay
+rebuilds every family the log holds; ``--family`` restricts either to one. Several families
+need ``--out`` to name a tier or a directory, not one ``.json`` file.
 """
 
 from __future__ import annotations
@@ -28,8 +33,8 @@ def _options(**kw):
 
 
 @click.command("build")
-@click.option("--family", default=None, help="Kernel family to build (default with "
-              "--from-log: the log's).")
+@click.option("--family", default=None, help="Kernel family to build (default: every "
+              "installed family the census or log holds).")
 @click.option("--census", "censuses", multiple=True, type=click.Path(path_type=Path,
               dir_okay=False), help="ShapeSet JSON from `oasr tune census` (repeatable).")
 @click.option("--widths", default=None, metavar="N,K;N,K",
@@ -63,7 +68,12 @@ def _options(**kw):
 @click.option("--uniform-share", type=click.FloatRange(min=0.0, max=1.0), default=0.5,
               show_default=True, help="Share of each signature's weight spread evenly over its "
               "measured sizes (the rest follows the census).")
-@click.option("--top-k", type=click.IntRange(min=1), default=16, show_default=True)
+@click.option("--top-k", type=click.IntRange(min=1), default=16, show_default=True,
+              help="Configs each cost model keeps per point when the build prunes.")
+@click.option("--prune/--no-prune", default=True, show_default=True,
+              help="Prune to the top-k of the structure and of the calibrated model an "
+              "earlier build shipped (the output file's, else the system tier's); without "
+              "one every config is measured.")
 @click.option("--max-points", type=click.IntRange(min=2), default=24, show_default=True,
               help="Points per signature, fill included (census points too with --thin).")
 @click.option("--thin", is_flag=True, help="Thin dense censuses to --max-points.")
@@ -79,17 +89,17 @@ def _options(**kw):
 @handle_errors
 def build_cmd(state: CliState, family, censuses, widths, m_ladder, op, dtype, alpha,
               working_set_bytes, from_logs, out, arch, lane, log_path, checkpoint_path, fresh,
-              no_resume, min_speedup, noise_k, tie, cover_eps, uniform_share, top_k, max_points,
-              thin, no_fill,
-              exact_dtype, budget_s, seed, progress, as_json) -> None:
+              no_resume, min_speedup, noise_k, tie, cover_eps, uniform_share, top_k, prune,
+              max_points, thin, no_fill, exact_dtype, budget_s, seed, progress,
+              as_json) -> None:
     """Measure each signature of a census and write its tuning entries (locked merge)."""
     from oasr_core import build
 
     if arch is not None and not ARCH_RE.match(arch):
         raise ConfigurationError(f"--arch {arch!r} is not an arch family like sm90")
     options = _options(min_speedup=min_speedup, noise_k=noise_k, tie=tie, cover_eps=cover_eps,
-                       uniform_share=uniform_share, top_k=top_k, max_points=max_points,
-                       thin=thin, fill=not no_fill,
+                       uniform_share=uniform_share, top_k=top_k, prune=prune,
+                       max_points=max_points, thin=thin, fill=not no_fill,
                        exact_dtype=exact_dtype, budget_s=budget_s, fresh=fresh,
                        resume=not no_resume)
     show = sys.stderr.isatty() if progress is None else progress
@@ -97,14 +107,40 @@ def build_cmd(state: CliState, family, censuses, widths, m_ladder, op, dtype, al
     if from_logs:
         if censuses or widths:
             raise ConfigurationError("--from-log replays a log: it takes no --census/--widths")
-        result = build.build_from_log(list(from_logs), registry=rt.registry, out=out,
-                                      family=family, arch=arch, options=options,
-                                      progress=show)
+        families = [family] if family else build.log_families(list(from_logs))
+        _check_out(out, families, "log")
+        results = [build.build_from_log(list(from_logs), registry=rt.registry, out=out,
+                                        family=name, arch=arch, options=options,
+                                        progress=show) for name in families]
     else:
-        result = _live(rt, build, options, family, censuses, widths, m_ladder, op, dtype,
-                       alpha, working_set_bytes, out, arch, lane, log_path, checkpoint_path,
-                       seed, show)
-    _report(result, as_json)
+        results = _live(rt, build, options, family, censuses, widths, m_ladder, op, dtype,
+                        alpha, working_set_bytes, out, arch, lane, log_path, checkpoint_path,
+                        seed, show)
+    _report(results, as_json)
+
+
+def _check_out(out: str, families: list[str], what: str) -> None:
+    if len(families) > 1 and out not in ("user", "system") and out.endswith(".json"):
+        raise ConfigurationError(f"--out {out} names one tuning file, but the {what} holds "
+                                 f"families {', '.join(families)}: pass --family, or --out "
+                                 "user, system or a directory")
+
+
+def _census_families(rt, build, family, censuses) -> tuple[list[str], list[str]]:
+    """The families a census build measures (``--family``, else every installed family the
+    census holds points of), and the families of the census no plugin provides."""
+    if family is not None:
+        return [family], []
+    named, unnamed = build.census_families(censuses)
+    if unnamed:
+        raise ConfigurationError("--family is required: the census has points that do not "
+                                 "name their family")
+    installed = [name for name in named if name in rt.registry.families]
+    if not installed:
+        raise ConfigurationError(f"the census holds no point of an installed family (it "
+                                 f"holds: {', '.join(named) or 'none'}; installed: "
+                                 f"{', '.join(sorted(rt.registry.families)) or 'none'})")
+    return installed, [name for name in named if name not in installed]
 
 
 def _live(rt, build, options, family, censuses, widths, m_ladder, op, dtype, alpha,
@@ -113,23 +149,36 @@ def _live(rt, build, options, family, censuses, widths, m_ladder, op, dtype, alp
 
     from oasr_core.bench import BenchOptions
 
-    if family is None:
-        raise ConfigurationError("--family is required to measure (e.g. --family gemm)")
-    fam = rt.registry.family(family)
     if bool(censuses) == bool(widths):
         raise ConfigurationError("give either --census FILE (repeatable) or --widths with "
                                  "--m-ladder")
+    missing: list[str] = []
     if widths:
+        if family is None:
+            raise ConfigurationError("--family is required to measure --widths "
+                                     "(e.g. --family gemm)")
         if not m_ladder:
             raise ConfigurationError("--widths needs --m-ladder (e.g. 16,64,256,1024)")
-        census = build.census_from_widths(fam, widths, m_ladder, op=op, dtype=dtype,
-                                          alpha=alpha, working_set_bytes=working_set_bytes)
+        fam = rt.registry.family(family)
+        plans = [(fam, build.census_from_widths(fam, widths, m_ladder, op=op, dtype=dtype,
+                                                alpha=alpha,
+                                                working_set_bytes=working_set_bytes))]
     else:
-        census = build.read_censuses(censuses, fam)
-        if working_set_bytes is not None:
-            census = attrs.evolve(census, working_set_bytes=working_set_bytes)
-    if not census.points:
-        raise ConfigurationError(f"the census holds no point of family {fam.name}")
+        names, missing = _census_families(rt, build, family, censuses)
+        if lane is not None and len(names) > 1:
+            raise ConfigurationError(f"--lane names a lane of one family; the census holds "
+                                     f"{', '.join(names)}: pass --family too")
+        _check_out(out, names, "census")
+        plans = []
+        for name in names:
+            fam = rt.registry.family(name)
+            census = build.read_censuses(censuses, fam)
+            if working_set_bytes is not None:
+                census = attrs.evolve(census, working_set_bytes=working_set_bytes)
+            plans.append((fam, census))
+    for fam, census in plans:
+        if not census.points:
+            raise ConfigurationError(f"the census holds no point of family {fam.name}")
     device = rt.device_arch()
     if device is None:
         raise ConfigurationError("no CUDA device: measuring needs a GPU; rebuild from a "
@@ -137,32 +186,48 @@ def _live(rt, build, options, family, censuses, widths, m_ladder, op, dtype, alp
     if arch is not None and arch != device:
         raise ConfigurationError(f"--arch {arch} but this GPU is {device}")
     arch = device
-    chosen = rt.registry.lane(lane) if lane else rt.registry.active_lane(fam.name, arch)
-    if chosen is None or chosen.family != fam.name or arch not in chosen.arch_families:
-        raise ConfigurationError(f"no lane of family {fam.name} runs on {arch}"
-                                 + (f" as {lane!r}" if lane else ""))
-    return build.build_live(census, family=fam, lane=chosen, arch=arch,
-                            out=build.resolve_out(out, arch, fam), options=options,
-                            log_path=log_path, checkpoint_path=checkpoint_path,
-                            bench_options=BenchOptions(seed=seed), progress=show)
+    lanes = []
+    for fam, _census in plans:
+        chosen = rt.registry.lane(lane) if lane else rt.registry.active_lane(fam.name, arch)
+        if chosen is None or chosen.family != fam.name or arch not in chosen.arch_families:
+            raise ConfigurationError(f"no lane of family {fam.name} runs on {arch}"
+                                     + (f" as {lane!r}" if lane else ""))
+        lanes.append(chosen)
+    for name in missing:
+        click.echo(f"note: census points of family {name} skipped: no installed plugin "
+                   "provides it", err=True)
+    return [build.build_live(census, family=fam, lane=chosen, arch=arch,
+                             out=build.resolve_out(out, arch, fam), options=options,
+                             log_path=log_path, checkpoint_path=checkpoint_path,
+                             bench_options=BenchOptions(seed=seed), progress=show)
+            for (fam, census), chosen in zip(plans, lanes, strict=True)]
 
 
-def _report(result, as_json: bool) -> None:
-    data = {"out": str(result.out), "entries": sorted(k for k, e in result.entries.items()
-                                                      if e is not None),
+def _data(result) -> dict:
+    return {"family": result.family, "out": str(result.out),
+            "entries": sorted(k for k, e in result.entries.items() if e is not None),
             "reused": list(result.reused), "skipped": list(result.skipped),
             "points": result.points, "elapsed_s": round(result.elapsed_s, 3),
             "runs": list(result.runs), "messages": list(result.messages)}
+
+
+def _report(results, as_json: bool) -> None:
+    """One summary per family built (``--json``: that object, or ``{"builds": [...]}`` for
+    several families)."""
+    datas = [_data(r) for r in results]
     if as_json:
-        click.echo(json.dumps(data, indent=1, sort_keys=True))
+        doc = datas[0] if len(datas) == 1 else {"builds": datas}
+        click.echo(json.dumps(doc, indent=1, sort_keys=True))
         return
-    for msg in result.messages:
-        click.echo(f"note: {msg}", err=True)
-    for key, entry in sorted(result.entries.items()):
-        regions = "none" if entry is None else " ".join(
-            f"{'*' if hi is None else hi}:{c}" for hi, c in entry.regions)
-        click.echo(f"{key}  {regions}")
-    click.echo(f"wrote {len(data['entries'])} entr{'y' if len(data['entries']) == 1 else 'ies'}"
-               f" to {result.out} ({len(result.reused)} reused from the checkpoint, "
-               f"{len(result.skipped)} skipped); {result.points} point(s) measured in "
-               f"{result.elapsed_s:.1f} s")
+    for result, data in zip(results, datas, strict=True):
+        for msg in result.messages:
+            click.echo(f"note: {msg}", err=True)
+        for key, entry in sorted(result.entries.items()):
+            regions = "none" if entry is None else " ".join(
+                f"{'*' if hi is None else hi}:{c}" for hi, c in entry.regions)
+            click.echo(f"{key}  {regions}")
+        n = len(data["entries"])
+        click.echo(f"wrote {n} entr{'y' if n == 1 else 'ies'} to {result.out} "
+                   f"({len(result.reused)} reused from the checkpoint, "
+                   f"{len(result.skipped)} skipped); {result.points} point(s) measured in "
+                   f"{result.elapsed_s:.1f} s")

@@ -149,7 +149,9 @@ def _traffic(mode: str, manifest: Path | None, audio_root: Path | None,
 @click.option("--dtype", type=click.Choice(["fp16", "bf16"]), default="fp16", show_default=True,
               help="The deployment's activation dtype.")
 @click.option("--quantization", type=click.Choice(["none", "int8_w8a8", "fp8_w8a8"]),
-              default="none", show_default=True, help="Passed to the workload's factory.")
+              default="none", show_default=True,
+              help="Passed to the workload's factory; the reference workloads quantize their "
+              "linear layers through the plugin providing the scheme.")
 @click.option("--probe-device", type=click.Choice(["meta", "cpu"]), default="meta",
               show_default=True, help="meta: shapes only, no arithmetic.")
 @click.option("--probe-limit", type=click.IntRange(min=1), default=None,
