@@ -7,10 +7,17 @@ Engine-facing API:
 
 - :func:`select` — the config (and tier) serving one call shape; one dict lookup when memoised;
 - :func:`reload` — start a new epoch: tuning files are re-read, selections resolved anew;
-- :func:`tuning_report` — tier counts, loaded and stale files.
+- :func:`tuning_report` — tier counts, loaded and stale files;
+- :func:`autotune` — a context manager measuring, inside it, every call shape with no result;
+- :class:`TuningConfig` and :class:`Tuner` — what an engine holds to prewarm the user tier
+  and check coverage before it captures graphs.
+
+The last three load their modules on first access.
 """
 
 from __future__ import annotations
+
+from typing import Any
 
 import pluggy
 
@@ -23,4 +30,17 @@ __version__ = "0.1.0"
 hookimpl = pluggy.HookimplMarker("oasr")
 """Decorator for plugin hook implementations: ``from oasr_core import hookimpl``."""
 
-__all__ = ["__version__", "hookimpl", "reload", "select", "tuning_report"]
+_LAZY = {"autotune": "oasr_core.autotuning.session", "TuningConfig": "oasr_core.tuner",
+         "Tuner": "oasr_core.tuner"}
+
+__all__ = ["__version__", "TuningConfig", "Tuner", "autotune", "hookimpl", "reload", "select",
+           "tuning_report"]
+
+
+def __getattr__(name: str) -> Any:
+    module = _LAZY.get(name)
+    if module is None:
+        raise AttributeError(f"module 'oasr_core' has no attribute {name!r}")
+    import importlib
+
+    return getattr(importlib.import_module(module), name)

@@ -48,3 +48,15 @@ class ToolchainError(OasrError):
 
 class JitBuildError(OasrError):
     """A JIT module could not be built, found, or loaded (every unit failed, link failed)."""
+
+
+class UncoveredShapesError(OasrError):
+    """Must-tune shapes no user or system tier entry covers (``TuningConfig(strict=True)``).
+
+    ``points`` holds every uncovered point; the message names each one (family, op,
+    signature key, dynamic size) and how to cover them.
+    """
+
+    def __init__(self, message: str, points: tuple = ()) -> None:
+        super().__init__(message)
+        self.points = points
