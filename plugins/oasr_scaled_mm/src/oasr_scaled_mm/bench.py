@@ -1,0 +1,153 @@
+"""The scaled_mm family's bench adapter: ``Family.make_bench`` for ``oasr tune build``.
+
+For one problem it allocates realistic int8 operands once (a float activation and weight
+quantized per token / per channel, so outputs are O(1); weight copies as the protocol's L2
+policy asks), a float32 bias, and for ``scaled_mm_quant`` an out_scale mapping the output's
+absmax to 127. It returns one arm per choice:
+
+- a config of the lane (or ``heuristic``, which the build resolves to the ladder's config),
+  launched through its prepared call exactly as the served op launches it (fp16 output for
+  ``scaled_mm``, int8 for ``scaled_mm_quant``);
+- ``torch``: ``torch._int_mm`` then the same scaling in torch (what an engine without these
+  kernels runs). ``_int_mm`` refuses M <= 16, so small M is padded to 17 rows (the arm pays for
+  the padded GEMM, as a torch engine would).
+
+The gate is bitwise (``torch.equal``) against the heuristic variant's output; without a
+launchable heuristic config, against the exact torch reference (the same bits by construction).
+A build measures the lane's whole space, so the arms come from the lane's full module
+(:func:`oasr_scaled_mm.jit.full_spec`), loaded once per process.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from oasr_core.types import Config, Problem, Sentinel
+
+from oasr_scaled_mm.config_space import OP_QUANT
+
+MIN_INT_MM_ROWS = 17
+"""``torch._int_mm`` needs more than 16 rows."""
+
+_FULL: dict[tuple[str, str], Mapping[tuple[str, str], Any]] = {}
+_FULL_LOCK = threading.Lock()
+
+
+def full_kernels(lane: str, arch: str) -> Mapping[tuple[str, str], Any]:
+    """Every compiled (op, config) of ``lane`` on ``arch`` (its full module), bound."""
+    key = (lane, arch)
+    if key not in _FULL:
+        with _FULL_LOCK:
+            if key not in _FULL:
+                from oasr_core import jit as core_jit
+
+                from oasr_scaled_mm import jit
+                from oasr_scaled_mm.launch import bind_all
+
+                module = core_jit.load(jit.full_spec(lane, arch))
+                _FULL[key] = bind_all(module, jit.lane_configs(lane, arch))
+    return _FULL[key]
+
+
+def _arch_of(device: Any) -> str:
+    import torch
+
+    major, minor = torch.cuda.get_device_capability(device)
+    return f"sm{major}{minor}"
+
+
+def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: Any):
+    """The :class:`oasr_core.bench.BenchCase` of ``problem`` (see the module docstring)."""
+    import torch
+    from oasr_core.bench import BenchCase
+
+    from oasr_scaled_mm import numerics, reference
+    from oasr_scaled_mm.launch import LaunchError, status_text
+
+    n, k, m = problem.dim("N"), problem.dim("K"), problem.m
+    quant = problem.op == OP_QUANT
+    out_dtype = torch.int8 if quant else torch.float16
+    out_name = "int8" if quant else "fp16"
+    dev = torch.device(options.device)
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    a, a_scale, w, w_scale, bias = numerics.make_operands(m, n, k, device=dev, seed=options.seed)
+    weight_bytes = n * k + 4 * n
+    copies = options.copies_for(weight_bytes)
+    weights = [w] + [w.clone() for _ in range(copies - 1)]
+    y = reference.scale(reference.exact_acc(a, w), a_scale, w_scale, bias)
+    out_scale = numerics.out_scale_for(y) if quant else 1.0
+    out_scale_t = torch.tensor([out_scale], dtype=torch.float32, device=dev)
+    exact = reference.quantize_output(y, out_scale_t) if quant else y.to(out_dtype)
+    out = torch.empty(m, n, dtype=out_dtype, device=dev)
+    lane = options.lane
+    kernels = full_kernels(lane, _arch_of(dev)) if lane else {}
+    stream_of = torch._C._cuda_getCurrentRawStream
+    arms: dict[str, Any] = {}
+    rejected: dict[str, str] = {}
+    prepared_of: dict[str, Any] = {}
+
+    def launcher(cfg: Config) -> Any:
+        if cfg.id not in prepared_of:
+            kernel = kernels.get((problem.op, cfg.id))
+            if kernel is None:
+                why = ("has no quantizing launcher (Stream-K)" if quant
+                       and cfg.params.get("stream_k") else f"is not compiled in the {lane} module")
+                raise LaunchError(f"{cfg.id} {why}")
+            prepared_of[cfg.id] = kernel.prepare(out_name, m, n, k)
+        return prepared_of[cfg.id]
+
+    def kernel_arm(prepared: Any, cid: str) -> Any:
+        def run(i: int) -> Any:
+            status = prepared.launch(a.data_ptr(), weights[i].data_ptr(), a_scale.data_ptr(),
+                                     w_scale.data_ptr(), bias.data_ptr(), 0, out_scale,
+                                     out.data_ptr(), index, stream_of(index))
+            if status:
+                raise LaunchError(f"{lane}/{cid} refused m={m} n={n} k={k}: "
+                                  f"{status_text(status)}")
+            return out
+        return run
+
+    padded = a if m >= MIN_INT_MM_ROWS else torch.cat([a, a.new_zeros(MIN_INT_MM_ROWS - m, k)])
+
+    def torch_arm(i: int) -> Any:
+        acc = torch._int_mm(padded, weights[i].t())[:m]
+        value = reference.scale(acc, a_scale, w_scale, bias)
+        out.copy_(reference.quantize_output(value, out_scale_t) if quant else value)
+        return out
+
+    for choice in choices:
+        name = choice.value if isinstance(choice, Sentinel) else choice.id
+        cfg = options.config_of(choice, problem)
+        if cfg is None:
+            if choice is Sentinel.TORCH:
+                try:
+                    torch_arm(0)
+                    arms[name] = torch_arm
+                except RuntimeError as exc:
+                    rejected[name] = f"torch._int_mm refused the shape: {exc}"
+            else:
+                rejected[name] = f"{name} has no scaled_mm launcher"
+            continue
+        try:
+            arms[name] = kernel_arm(launcher(cfg), cfg.id)
+        except Exception as exc:  # a refused shape is one rejected arm, not a failed build
+            rejected[name] = str(exc)
+
+    gate_ref = exact
+    heuristic = options.config_of(Sentinel.HEURISTIC, problem) \
+        if options.resolve is not None else None
+    if heuristic is not None:
+        try:
+            kernel_arm(launcher(heuristic), heuristic.id)(0)
+            torch.cuda.synchronize(dev)
+            gate_ref = out.clone()
+        except Exception:  # an unlaunchable heuristic: the exact reference is the same bits
+            gate_ref = exact
+
+    def gate(output: Any) -> Any:
+        return numerics.numerics_gate(output, gate_ref)
+
+    return BenchCase(arms=arms, copies=copies, weight_bytes=weight_bytes, rejected=rejected,
+                     gate=gate)

@@ -1,0 +1,155 @@
+"""C++ generation: one translation unit per (config, op) of either lane.
+
+A unit includes its lane's header (``csrc/oasr_scaled_mm/sm80.cuh`` or ``sm90.cuh``: kernels,
+parameter cache, the C ABI pieces in ``common.cuh``), names one kernel type per output dtype
+(fp16 and bf16 for ``scaled_mm``, int8 for ``scaled_mm_quant``) and exports two ``extern "C"``
+functions::
+
+    int32_t oasr_smm_<lane>_<unit>(const CallArgs* call, a, w, a_scale, w_scale, bias,
+                                   out_scale_ptr, float out_scale, d, stream)
+    int64_t oasr_smm_<lane>_<unit>_workspace(m, n, k, out_dtype)
+
+``CallArgs`` (sizes, output dtype code, workspace) is prepared once per shape
+(:class:`oasr_scaled_mm.launch.CallArgs`). The launcher returns a :data:`STATUS` code.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Iterable
+from importlib import resources
+from pathlib import Path
+
+from oasr_core.types import Config
+
+from oasr_scaled_mm.config_space import LANE_SM80, LANE_SM90, OP_MM, OP_QUANT, serves, unit_name
+
+OUT_CODES = {"fp16": 0, "bf16": 1, "int8": 2}
+OP_OUT_DTYPES = {OP_MM: ("fp16", "bf16"), OP_QUANT: ("int8",)}
+STATUS = {
+    0: "ok", 1: "output dtype not compiled in", 2: "shape not implementable",
+    4: "workspace too small", 5: "parameter preparation failed", 6: "launch failed",
+    7: "no CUDA device",
+}
+_CXX_OUT = {"fp16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t", "int8": "int8_t"}
+_SM90_MAINLOOP = {
+    "ws": "cutlass::gemm::KernelTmaWarpSpecialized",
+    "pingpong": "cutlass::gemm::KernelTmaWarpSpecializedPingpong",
+    "cooperative": "cutlass::gemm::KernelTmaWarpSpecializedCooperative",
+}
+_SM90_EPILOGUE = {
+    "ws": "cutlass::epilogue::TmaWarpSpecialized",
+    "pingpong": "cutlass::epilogue::TmaWarpSpecialized",
+    "cooperative": "cutlass::epilogue::TmaWarpSpecializedCooperative",
+}
+_LANE_TAG = {LANE_SM80: "sm80", LANE_SM90: "sm90"}
+_HEADER = {LANE_SM80: "oasr_scaled_mm/sm80.cuh", LANE_SM90: "oasr_scaled_mm/sm90.cuh"}
+
+
+def csrc_dir() -> Path:
+    """The include dir holding ``oasr_scaled_mm/*.cuh`` (package data)."""
+    return Path(str(resources.files("oasr_scaled_mm") / "csrc"))
+
+
+def symbol(config: Config, op: str = OP_MM) -> str:
+    """The launcher's C symbol for ``config`` serving ``op``."""
+    return f"oasr_smm_{_LANE_TAG[config.lane]}_{unit_name(config, op)}"
+
+
+def workspace_symbol(config: Config, op: str = OP_MM) -> str:
+    """The workspace query's C symbol for ``config`` serving ``op``."""
+    return symbol(config, op) + "_workspace"
+
+
+def sm80_kernel_type(config: Config, out_dtype: str) -> str:
+    """The C++ type of a 2.x config's kernel writing ``out_dtype``."""
+    p = config.params
+    args = [_CXX_OUT[out_dtype], *p["tile"], *p["warp"], p["stages"],
+            "true" if p["stream_k"] else "false"]
+    return f"oasr_smm::sm80::Kernel<{', '.join(map(str, args))}>"
+
+
+def sm90_kernel_type(config: Config, out_dtype: str) -> str:
+    """The C++ type of a 3.x config's kernel writing ``out_dtype``."""
+    p = config.params
+    scheduler = "cutlass::gemm::StreamKScheduler" if p["stream_k"] else "void"
+    args = [_CXX_OUT[out_dtype], *p["tile"], *p["cluster"], p["stages"],
+            _SM90_MAINLOOP[p["schedule"]], _SM90_EPILOGUE[p["schedule"]], scheduler]
+    return f"oasr_smm::sm90::Kernel<{', '.join(map(str, args))}>"
+
+
+def kernel_type(config: Config, out_dtype: str) -> str:
+    """The C++ kernel type of ``config`` writing ``out_dtype`` (either lane)."""
+    if config.lane == LANE_SM80:
+        return sm80_kernel_type(config, out_dtype)
+    if config.lane == LANE_SM90:
+        return sm90_kernel_type(config, out_dtype)
+    raise KeyError(f"config {config.id!r} belongs to lane {config.lane!r}, not a scaled_mm lane")
+
+
+def unit_source(config: Config, op: str = OP_MM, out_dtypes: Iterable[str] | None = None) -> str:
+    """The translation unit of ``config`` for ``op``, with kernels for ``out_dtypes``.
+
+    ``out_dtypes`` defaults to every output of the op (fp16 and bf16, or int8); a subset
+    compiles faster (tests).
+    """
+    if not serves(config, op):
+        raise ValueError(f"config {config.id!r} has no {op} launcher (Stream-K)")
+    allowed = OP_OUT_DTYPES[op]
+    dtypes = tuple(out_dtypes) if out_dtypes is not None else allowed
+    if not dtypes or any(d not in allowed for d in dtypes):
+        raise ValueError(f"out_dtypes {dtypes!r} must be a non-empty subset of {allowed}")
+    sym = symbol(config, op)
+    aliases = "\n".join(f"using K{OUT_CODES[d]} = {kernel_type(config, d)};" for d in dtypes)
+    run_cases = "\n".join(f"    case {OUT_CODES[d]}: return K{OUT_CODES[d]}::run(o, *c, s);"
+                          for d in dtypes)
+    ws_cases = "\n".join(f"    case {OUT_CODES[d]}: return K{OUT_CODES[d]}::workspace(m, n, k);"
+                         for d in dtypes)
+    title = f"{config.lane} unit {unit_name(config, op)} ({op}: {', '.join(dtypes)})"
+    return f"""// oasr_scaled_mm {title}
+// generated by oasr_scaled_mm.codegen; edit the generator, not this file.
+#include "{_HEADER[config.lane]}"
+
+namespace {{
+{aliases}
+}}  // namespace
+
+OASR_EXPORT int32_t {sym}(const oasr_smm::CallArgs* c, const void* a, const void* w,
+    const void* a_scale, const void* w_scale, const void* bias, const void* out_scale_ptr,
+    float out_scale, void* d, void* stream) {{
+  if (c == nullptr) {{
+    return oasr_smm::kErrShape;
+  }}
+  oasr_smm::Operands o{{a, w, static_cast<const float*>(a_scale),
+      static_cast<const float*>(w_scale), static_cast<const float*>(bias),
+      static_cast<const float*>(out_scale_ptr), out_scale, d}};
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  switch (c->out_dtype) {{
+{run_cases}
+    default: return oasr_smm::kErrDtype;
+  }}
+}}
+
+OASR_EXPORT int64_t {sym}_workspace(int64_t m, int64_t n, int64_t k, int32_t out_dtype) {{
+  switch (out_dtype) {{
+{ws_cases}
+    default: return -1;
+  }}
+}}
+"""
+
+
+@functools.cache
+def impl_hash() -> str:
+    """A short hash of what decides the generated code: this module and the headers.
+
+    The family's ``impl_hash`` soft validator: an entry measured under another implementation
+    is marked stale.
+    """
+    digest = hashlib.sha256()
+    digest.update(Path(__file__).read_bytes())
+    for header in sorted((csrc_dir() / "oasr_scaled_mm").glob("*.cuh")):
+        digest.update(header.name.encode())
+        digest.update(header.read_bytes())
+    return digest.hexdigest()[:16]

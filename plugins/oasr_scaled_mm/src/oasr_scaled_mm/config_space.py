@@ -1,0 +1,153 @@
+"""The config spaces of the scaled_mm family's two lanes, as data.
+
+Every config is an :class:`oasr_core.types.Config` whose ``params`` name each kernel
+parameter explicitly (tile, warp or cluster, stages, schedule, stream_k), so a tuning file is
+readable without this module. A config compiles into one translation unit per op it serves
+(:func:`units_of`): ``<id>`` for ``scaled_mm`` (fp16 and bf16 outputs) and ``<id>_quant`` for
+``scaled_mm_quant`` (int8 output); Stream-K configs have no quantizing unit.
+
+sm80_int8_mma (CUTLASS 2.x mma.sync m16n8k32): seven data-parallel tiles with the warp
+arrangements and stage counts CUTLASS's own generator lists for int8 on sm80
+(``GenerateSM80_TensorOp_16832_TN``; 128x128x128 with 3 stages instead of 4 so that it also
+fits the 99 KiB of sm86/sm89), and Stream-K on two of them.
+
+sm90_int8_wgmma (CUTLASS 3.x, TMA + wgmma): what won the H200 quantized study (GPU.md) --
+the non-persistent ``KernelTmaWarpSpecialized`` kernel at 64x32 / 64x64 (K tile 128) for small
+M, 64x128 / 128x64 / 128x128 between M ~ 416 and 2152, 128x128 ping-pong with 1x1 / 1x2 / 2x1
+clusters above -- plus the cooperative 128x128 and 256x128 tiles and one Stream-K tile for deep K,
+which only a measured entry can pick.
+"""
+
+from __future__ import annotations
+
+import functools
+from collections.abc import Iterable
+
+from oasr_core.types import Config
+
+FAMILY = "scaled_mm"
+OPS = ("scaled_mm", "scaled_mm_quant")
+OP_MM, OP_QUANT = OPS
+LANE_SM80 = "sm80_int8_mma"
+LANE_SM90 = "sm90_int8_wgmma"
+LANES = (LANE_SM80, LANE_SM90)
+
+SM90_SCHEDULES = ("ws", "pingpong", "cooperative")
+"""``ws``: non-persistent ``KernelTmaWarpSpecialized``; ``pingpong`` / ``cooperative``: the
+persistent ``KernelTmaWarpSpecialized{Pingpong,Cooperative}`` kernels."""
+_SM90_TAG = {"ws": "ws", "pingpong": "pp", "cooperative": "co"}
+
+SM80_DEFAULT = "b128x128x64_w64x64x64_s5"
+SM90_DEFAULT = "ws_64x128x128_c1x1"
+"""A middle tile: the 64x128 non-persistent kernel won M ~ 416-2152 in the H200 study."""
+DEFAULTS = {LANE_SM80: SM80_DEFAULT, LANE_SM90: SM90_DEFAULT}
+
+
+def sm80_config(tile: tuple[int, int, int], warp: tuple[int, int, int], stages: int, *,
+                stream_k: bool = False) -> Config:
+    """A CUTLASS 2.x int8 config: ``b{tile}_w{warp}_s{stages}`` (``_sk`` for Stream-K)."""
+    bm, bn, bk = tile
+    wm, wn, wk = warp
+    cid = f"b{bm}x{bn}x{bk}_w{wm}x{wn}x{wk}_s{stages}" + ("_sk" if stream_k else "")
+    return Config(id=cid, lane=LANE_SM80, params={
+        "tile": [bm, bn, bk], "warp": [wm, wn, wk], "stages": stages, "stream_k": stream_k,
+        "schedule": "mma_sync", "unit": cid,
+    })
+
+
+def sm90_config(tile: tuple[int, int, int], cluster: tuple[int, int] = (1, 1),
+                schedule: str = "ws", *, stages: int = 0, stream_k: bool = False) -> Config:
+    """A CUTLASS 3.x int8 config: ``{ws,pp,co,sk}_{tile}_c{cluster}``.
+
+    ``stages=0`` lets the builder fit as many stages as shared memory allows after the
+    epilogue; ``stream_k`` pairs the cooperative kernel with ``StreamKScheduler``.
+    """
+    if schedule not in SM90_SCHEDULES:
+        raise ValueError(f"schedule {schedule!r} is not one of {SM90_SCHEDULES}")
+    tm, tn, tk = tile
+    cm, cn = cluster
+    cid = f"{'sk' if stream_k else _SM90_TAG[schedule]}_{tm}x{tn}x{tk}_c{cm}x{cn}"
+    if stages:
+        cid += f"_s{stages}"
+    return Config(id=cid, lane=LANE_SM90, params={
+        "tile": [tm, tn, tk], "cluster": [cm, cn], "schedule": schedule, "stages": stages,
+        "stream_k": stream_k, "unit": cid,
+    })
+
+
+_SM80_TILES = (
+    # (tile, warp, stages): CUTLASS's int8 sm80 list (warp counts 2x2, 2x4, 4x2).
+    ((64, 64, 128), (32, 32, 128), 5),
+    ((64, 128, 128), (32, 64, 128), 3),
+    ((128, 64, 128), (64, 32, 128), 3),
+    ((128, 128, 64), (64, 64, 64), 5),
+    ((128, 128, 128), (64, 64, 128), 3),
+    ((128, 256, 64), (64, 64, 64), 3),
+    ((256, 128, 64), (64, 64, 64), 3),
+)
+_SM80_STREAM_K = (
+    ((64, 64, 128), (32, 32, 128), 5),
+    ((128, 128, 64), (64, 64, 64), 5),
+)
+
+
+def _sm80_all() -> Iterable[Config]:
+    for tile, warp, stages in _SM80_TILES:
+        yield sm80_config(tile, warp, stages)
+    for tile, warp, stages in _SM80_STREAM_K:
+        yield sm80_config(tile, warp, stages, stream_k=True)
+
+
+def _sm90_all() -> Iterable[Config]:
+    for tm, tn in ((64, 32), (64, 64), (64, 128), (128, 64), (128, 128)):
+        yield sm90_config((tm, tn, 128))
+    for cluster in ((1, 1), (1, 2), (2, 1)):
+        yield sm90_config((128, 128, 128), cluster, "pingpong")
+    for tm in (128, 256):
+        yield sm90_config((tm, 128, 128), (1, 1), "cooperative")
+    yield sm90_config((128, 128, 128), (1, 1), "cooperative", stream_k=True)
+
+
+@functools.cache
+def full_space(lane: str) -> tuple[Config, ...]:
+    """Every config listed for ``lane``, before feasibility."""
+    if lane == LANE_SM80:
+        return tuple(_sm80_all())
+    if lane == LANE_SM90:
+        return tuple(_sm90_all())
+    raise KeyError(f"lane {lane!r} is not a scaled_mm lane ({LANE_SM80}, {LANE_SM90})")
+
+
+@functools.cache
+def space(lane: str) -> tuple[Config, ...]:
+    """The registered config space of ``lane``: the listed configs that are feasible."""
+    from oasr_scaled_mm.feasibility import is_feasible
+
+    return tuple(c for c in full_space(lane) if is_feasible(c))
+
+
+def config(lane: str, config_id: str) -> Config:
+    """The config ``config_id`` of ``lane`` (``KeyError`` when the space has none)."""
+    for c in space(lane):
+        if c.id == config_id:
+            return c
+    raise KeyError(f"lane {lane!r} has no config {config_id!r}")
+
+
+def serves(config: Config, op: str) -> bool:
+    """Whether ``config`` has a launcher for ``op`` (no quantizing Stream-K launcher)."""
+    if op == OP_MM:
+        return True
+    if op == OP_QUANT:
+        return not config.params.get("stream_k", False)
+    raise ValueError(f"op {op!r} is not one of {OPS}")
+
+
+def unit_name(config: Config, op: str) -> str:
+    """The translation unit compiling ``config`` for ``op``."""
+    return config.params["unit"] + ("_quant" if op == OP_QUANT else "")
+
+
+def units_of(config: Config) -> tuple[tuple[str, str], ...]:
+    """``(op, unit name)`` of every unit behind ``config``."""
+    return tuple((op, unit_name(config, op)) for op in OPS if serves(config, op))

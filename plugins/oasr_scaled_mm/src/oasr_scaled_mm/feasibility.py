@@ -1,0 +1,139 @@
+"""Feasibility predicates of the scaled_mm lanes, as data and small pure functions.
+
+Static rules (does the config build and compute the right thing on some arch of its lane):
+
+- sm80: the warp tile divides the CTA tile into 1..8 warps of whole m16n8k32 instructions
+  with the whole K tile per warp (the visitor epilogue takes one K partition); the CTA tile
+  N a multiple of 32 (the 4-wide fp32 epilogue thread map covers a warp's 32 lanes), at
+  least 3 stages (the sm80 multistage main loop), shared memory within the largest arch
+  limit of the lane;
+- sm90: tile M 64/128/256 (256 only cooperative, whose two consumer warpgroups take 128 rows
+  each), tile N a multiple of 16 in 16..256 (TMA epilogue), K tile 64 or 128 (int8 rows of
+  64/128 bytes: the 64B/128B swizzles), clusters of at most 2 CTAs, at most 128 int32
+  accumulators per consumer thread, Stream-K only with the cooperative kernel.
+
+Per-problem rules (:func:`supports`): N and K multiples of :data:`ALIGN` (16-byte int8 rows
+for cp.async/TMA and an int8 D), M >= 1, Stream-K only where K has at least two K tiles to
+split, and never for ``scaled_mm_quant`` (there is no quantizing Stream-K launcher).
+"""
+
+from __future__ import annotations
+
+from oasr_core.types import Config, Problem
+
+from oasr_scaled_mm.config_space import LANE_SM80, LANE_SM90, OP_QUANT
+
+SMEM_LIMIT = {"sm80": 166912, "sm86": 101376, "sm87": 166912, "sm89": 101376, "sm90": 232448}
+"""Opt-in shared memory per block in bytes (``cudaDevAttrMaxSharedMemoryPerBlockOptin``)."""
+SM80_ARCHES = ("sm80", "sm86", "sm89", "sm90")
+SM80_DEFAULT_ON = ("sm80", "sm86", "sm89")
+SM90_ARCHES = ("sm90",)
+ARCHES = {LANE_SM80: SM80_ARCHES, LANE_SM90: SM90_ARCHES}
+ALIGN = 16
+"""N and K must be multiples of this many int8 elements (16 bytes)."""
+MMA_SHAPE = (16, 8, 32)
+"""The sm80 int8 tensor-core instruction (m16n8k32)."""
+SM90_MAX_ACCUMULATORS = 128
+"""int32 accumulators per consumer thread a 3.x config may hold (beyond this, spills)."""
+_SM90_EPILOGUE_SMEM = 8192
+
+
+def sm80_smem(config: Config) -> int:
+    """Shared memory of a 2.x config's main loop: stages x (A tile + B tile), int8."""
+    bm, bn, bk = config.params["tile"]
+    return config.params["stages"] * (bm + bn) * bk
+
+
+def sm90_smem(config: Config) -> int:
+    """Lower bound of a 3.x config's shared memory (its fixed stage count, or two stages)."""
+    tm, tn, tk = config.params["tile"]
+    stages = config.params["stages"] or 2
+    return stages * (tm + tn) * tk + _SM90_EPILOGUE_SMEM
+
+
+def _sm80_static(config: Config) -> bool:
+    p = config.params
+    (bm, bn, bk), (wm, wn, wk) = p["tile"], p["warp"]
+    im, in_, ik = MMA_SHAPE
+    if bm % wm or bn % wn or wk != bk or wm % im or wn % in_ or wk % ik:
+        return False
+    if not 1 <= (bm // wm) * (bn // wn) <= 8:
+        return False
+    if bn % 32 or p["stages"] < 3:
+        return False
+    return sm80_smem(config) <= max(SMEM_LIMIT[a] for a in SM80_ARCHES)
+
+
+def _sm90_static(config: Config) -> bool:
+    p = config.params
+    tm, tn, tk = p["tile"]
+    cm, cn = p["cluster"]
+    schedule = p["schedule"]
+    if tm not in (64, 128, 256) or tn % 16 or not 16 <= tn <= 256 or tk not in (64, 128):
+        return False
+    if cm < 1 or cn < 1 or cm * cn > 2:
+        return False
+    consumers = 2 if schedule == "cooperative" else 1
+    if schedule == "cooperative" and tm % 128:
+        return False
+    if schedule != "cooperative" and tm > 128:
+        return False
+    if tm * tn // (128 * consumers) > SM90_MAX_ACCUMULATORS:
+        return False
+    if p["stream_k"] and schedule != "cooperative":
+        return False
+    if p["stages"] and p["stages"] < 2:
+        return False
+    return sm90_smem(config) <= SMEM_LIMIT["sm90"]
+
+
+def is_feasible(config: Config) -> bool:
+    """Static predicate: the config builds and computes the right thing on its lane."""
+    if config.lane == LANE_SM80:
+        return _sm80_static(config)
+    if config.lane == LANE_SM90:
+        return _sm90_static(config)
+    return False
+
+
+def fits_arch(config: Config, arch: str) -> bool:
+    """Whether ``config`` runs on arch family ``arch`` (lane arches and shared memory)."""
+    if config.lane == LANE_SM90:
+        return arch in SM90_ARCHES
+    if config.lane == LANE_SM80:
+        return arch in SM80_ARCHES and sm80_smem(config) <= SMEM_LIMIT.get(arch, 0)
+    return False
+
+
+def aligned(n: int, k: int) -> bool:
+    """N and K positive multiples of :data:`ALIGN`."""
+    return n > 0 and k > 0 and n % ALIGN == 0 and k % ALIGN == 0
+
+
+def supports(config: Config, problem: Problem) -> bool:
+    """Per-problem predicate: ``config`` can run ``problem`` (alignment, op, split vs K)."""
+    n, k = problem.dim("N"), problem.dim("K")
+    if not aligned(n, k) or problem.m < 1:
+        return False
+    if config.params.get("stream_k", False):
+        if problem.op == OP_QUANT:
+            return False
+        if -(-k // config.params["tile"][2]) < 2:
+            return False
+    return True
+
+
+def cost_features(config: Config) -> dict[str, object]:
+    """Cost-model features: tile, warps or cluster, schedule, stages, Stream-K, smem."""
+    p = config.params
+    features: dict[str, object] = {
+        "tile": list(p["tile"]), "stages": p["stages"], "split_k": 1,
+        "stream_k": p["stream_k"], "schedule": p["schedule"],
+    }
+    if config.lane == LANE_SM80:
+        bm, bn, _ = p["tile"]
+        wm, wn, _ = p["warp"]
+        features.update(warps=(bm // wm) * (bn // wn), smem=sm80_smem(config))
+    else:
+        features.update(cluster=list(p["cluster"]), smem=sm90_smem(config))
+    return features

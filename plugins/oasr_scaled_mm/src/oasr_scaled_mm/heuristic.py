@@ -1,0 +1,368 @@
+"""The scaled_mm shape heuristic: a tile ladder, its threshold tables, and their fitting.
+
+``Sentinel.HEURISTIC`` (the family's untuned selector) is "the largest tile that fills enough
+of the GPU for its K": a lane's :class:`Ladder` lists data-parallel configs from the largest
+tile to the smallest, and the first whose CTA count ``ceil(M / TM) * ceil(N / TN)`` reaches
+``fill * SM count`` serves; ``fill`` is looked up per rung and per K band, and the last rung
+(fill 0) catches everything. Stream-K tiles are never on a ladder: only a measured tuning
+entry can pick one.
+
+The thresholds are data (:data:`LADDERS`, per lane, with optional per-arch overrides in
+:data:`ARCH_LADDERS`). The tables below are unfitted: a half-wave rule (every tile needs half
+a wave of CTAs), with two deliberate exceptions taken from the H200 study in GPU.md -- the
+persistent 128x128 ping-pong rung of the sm90 lane needs two waves (it won only at large M,
+the non-persistent 128x128 below that), and the sm80 lane's 128x128x128 tile (deep K tile)
+is off the ladder at K <= 1024, where its 128x128x64 twin serves. After an H200 build,
+:func:`fit_ladder` refits a table from the measured rows and :meth:`Ladder.to_source` prints
+it for committing here.
+"""
+
+from __future__ import annotations
+
+import functools
+import itertools
+import math
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+from oasr_core.types import Config, Lane, Problem, Sentinel
+
+from oasr_scaled_mm.config_space import LANE_SM80, LANE_SM90
+
+DEFAULT_SM_COUNT = {"sm80": 108, "sm86": 84, "sm87": 16, "sm89": 128, "sm90": 132}
+"""SMs per arch family when no device can be asked (A100, A10/A40-class, Orin, L4/4090-class,
+H100/H200)."""
+HALF_WAVE = 0.5
+FILL_GRID = (0.0, 0.125, 0.25, 0.375, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, math.inf)
+"""Threshold values :func:`fit_ladder` searches (``inf`` takes a rung off the ladder)."""
+MISSING_PENALTY = 10.0
+"""Regret charged when a table picks a config a row did not measure."""
+INF = math.inf
+
+
+def _tuple2(value: Iterable[Iterable[float]]) -> tuple[tuple[float, ...], ...]:
+    return tuple(tuple(float(v) for v in row) for row in value)
+
+
+@attrs.frozen
+class Ladder:
+    """A lane's tile ladder: rungs from largest to smallest and their fill thresholds.
+
+    ``fill[r][b]`` is the fraction of the SM count rung ``r`` needs in K band ``b``; band
+    ``b`` holds ``k_bounds[b-1] < K <= k_bounds[b]`` (the last band everything above the last
+    bound). The last rung's thresholds are 0 so that every shape gets a tile.
+    """
+
+    lane: str
+    rungs: tuple[str, ...] = attrs.field(converter=tuple)
+    k_bounds: tuple[int, ...] = attrs.field(converter=tuple)
+    fill: tuple[tuple[float, ...], ...] = attrs.field(converter=_tuple2)
+    fitted: bool = False
+    """False for a hand-written table, True for one :func:`fit_ladder` produced."""
+
+    def __attrs_post_init__(self) -> None:
+        if not self.rungs:
+            raise ValueError(f"ladder of {self.lane}: no rungs")
+        if list(self.k_bounds) != sorted(set(self.k_bounds)):
+            raise ValueError(f"ladder of {self.lane}: k_bounds {self.k_bounds} must increase")
+        bands = len(self.k_bounds) + 1
+        if len(self.fill) != len(self.rungs) or any(len(r) != bands for r in self.fill):
+            raise ValueError(f"ladder of {self.lane}: fill must be {len(self.rungs)} rungs x "
+                             f"{bands} K bands")
+        if any(v != 0.0 for v in self.fill[-1]):
+            raise ValueError(f"ladder of {self.lane}: the last rung must have fill 0")
+        if any(v < 0 or math.isnan(v) for row in self.fill for v in row):
+            raise ValueError(f"ladder of {self.lane}: fill values must be >= 0")
+
+    def band(self, k: int) -> int:
+        """The K band of ``k``."""
+        for i, bound in enumerate(self.k_bounds):
+            if k <= bound:
+                return i
+        return len(self.k_bounds)
+
+    def pick(self, n: int, k: int, m: int, sm_count: int,
+             tiles: Mapping[str, Sequence[int]]) -> int:
+        """Index of the rung serving ``(N, K, M)``; ``tiles`` maps a rung id to its tile."""
+        b = self.band(k)
+        for i, rung in enumerate(self.rungs):
+            tm, tn = tiles[rung][:2]
+            ctas = -(-m // tm) * -(-n // tn)
+            if ctas >= self.fill[i][b] * sm_count:
+                return i
+        return len(self.rungs) - 1
+
+    def to_source(self) -> str:
+        """The table as a Python literal, for committing a fitted table to this module."""
+        def num(v: float) -> str:
+            return "INF" if math.isinf(v) else repr(v)
+
+        rows = "\n".join(f"        ({', '.join(num(v) for v in row)},),  # {rung}"
+                         for rung, row in zip(self.rungs, self.fill, strict=True))
+        return (f"Ladder(\n    lane={self.lane!r},\n    rungs={self.rungs!r},\n"
+                f"    k_bounds={self.k_bounds!r},\n    fill=(\n{rows}\n    ),\n"
+                f"    fitted={self.fitted!r},\n)")
+
+
+K_BOUNDS = (1024, 4096)
+"""K bands of the shipped tables: K <= 1024, 1024 < K <= 4096, K > 4096."""
+
+
+def _uniform(value: float) -> tuple[float, float, float]:
+    return (value,) * (len(K_BOUNDS) + 1)
+
+
+LADDERS: dict[str, Ladder] = {
+    LANE_SM90: Ladder(
+        lane=LANE_SM90,
+        rungs=("pp_128x128x128_c1x1", "ws_128x128x128_c1x1", "ws_128x64x128_c1x1",
+               "ws_64x128x128_c1x1", "ws_64x64x128_c1x1", "ws_64x32x128_c1x1"),
+        k_bounds=K_BOUNDS,
+        fill=(_uniform(2.0), _uniform(HALF_WAVE), _uniform(HALF_WAVE), _uniform(HALF_WAVE),
+              _uniform(HALF_WAVE), _uniform(0.0)),
+    ),
+    LANE_SM80: Ladder(
+        lane=LANE_SM80,
+        rungs=("b256x128x64_w64x64x64_s3", "b128x256x64_w64x64x64_s3",
+               "b128x128x128_w64x64x128_s3", "b128x128x64_w64x64x64_s5",
+               "b128x64x128_w64x32x128_s3", "b64x128x128_w32x64x128_s3",
+               "b64x64x128_w32x32x128_s5"),
+        k_bounds=K_BOUNDS,
+        fill=(_uniform(HALF_WAVE), _uniform(HALF_WAVE), (INF, HALF_WAVE, HALF_WAVE),
+              _uniform(HALF_WAVE), _uniform(HALF_WAVE), _uniform(HALF_WAVE), _uniform(0.0)),
+    ),
+}
+"""The ladder of each lane (unfitted; see the module docstring)."""
+
+ARCH_LADDERS: dict[tuple[str, str], Ladder] = {}
+"""Per-(lane, arch family) tables that override :data:`LADDERS` (fitted ones go here)."""
+
+
+def ladder_for(lane: str | Lane, arch: str | None = None) -> Ladder:
+    """The ladder of ``lane`` on ``arch``; a lane without a table gets a half-wave ladder."""
+    name = lane if isinstance(lane, str) else lane.name
+    if arch is not None and (name, arch) in ARCH_LADDERS:
+        return ARCH_LADDERS[(name, arch)]
+    if name in LADDERS:
+        return LADDERS[name]
+    if isinstance(lane, str):
+        raise KeyError(f"no ladder for lane {name!r}")
+    return half_wave_ladder(lane)
+
+
+def half_wave_ladder(lane: Lane) -> Ladder:
+    """The unfitted rule for any lane: its data-parallel configs by tile area, half a wave."""
+    dp = [c for c in lane.config_space if not c.params.get("stream_k", False)
+          and lane.is_feasible(c)]
+    by_tile: dict[tuple[int, int], Config] = {}
+    for c in dp:
+        by_tile.setdefault(tuple(c.params["tile"][:2]), c)
+    rungs = sorted(by_tile.items(), key=lambda kv: -kv[0][0] * kv[0][1])
+    fill = [_uniform(HALF_WAVE) for _ in rungs[:-1]] + [_uniform(0.0)]
+    return Ladder(lane=lane.name, rungs=[c.id for _, c in rungs], k_bounds=K_BOUNDS, fill=fill)
+
+
+def ladder_configs(lane: Lane, arch: str | None = None) -> tuple[Config, ...]:
+    """The configs on ``lane``'s ladder (every rung, whatever the shape)."""
+    ladder = ladder_for(lane, arch)
+    return tuple(c for c in (lane.config(r) for r in ladder.rungs) if c is not None)
+
+
+def check_ladder(ladder: Ladder, lane: Lane) -> None:
+    """Raise ``ValueError`` unless every rung is a data-parallel, feasible config of ``lane``."""
+    for rung in ladder.rungs:
+        config = lane.config(rung)
+        if config is None:
+            raise ValueError(f"ladder of {lane.name}: {rung!r} is not in the lane's space")
+        if config.params.get("stream_k", False):
+            raise ValueError(f"ladder of {lane.name}: {rung!r} is a Stream-K config")
+        if not lane.is_feasible(config):
+            raise ValueError(f"ladder of {lane.name}: {rung!r} is infeasible")
+
+
+def _tiles(lane: Lane, ladder: Ladder) -> dict[str, Sequence[int]]:
+    return {r: lane.config(r).params["tile"] for r in ladder.rungs}
+
+
+def heuristic_config(problem: Problem, lane: Lane, *, sm_count: int | None = None,
+                     arch: str | None = None) -> Config:
+    """The ladder's config for ``problem`` on ``lane`` with ``sm_count`` SMs.
+
+    Without ``sm_count``/``arch`` they come from the current CUDA device when its arch family
+    is one of the lane's, else from the lane's first default arch (:data:`DEFAULT_SM_COUNT`).
+    """
+    if sm_count is None or arch is None:
+        found_arch, found_sms = device_sms(lane.name, lane.arch_families, lane.default_on)
+        arch = arch or found_arch
+        sm_count = sm_count or found_sms
+    ladder = ladder_for(lane, arch)
+    tiles = {r: c.params["tile"] for r in ladder.rungs if (c := lane.config(r)) is not None}
+    if len(tiles) != len(ladder.rungs):  # a table naming configs the lane lacks
+        ladder = half_wave_ladder(lane)
+        tiles = _tiles(lane, ladder)
+    i = ladder.pick(problem.dim("N"), problem.dim("K"), problem.m, sm_count, tiles)
+    return lane.config(ladder.rungs[i])
+
+
+def sentinel_heuristic(problem: Problem, lane: Lane) -> Config:
+    """``Family.sentinel_heuristic``: :func:`heuristic_config` on this process's device."""
+    return heuristic_config(problem, lane)
+
+
+def device_sms(lane: str, arch_families: Sequence[str],
+               default_on: Sequence[str] = ()) -> tuple[str, int]:
+    """``(arch family, SM count)`` the heuristic uses for ``lane`` in this process."""
+    device = _device_index()
+    return _device_sms(lane, tuple(arch_families), tuple(default_on), device)
+
+
+def _device_index() -> int | None:
+    try:
+        import torch
+    except ImportError:
+        return None
+    try:
+        return torch.cuda.current_device() if torch.cuda.is_available() else None
+    except (RuntimeError, AssertionError):
+        return None
+
+
+@functools.lru_cache(maxsize=64)
+def _device_sms(lane: str, arch_families: tuple[str, ...], default_on: tuple[str, ...],
+                device: int | None) -> tuple[str, int]:
+    if device is not None:
+        import torch
+
+        props = torch.cuda.get_device_properties(device)
+        arch = f"sm{props.major}{props.minor}"
+        if arch in arch_families:
+            return arch, int(props.multi_processor_count)
+    arch = (default_on or arch_families)[0]
+    return arch, DEFAULT_SM_COUNT.get(arch, 108)
+
+
+# --- fitting ---------------------------------------------------------------------------------
+
+Row = tuple[int, int, int, Mapping[str, float]]
+"""A measured row: ``(N, K, M, {config_id: time})`` (sentinel arms such as ``torch`` ignored)."""
+
+
+@attrs.frozen
+class LadderFit:
+    """What :func:`fit_ladder` found: the table and its geomean regret before and after."""
+
+    ladder: Ladder
+    regret: float
+    """Geomean over the rows of time(picked) / time(best measured config)."""
+    start_regret: float
+    """The same for the starting table."""
+    rows: int
+    """Rows used (those with at least one ladder rung measured)."""
+
+
+def _best(times: Mapping[str, float]) -> float:
+    values = [t for c, t in times.items() if Sentinel.parse(c) is None and t > 0
+              and math.isfinite(t)]
+    return min(values) if values else math.nan
+
+
+def fit_ladder(rows: Iterable[Row], *, lane: Lane, sm_count: int, start: Ladder | None = None,
+               rungs: Sequence[str] | None = None, k_bounds: Sequence[int] | None = None,
+               grid: Sequence[float] = FILL_GRID, exhaustive_limit: int = 20000) -> LadderFit:
+    """Fit a ladder's thresholds to measured rows by grid search (min geomean regret).
+
+    Every K band is fitted on its own rows. With few enough combinations
+    (``len(grid) ** (rungs - 1) <= exhaustive_limit``) the search is exhaustive; otherwise it
+    is coordinate descent over the grid from the starting table and from the half-wave table,
+    sweeping until no threshold moves. Among equal regrets the earlier candidate (nearest the
+    start for descent, smallest grid values for exhaustive search) is kept. ``start`` defaults
+    to the lane's current table; ``rungs``/``k_bounds`` override its rungs and bands.
+    """
+    base = start or ladder_for(lane)
+    rung_ids = tuple(rungs) if rungs is not None else base.rungs
+    bounds = tuple(k_bounds) if k_bounds is not None else base.k_bounds
+    probe = Ladder(lane=lane.name, rungs=rung_ids, k_bounds=bounds,
+                   fill=[_zeros(len(bounds) + 1)] * len(rung_ids))
+    check_ladder(probe, lane)
+    tiles = _tiles(lane, probe)
+    if start is not None and (start.rungs, start.k_bounds) == (rung_ids, bounds):
+        start_fill = start.fill
+    else:
+        start_fill = tuple(tuple(HALF_WAVE if i < len(rung_ids) - 1 else 0.0
+                                 for _ in range(len(bounds) + 1)) for i in range(len(rung_ids)))
+    by_band: dict[int, list[tuple[list[float], list[float]]]] = {}
+    used = 0
+    for n, k, m, times in rows:
+        best = _best(times)
+        if not math.isfinite(best) or not any(r in times for r in rung_ids):
+            continue
+        fills = [(-(-m // tiles[r][0]) * -(-n // tiles[r][1])) / sm_count for r in rung_ids]
+        logs = [math.log(times[r] / best) if r in times and times[r] > 0
+                else math.log(MISSING_PENALTY) for r in rung_ids]
+        by_band.setdefault(probe.band(k), []).append((fills, logs))
+        used += 1
+    if not used:
+        raise ValueError("fit_ladder: no row measured any rung of the ladder")
+    columns = [list(col) for col in zip(*start_fill, strict=True)]
+    start_total = fitted_total = 0.0
+    for b, band_rows in by_band.items():
+        start_t = columns[b][:-1]
+        start_total += _cost(band_rows, start_t)
+        best_t = _search(band_rows, start_t, list(grid), exhaustive_limit)
+        fitted_total += _cost(band_rows, best_t)
+        columns[b] = [*best_t, 0.0]
+    fill = [tuple(columns[b][i] for b in range(len(bounds) + 1)) for i in range(len(rung_ids))]
+    ladder = Ladder(lane=lane.name, rungs=rung_ids, k_bounds=bounds, fill=fill, fitted=True)
+    return LadderFit(ladder=ladder, regret=math.exp(fitted_total / used),
+                     start_regret=math.exp(start_total / used), rows=used)
+
+
+def _zeros(n: int) -> tuple[float, ...]:
+    return (0.0,) * n
+
+
+def _cost(rows: list[tuple[list[float], list[float]]], thresholds: Sequence[float]) -> float:
+    """Sum of log regrets when rung ``i`` needs ``fill >= thresholds[i]`` (last rung: always)."""
+    total = 0.0
+    for fills, logs in rows:
+        for i, t in enumerate(thresholds):
+            if fills[i] >= t:
+                total += logs[i]
+                break
+        else:
+            total += logs[-1]
+    return total
+
+
+def _search(rows: list[tuple[list[float], list[float]]], start: list[float],
+            grid: list[float], exhaustive_limit: int) -> list[float]:
+    free = len(start)
+    if free == 0:
+        return []
+    if len(grid) ** free <= exhaustive_limit:
+        best, best_cost = None, math.inf
+        for combo in itertools.product(grid, repeat=free):
+            cost = _cost(rows, combo)
+            if cost < best_cost - 1e-12:
+                best, best_cost = list(combo), cost
+        return best
+    candidates = []
+    for seed in (list(start), [HALF_WAVE] * free):
+        current, cost = list(seed), _cost(rows, seed)
+        moved = True
+        while moved:
+            moved = False
+            for i in range(free):
+                for value in grid:
+                    trial = current[:i] + [value] + current[i + 1:]
+                    trial_cost = _cost(rows, trial)
+                    if trial_cost < cost - 1e-12:
+                        current, cost, moved = trial, trial_cost, True
+        candidates.append((cost, current))
+    return min(candidates, key=lambda c: c[0])[1]
+
+
+def describe(ladder: Ladder) -> list[dict[str, Any]]:
+    """The table as rows (rung, fill per band), for reports."""
+    return [{"rung": r, "fill": list(f)} for r, f in zip(ladder.rungs, ladder.fill, strict=True)]

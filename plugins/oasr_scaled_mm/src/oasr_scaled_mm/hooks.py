@@ -1,0 +1,57 @@
+"""Entry point of the scaled_mm plugin (``[project.entry-points.oasr] scaled_mm =
+"oasr_scaled_mm.hooks"``).
+
+Only imports and returns records; the work lives in the sibling modules.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from oasr_core import hookimpl
+
+
+@hookimpl
+def oasr_register_families():
+    from oasr_core.types import Family, Sentinel
+
+    from oasr_scaled_mm import bench, heuristic, jit, numerics, recorder
+    from oasr_scaled_mm.config_space import FAMILY, OPS
+
+    return [Family(
+        name=FAMILY, ops=OPS, dims=("N", "K"), dtypes=("int8",), key_dtype=False,
+        sentinels={Sentinel.HEURISTIC, Sentinel.TORCH}, fallback=Sentinel.HEURISTIC,
+        sentinel_heuristic=heuristic.sentinel_heuristic, numerics_gate=numerics.numerics_gate,
+        soft_validators=jit.soft_validators, recorder_patches=recorder.recorder_patches,
+        make_bench=bench.make_bench,
+        description="int8 W8A8 A W^T with per-token / per-channel scales (+bias, +int8 out)")]
+
+
+@hookimpl
+def oasr_register_lanes():
+    from oasr_core.types import Lane
+
+    from oasr_scaled_mm import config_space as cs
+    from oasr_scaled_mm import feasibility as fe
+    from oasr_scaled_mm import jit, launch
+
+    common = dict(family=cs.FAMILY, is_feasible=fe.is_feasible, supports=fe.supports,
+                  is_available=launch.is_available, jit_module=jit.ScaledMmKernelModule,
+                  cost_features=fe.cost_features)
+    return [Lane(name=cs.LANE_SM80, arch_families=fe.SM80_ARCHES, default_on=fe.SM80_DEFAULT_ON,
+                 config_space=cs.space(cs.LANE_SM80), default_config=cs.SM80_DEFAULT,
+                 jit_specs=functools.partial(jit.lane_specs, cs.LANE_SM80),
+                 description="CUTLASS 2.x int8 mma.sync, fused scale EVT", **common),
+            Lane(name=cs.LANE_SM90, arch_families=fe.SM90_ARCHES, default_on=fe.SM90_ARCHES,
+                 config_space=cs.space(cs.LANE_SM90), default_config=cs.SM90_DEFAULT,
+                 jit_specs=functools.partial(jit.lane_specs, cs.LANE_SM90),
+                 description="CUTLASS 3.x int8 TMA + wgmma, fused scale EVT", **common)]
+
+
+# optionalhook: the hookspec is being added to oasr_core.hookspecs; until it lands, pluggy
+# must not reject this plugin for implementing a hook it does not know yet.
+@hookimpl(optionalhook=True)
+def oasr_quantized_linear(quantization):
+    from oasr_scaled_mm import quantize
+
+    return quantize.quantized_linear if quantization == quantize.QUANTIZATION else None

@@ -1,0 +1,94 @@
+"""The scaled_mm family's numerics gate and test operands.
+
+Every variant computes the same bits (exact int32 accumulator, one fixed order of fp32 epilogue
+ops; see :mod:`oasr_scaled_mm.reference`), so the gate is bitwise: a candidate passes only if
+its output equals the reference output element for element (``torch.equal``). The build's
+reference is the heuristic variant's output (what serves when no entry exists).
+
+Operands are realistic rather than full range: a float activation and weight quantized per
+token and per channel (absmax / 127), so outputs are O(1). Full-range int8 with unit scales
+overflows fp16 in 45-79% of the outputs (GPU.md), which would hide wrong kernels behind inf.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+
+@attrs.frozen
+class GateResult:
+    """The verdict on one candidate output; truthy when it passes."""
+
+    passed: bool
+    error: float
+    """Fraction of elements that differ from the reference (0.0 when it passes)."""
+    reason: str = ""
+
+    def __bool__(self) -> bool:
+        return self.passed
+
+
+def numerics_gate(candidate: Any, reference: Any) -> GateResult:
+    """``Family.numerics_gate``: bitwise equality with ``reference`` (shape and dtype too)."""
+    import torch
+
+    if tuple(candidate.shape) != tuple(reference.shape):
+        return GateResult(False, 1.0, f"shape {tuple(candidate.shape)} != "
+                                      f"{tuple(reference.shape)}")
+    if candidate.dtype != reference.dtype:
+        return GateResult(False, 1.0, f"dtype {candidate.dtype} != {reference.dtype}")
+    got = candidate.detach()
+    want = reference.detach().to(got.device)
+    if torch.equal(got, want):
+        return GateResult(True, 0.0)
+    differ = got.ne(want)
+    if got.is_floating_point():  # NaN != NaN: a NaN in both places is not a difference
+        differ &= ~(got.isnan() & want.isnan())
+        if not bool(differ.any()):
+            return GateResult(True, 0.0)
+    count = int(differ.sum())
+    first = tuple(int(i) for i in differ.nonzero()[0].tolist())
+    return GateResult(False, count / max(1, got.numel()),
+                      f"{count} of {got.numel()} elements differ (first at {first}: "
+                      f"{got[first].item()} vs {want[first].item()})")
+
+
+def quantize_rows(x: Any) -> tuple[Any, Any]:
+    """Per-row symmetric int8 quantization: ``(q int8, scale float32 [rows])``, absmax / 127.
+
+    A zero row gets scale 1 (its values quantize to 0 either way).
+    """
+    import torch
+
+    x32 = x.to(torch.float32)
+    scale = x32.abs().amax(dim=-1) / 127.0
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = torch.round(x32 / scale.unsqueeze(-1)).clamp_(-127.0, 127.0).to(torch.int8)
+    return q, scale
+
+
+def make_operands(m: int, n: int, k: int, *, bias: bool = True, device: Any = "cpu",
+                  seed: int = 0) -> tuple[Any, Any, Any, Any, Any]:
+    """Random ``(a [m, k] int8, a_scale [m], w [n, k] int8, w_scale [n], bias [n] | None)``.
+
+    A float activation and weight (std 1 and 1/sqrt(k)) quantized per token / per channel, so
+    outputs are O(1); bias float32. Never zeros or constants.
+    """
+    import torch
+
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(m, k, generator=gen)
+    wf = torch.randn(n, k, generator=gen) / k ** 0.5
+    a, a_scale = quantize_rows(x)
+    w, w_scale = quantize_rows(wf)
+    b = torch.randn(n, generator=gen) if bias else None
+    move = (lambda t: t.to(device)) if str(device) != "cpu" else (lambda t: t)
+    return move(a), move(a_scale), move(w), move(w_scale), (move(b) if b is not None else None)
+
+
+def out_scale_for(y: Any) -> float:
+    """A per-tensor output scale that maps ``y``'s absmax to 127 (1.0 for an all-zero ``y``)."""
+    amax = float(y.detach().abs().amax()) if y.numel() else 0.0
+    return amax / 127.0 if amax > 0 else 1.0

@@ -1,0 +1,89 @@
+"""W8A8 int8 quantized linear layers for the census and for engines (``int8_w8a8``).
+
+:func:`quantized_linear` is what the ``oasr_quantized_linear("int8_w8a8")`` hook returns: it
+runs ``layer(x)`` as an int8 GEMM. The activation is quantized dynamically per token
+(symmetric, absmax / 127, float32 scales); the weight once per output channel, cached on the
+layer (:data:`CACHE_ATTR`) together with a float32 copy of the bias, and recomputed only when
+the layer's weight or bias changes (a new tensor, device, or in-place update). The GEMM is
+``oasr_scaled_mm.ops.scaled_mm``, called through the module attribute so that the census
+recorder, which rebinds that attribute, sees every call.
+
+On the meta device (how the census probes a model) everything stays on meta: the int8 copies
+are meta tensors and the GEMM returns an empty meta tensor of the right shape.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+CACHE_ATTR = "_oasr_int8_w8a8"
+"""The attribute of an ``nn.Linear`` holding its :class:`QuantizedWeight`."""
+QUANTIZATION = "int8_w8a8"
+
+
+@attrs.define(eq=False)
+class QuantizedWeight:
+    """An ``nn.Linear``'s int8 weight ``[N, K]``, per-channel scales ``[N]``, float32 bias."""
+
+    key: tuple
+    weight: Any
+    scale: Any
+    bias: Any
+
+
+def _identity(t: Any) -> tuple:
+    if t is None:
+        return (None,)
+    ptr = t.data_ptr() if t.device.type != "meta" else id(t)
+    return (ptr, t._version, t.device, t.dtype, tuple(t.shape))
+
+
+def quantize_rows(x: Any) -> tuple[Any, Any]:
+    """Symmetric int8 per row of the last dim: ``(q int8 [..., K], scale float32 [...])``.
+
+    ``scale = absmax / 127`` (1 for an all-zero row), ``q = round_half_even(x / scale)``
+    clamped to [-127, 127].
+    """
+    import torch
+
+    x32 = x.detach().to(torch.float32)
+    scale = x32.abs().amax(dim=-1) / 127.0
+    scale = torch.where(scale > 0, scale, torch.ones_like(scale))
+    q = torch.round(x32 / scale.unsqueeze(-1)).clamp_(-127.0, 127.0).to(torch.int8)
+    return q, scale
+
+
+def quantized_weight(layer: Any) -> QuantizedWeight:
+    """The cached int8 copy of ``layer.weight`` (computed on first use and on change)."""
+    import torch
+
+    weight, bias = layer.weight, getattr(layer, "bias", None)
+    key = (*_identity(weight), *_identity(bias))
+    cached = getattr(layer, CACHE_ATTR, None)
+    if isinstance(cached, QuantizedWeight) and cached.key == key:
+        return cached
+    with torch.no_grad():
+        q, scale = quantize_rows(weight)
+        b32 = bias.detach().to(torch.float32).contiguous() if bias is not None else None
+    state = QuantizedWeight(key=key, weight=q.contiguous(), scale=scale.contiguous(), bias=b32)
+    object.__setattr__(layer, CACHE_ATTR, state)
+    return state
+
+
+def quantized_linear(x: Any, layer: Any) -> Any:
+    """``layer(x)`` as a W8A8 int8 GEMM; the output has ``x``'s dtype.
+
+    fp16/bf16 inputs get their own dtype from the kernel; an fp32 input (a CPU probe) is
+    computed with a bf16 output and converted back.
+    """
+    import torch
+
+    from oasr_scaled_mm import ops
+
+    state = quantized_weight(layer)
+    q, a_scale = quantize_rows(x)
+    out_dtype = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
+    y = ops.scaled_mm(q, state.weight, a_scale, state.scale, state.bias, out_dtype=out_dtype)
+    return y if y.dtype == x.dtype else y.to(x.dtype)

@@ -1,0 +1,76 @@
+"""The W8A8 quantized linear and the oasr_quantized_linear hook."""
+
+from __future__ import annotations
+
+import torch
+from oasr_core.plugins import make_plugin_manager
+from torch import nn
+
+import oasr_scaled_mm.hooks
+from oasr_scaled_mm import ops, quantize
+
+
+def _layer(k=64, n=96, bias=True, seed=0):
+    torch.manual_seed(seed)
+    return nn.Linear(k, n, bias=bias)
+
+
+def test_close_to_the_float_linear_on_the_cpu():
+    layer = _layer()
+    x = torch.randn(4, 9, 64)
+    with torch.no_grad():
+        y = quantize.quantized_linear(x, layer)
+        ref = layer(x)
+    assert y.shape == ref.shape and y.dtype == torch.float32
+    assert float((y - ref).norm() / ref.norm()) < 0.02
+    half = quantize.quantized_linear(x.half(), layer)
+    assert half.dtype == torch.float16 and float((half.float() - ref).norm() / ref.norm()) < 0.02
+    assert ops.stats() == {"torch:cpu": 2}
+
+
+def test_the_int8_weight_is_computed_once_and_follows_changes():
+    layer = _layer(bias=False)
+    x = torch.randn(3, 64)
+    quantize.quantized_linear(x, layer)
+    state = getattr(layer, quantize.CACHE_ATTR)
+    assert state.weight.dtype == torch.int8 and state.weight.shape == (96, 64)
+    assert state.scale.dtype == torch.float32 and state.scale.shape == (96,)
+    assert state.bias is None
+    quantize.quantized_linear(x, layer)
+    assert getattr(layer, quantize.CACHE_ATTR) is state
+    with torch.no_grad():
+        layer.weight.mul_(2)
+    quantize.quantized_linear(x, layer)
+    fresh = getattr(layer, quantize.CACHE_ATTR)
+    assert fresh is not state and torch.equal(fresh.weight, state.weight)
+    assert torch.allclose(fresh.scale, 2 * state.scale)
+    assert quantize.CACHE_ATTR not in dict(layer.named_parameters())
+    assert quantize.CACHE_ATTR not in layer.state_dict()
+
+
+def test_per_row_quantization_is_symmetric_and_handles_zero_rows():
+    x = torch.tensor([[0.0, 0.0, 0.0], [1.0, -2.0, 0.5], [127.0, -254.0, 3.0]])
+    q, scale = quantize.quantize_rows(x)
+    assert torch.equal(scale, torch.tensor([1.0, 2.0 / 127.0, 2.0]))
+    assert q.tolist() == [[0, 0, 0], [64, -127, 32], [64, -127, 2]]
+
+
+def test_meta_tensors_stay_on_meta():
+    layer = _layer().to(device="meta", dtype=torch.bfloat16)
+    x = torch.empty(2, 5, 64, device="meta", dtype=torch.bfloat16)
+    y = quantize.quantized_linear(x, layer)
+    assert y.shape == (2, 5, 96) and y.dtype == torch.bfloat16 and y.device.type == "meta"
+    state = getattr(layer, quantize.CACHE_ATTR)
+    assert state.weight.dtype == torch.int8 and state.weight.device.type == "meta"
+    assert quantize.quantized_linear(x, layer).shape == y.shape
+    assert getattr(layer, quantize.CACHE_ATTR) is state
+
+
+def test_the_hook_answers_int8_w8a8_only():
+    assert oasr_scaled_mm.hooks.oasr_quantized_linear("int8_w8a8") is quantize.quantized_linear
+    assert oasr_scaled_mm.hooks.oasr_quantized_linear("fp8_w8a8") is None
+    pm = make_plugin_manager(load_entrypoints=False, strict=True)
+    pm.register(oasr_scaled_mm.hooks, name="scaled_mm")
+    pm.check_pending()
+    assert pm.hook.oasr_quantized_linear(quantization="int8_w8a8") is quantize.quantized_linear
+    assert pm.hook.oasr_quantized_linear(quantization="none") is None
