@@ -211,6 +211,8 @@ def reserve_workspace(scratch_bytes: int = 64 << 20, semaphore_bytes: int = 1 <<
 
 _LIBRARIES: dict[tuple[str, str], Mapping[str, Kernel] | None] = {}
 _LIB_LOCK = threading.Lock()
+_PRODUCTION: set[tuple[str, str]] = set()
+"""Keys of ``_LIBRARIES`` loaded from the production spec (not installed by a harness)."""
 _WARNED: set[str] = set()
 
 
@@ -232,7 +234,32 @@ def library(lane: str, arch: str) -> Mapping[str, Kernel] | None:
     with _LIB_LOCK:
         if key not in _LIBRARIES:
             _LIBRARIES[key] = _load(lane, arch)
+            _PRODUCTION.add(key)
     return _LIBRARIES[key]
+
+
+def refresh_production() -> list[tuple[str, str]]:
+    """After a reload: forget each production module lacking a config the new epoch's tiers
+    reference, so the next call loads the new production set (built on first use if it was
+    not prebuilt). Returns the (lane, arch) pairs dropped.
+
+    The old module stays mapped (ctypes never unloads a library), so a graph captured before
+    the reload keeps valid kernels until the engine releases it.
+    """
+    from oasr_gemm import jit
+
+    dropped = []
+    with _LIB_LOCK:
+        for key in sorted(_PRODUCTION):
+            kernels = _LIBRARIES.get(key)
+            if kernels is None:
+                continue
+            wanted = set(jit.production_ids(*key, jit.runtime_referenced(*key)))
+            if jit.compile_set() != "all" and not wanted <= set(kernels):
+                del _LIBRARIES[key]
+                _PRODUCTION.discard(key)
+                dropped.append(key)
+    return dropped
 
 
 def _load(lane: str, arch: str) -> Mapping[str, Kernel] | None:
@@ -266,6 +293,7 @@ def install_library(lane: str, arch: str, kernels: Mapping[str, Kernel] | None) 
     """
     with _LIB_LOCK:
         _LIBRARIES[(lane, arch)] = kernels
+        _PRODUCTION.discard((lane, arch))
 
 
 def is_available(config: Config) -> bool:
@@ -284,3 +312,4 @@ def forget_libraries() -> None:
     """Drop loaded-library bookkeeping (tests; a new production set on the next call)."""
     with _LIB_LOCK:
         _LIBRARIES.clear()
+        _PRODUCTION.clear()

@@ -72,9 +72,13 @@ def reset_stats() -> None:
     _STATS.clear()
 
 
-def clear_memo(_epoch: int | None = None) -> None:
-    """Forget every memoised shape (called on ``oasr_core.reload``)."""
+def clear_memo(epoch: int | None = None) -> None:
+    """Forget every memoised shape; on ``oasr_core.reload`` (``epoch`` given) also drop a
+    production module that lacks a config the new epoch's tiers reference (an entry
+    ``autotune()`` just published), so the next call loads one that has it."""
     _MEMO.clear()
+    if epoch is not None:
+        launch.refresh_production()
 
 
 def _via_custom_op(result: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:

@@ -1,0 +1,59 @@
+#!/usr/bin/env bash
+# Third H200 session (issues 3, 4, 6, 7, 8), chained calls on one warm machine; carry .whl and
+# .jit-carry (the JIT cache compiled on the CPU machine: `oasr tune prebuild`, no device in its
+# key). Results go to $OUT, at most 8 files a call.
+#   PHASE=test : install; GPU tests of scaled_mm (every tile of both lanes, bitwise), of gemm's
+#                activation epilogue, and of autotune(); the engine-integration example.
+#   PHASE=gemm : the shipped gemm table, built twice (determinism), scored.
+#   PHASE=int8 : scaled_mm sweep of every tile vs torch, ladder fit, the shipped scaled_mm table
+#                built from the int8 Conformer census with the fitted ladder, served vs torch.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 OASR_TUNE_USER_DB=off OASR_JIT_DIR=$PWD/.jit-carry
+[ -d /tmp/site/oasr_core ] || python3 -m pip install -q --no-index --no-deps --no-compile \
+  --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site
+T0=$(date +%s)
+el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+case "${PHASE:-test}" in
+test)
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv
+  el "prebuild (cache hits expected)"
+  python3 -m oasr_core.cli tune prebuild --family gemm --family scaled_mm --arch 9.0a --all \
+    --jobs 16 --json > "$OUT/prebuild.json" 2>&1; tail -c 600 "$OUT/prebuild.json"
+  el "scaled_mm GPU tests"
+  timeout 200 python3 -m pytest -m gpu plugins/oasr_scaled_mm/tests -q -p no:cacheprovider \
+    -x 2>&1 | tee "$OUT/smm_gpu_tests.log" | tail -6
+  el "gemm GPU tests (activation epilogue) and autotune"
+  OASR_TUNE_SYSTEM_DB=off timeout 150 python3 -m pytest -m gpu plugins/oasr_gemm/tests \
+    tests/test_autotune_gpu.py -q -p no:cacheprovider 2>&1 | tee "$OUT/gemm_gpu_tests.log" | tail -6
+  el "engine example"
+  timeout 150 python3 examples/engine_integration.py --budget 60 --no-system-tier \
+    2>&1 | tee "$OUT/engine_integration.txt" | tail -30
+  ;;
+gemm)
+  OASR_TUNE_SYSTEM_DB=off ONE=0 BUDGET=170 MAXP=14 bash benchmarks/h200/build_session.sh 2>&1 \
+    | grep -E "wrote|build [ab]:|agreement|^a |^b |^torch |^default "
+  gzip -9 "$OUT/gemm_b.jsonl"
+  rm -f "$OUT"/*.lock "$OUT"/gpu.txt
+  ;;
+int8)
+  C="--census benchmarks/census/conformer_offline_int8.json --census benchmarks/census/conformer_streaming_int8.json"
+  el "sweep"
+  timeout 200 python3 benchmarks/scaled_mm_vs_torch.py sweep --out "$OUT/h200_scaled_mm_sweep.md" \
+    2>&1 | tail -8
+  el "fit"
+  python3 benchmarks/scaled_mm_vs_torch.py fit --log "$OUT/h200_scaled_mm_sweep.jsonl" \
+    --out-ladders "$OUT/fitted_ladders.json" > "$OUT/h200_scaled_mm_fit.md" 2>&1
+  tail -25 "$OUT/h200_scaled_mm_fit.md"
+  cp "$OUT/fitted_ladders.json" /tmp/site/oasr_scaled_mm/fitted_ladders.json
+  el "build"
+  OASR_TUNE_SYSTEM_DB=off python3 -m oasr_core.cli tune build --family scaled_mm $C --thin \
+    --max-points 14 --no-progress --fresh --out "$OUT/scaled_mm.json" \
+    --log "$OUT/scaled_mm.jsonl" --checkpoint /tmp/ck_smm.jsonl 2>&1 | tail -8
+  el "served"
+  timeout 120 python3 benchmarks/scaled_mm_vs_torch.py served $C --db "$OUT/scaled_mm.json" \
+    --out "$OUT/h200_scaled_mm.md" 2>&1 | tail -12
+  rm -f "$OUT"/*.lock
+  el done
+  ;;
+esac
