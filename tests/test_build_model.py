@@ -93,6 +93,7 @@ def test_build_writes_the_fitted_model_and_replay_reproduces_it(tmp_path):
     assert model.evidence["signatures"] == 3  # held-out evidence chose the serve mode
     runs, _arms, _bad = read_logs([out.parent / "measurements" / "fake.jsonl"])
     assert runs[-1]["profile"] == PROFILE.to_json()
+    assert list(table.model["calibrated_on"]["runs"]) == [runs[-1]["run"]]
 
     again = tmp_path / "replay" / "sm90" / "fake.json"
     build.build_from_log([out.parent / "measurements" / "fake.jsonl"],

@@ -115,4 +115,7 @@ def fit_payload(arm_rows: Iterable[Mapping[str, Any]], profile: ArchProfile | No
         return None
     if not model.configs and not model.groups:
         return None
-    return model.to_json()
+    payload = model.to_json()
+    # What `oasr tune evaluate` needs to never score the model on a log it was fitted on.
+    payload["calibrated_on"] = {"runs": sorted({str(r.get("run")) for r in rows})}
+    return payload

@@ -66,7 +66,7 @@ def evaluate_cmd(state: CliState, logs, dbs, family, arch, no_system, census_onl
     if len(archs) != 1:
         raise ConfigurationError(f"the log holds arches {', '.join(archs)}; pass --arch")
     arch = archs[0]
-    selectors: list = [ev.FixedSelector("default", fam.fallback.value)]
+    selectors: list = [ev.FixedSelector(fam.fallback.value, fam.fallback.value)]
     if any(r.get("config") == "torch" for r in rows):
         selectors.append(ev.FixedSelector("torch", "torch"))
     tables = []
