@@ -15,7 +15,9 @@ def pytest_configure(config: pytest.Config) -> None:
 
 @pytest.fixture(autouse=True)
 def _isolated(monkeypatch, tmp_path_factory):
-    """No developer tuning file leaks in; each test gets the plugin on a fresh runtime."""
+    """No developer tuning file leaks in; each test gets the plugin on a fresh runtime and
+    the unfitted ladders (tests pin their picks; the shipped fitted file is tested apart)."""
+    monkeypatch.setattr("oasr_scaled_mm.heuristic.ARCH_LADDERS", {})
     monkeypatch.setenv("OASR_TUNE_USER_DB", "off")
     monkeypatch.setenv("OASR_TUNE_SYSTEM_DB", str(tmp_path_factory.mktemp("empty-system")))
     from oasr_scaled_mm import hooks, launch, ops

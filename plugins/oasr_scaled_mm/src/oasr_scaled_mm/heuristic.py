@@ -12,23 +12,35 @@ The thresholds are data (:data:`LADDERS`, per lane, with optional per-arch overr
 a wave of CTAs), with two deliberate exceptions taken from the H200 study in GPU.md -- the
 persistent 128x128 ping-pong rung of the sm90 lane needs two waves (it won only at large M,
 the non-persistent 128x128 below that), and the sm80 lane's 128x128x128 tile (deep K tile)
-is off the ladder at K <= 1024, where its 128x128x64 twin serves. After an H200 build,
-:func:`fit_ladder` refits a table from the measured rows and :meth:`Ladder.to_source` prints
-it for committing here.
+is off the ladder at K <= 1024, where its 128x128x64 twin serves.
+
+Fitted tables are data too: ``fitted_ladders.json`` beside this module (:data:`FITTED_FILE`,
+shipped in the wheel) holds per-(lane, arch) tables that :func:`fit_ladder` produced from
+measured rows, with the evidence behind them; it is read once at import into
+:data:`ARCH_LADDERS`. A missing file means no fitted tables; a malformed one is warned about
+(naming the file and the problem) and ignored as a whole, so the unfitted tables serve.
+``benchmarks/scaled_mm_vs_torch.py sweep`` measures the rows on a GPU and ``... fit`` fits
+and writes the file (:func:`write_fitted`).
 """
 
 from __future__ import annotations
 
 import functools
 import itertools
+import json
 import math
+import os
+import re
+import warnings
 from collections.abc import Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
+from oasr_core.errors import OasrWarning
 from oasr_core.types import Config, Lane, Problem, Sentinel
 
-from oasr_scaled_mm.config_space import LANE_SM80, LANE_SM90
+from oasr_scaled_mm.config_space import LANE_SM80, LANE_SM90, LANES, space
 
 DEFAULT_SM_COUNT = {"sm80": 108, "sm86": 84, "sm87": 16, "sm89": 128, "sm90": 132}
 """SMs per arch family when no device can be asked (A100, A10/A40-class, Orin, L4/4090-class,
@@ -93,8 +105,43 @@ class Ladder:
                 return i
         return len(self.rungs) - 1
 
+    def to_json(self) -> dict[str, Any]:
+        """The table as JSON data (an infinite fill is the string ``"inf"``)."""
+        return {"lane": self.lane, "rungs": list(self.rungs), "k_bounds": list(self.k_bounds),
+                "fill": [[_json_fill(v) for v in row] for row in self.fill],
+                "fitted": self.fitted}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> Ladder:
+        """The table of :meth:`to_json` data; ``ValueError`` naming what is wrong.
+
+        Keys other than the table's own (``arch``, ``evidence`` of a fitted-file entry) are
+        ignored; ``fitted`` defaults to False.
+        """
+        if not isinstance(data, Mapping):
+            raise ValueError(f"a ladder must be a JSON object, got {type(data).__name__}")
+        missing = [key for key in ("lane", "rungs", "k_bounds", "fill") if key not in data]
+        if missing:
+            raise ValueError(f"ladder lacks {', '.join(missing)}")
+        lane, rungs, bounds, fill = (data[key] for key in ("lane", "rungs", "k_bounds", "fill"))
+        if not isinstance(lane, str) or not lane:
+            raise ValueError(f"ladder lane must be a name, got {lane!r}")
+        if not isinstance(rungs, list) or not all(isinstance(r, str) for r in rungs):
+            raise ValueError(f"ladder of {lane}: rungs must be a list of config ids")
+        if not isinstance(bounds, list) or not all(
+                isinstance(b, int) and not isinstance(b, bool) for b in bounds):
+            raise ValueError(f"ladder of {lane}: k_bounds must be a list of integers")
+        if not isinstance(fill, list) or not all(isinstance(row, list) for row in fill):
+            raise ValueError(f"ladder of {lane}: fill must be a list of lists")
+        fitted = data.get("fitted", False)
+        if not isinstance(fitted, bool):
+            raise ValueError(f"ladder of {lane}: fitted must be true or false")
+        values = [[_parse_fill(v, lane) for v in row] for row in fill]
+        return cls(lane=lane, rungs=rungs, k_bounds=bounds, fill=values, fitted=fitted)
+
     def to_source(self) -> str:
-        """The table as a Python literal, for committing a fitted table to this module."""
+        """The table as a Python literal (for reading; fitted tables ship as JSON, see
+        :func:`write_fitted`)."""
         def num(v: float) -> str:
             return "INF" if math.isinf(v) else repr(v)
 
@@ -135,8 +182,157 @@ LADDERS: dict[str, Ladder] = {
 }
 """The ladder of each lane (unfitted; see the module docstring)."""
 
-ARCH_LADDERS: dict[tuple[str, str], Ladder] = {}
-"""Per-(lane, arch family) tables that override :data:`LADDERS` (fitted ones go here)."""
+FITTED_FILE = Path(__file__).with_name("fitted_ladders.json")
+"""The fitted tables shipped with the package (see the module docstring)."""
+FITTED_SCHEMA_VERSION = 1
+_ARCH_RE = re.compile(r"^sm[0-9]+$")
+
+
+def _json_fill(value: float) -> float | str:
+    return "inf" if math.isinf(value) else value
+
+
+def _parse_fill(value: Any, lane: str) -> float:
+    if value == "inf":
+        return INF
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"ladder of {lane}: fill value {value!r} is not a number or \"inf\"")
+    return float(value)
+
+
+@attrs.frozen
+class FittedLadder:
+    """One entry of a fitted-ladder file: a table, the arch family it was fitted on, and the
+    evidence behind it (free-form JSON: rows, regrets, GPU, log)."""
+
+    arch: str
+    ladder: Ladder
+    evidence: Mapping[str, Any] = attrs.field(factory=dict, eq=False)
+
+    @property
+    def key(self) -> tuple[str, str]:
+        """``(lane, arch)``, the key of :data:`ARCH_LADDERS`."""
+        return self.ladder.lane, self.arch
+
+    def to_json(self) -> dict[str, Any]:
+        """The file entry: the table's keys plus ``arch`` and ``evidence``."""
+        data = self.ladder.to_json()
+        return {"lane": data.pop("lane"), "arch": self.arch, **data,
+                "evidence": dict(self.evidence)}
+
+    @classmethod
+    def from_json(cls, data: Mapping[str, Any]) -> FittedLadder:
+        """An entry of :meth:`to_json`; ``ValueError`` naming what is wrong."""
+        ladder = Ladder.from_json(data)
+        arch = data.get("arch")
+        if not isinstance(arch, str) or not _ARCH_RE.match(arch):
+            raise ValueError(f"ladder of {ladder.lane}: arch must be an arch family like "
+                             f"'sm90', got {arch!r}")
+        evidence = data.get("evidence", {})
+        if not isinstance(evidence, Mapping):
+            raise ValueError(f"ladder of {ladder.lane} on {arch}: evidence must be an object")
+        return cls(arch=arch, ladder=ladder, evidence=evidence)
+
+
+def _check_rungs(ladder: Ladder) -> None:
+    """``ValueError`` unless ``ladder`` is a table of one of this package's lanes whose rungs
+    are data-parallel configs of that lane (checked without building the lane records)."""
+    if ladder.lane not in LANES:
+        raise ValueError(f"lane {ladder.lane!r} is not one of {', '.join(LANES)}")
+    data_parallel = {c.id for c in space(ladder.lane) if not c.params.get("stream_k", False)}
+    unknown = [r for r in ladder.rungs if r not in data_parallel]
+    if unknown:
+        raise ValueError(f"ladder of {ladder.lane}: {', '.join(unknown)} not data-parallel "
+                         "configs of the lane")
+
+
+def read_fitted(path: str | os.PathLike[str]) -> list[FittedLadder]:
+    """The entries of a fitted-ladder file; raises ``OSError`` (unreadable) or ``ValueError``
+    (not JSON, wrong schema, a bad table, an unknown lane or rung, a duplicate key)."""
+    text = Path(path).read_text(encoding="utf-8")
+    try:
+        data = json.loads(text)
+    except json.JSONDecodeError as exc:
+        raise ValueError(f"not JSON ({exc})") from None
+    if not isinstance(data, Mapping):
+        raise ValueError("the file must hold a JSON object")
+    version = data.get("schema_version")
+    if version != FITTED_SCHEMA_VERSION:
+        raise ValueError(f"schema_version {version!r} (expected {FITTED_SCHEMA_VERSION})")
+    entries = data.get("ladders")
+    if not isinstance(entries, list):
+        raise ValueError("'ladders' must be a list")
+    out: list[FittedLadder] = []
+    seen: set[tuple[str, str]] = set()
+    for i, entry in enumerate(entries):
+        try:
+            fitted = FittedLadder.from_json(entry)
+            _check_rungs(fitted.ladder)
+        except (ValueError, TypeError) as exc:
+            raise ValueError(f"ladders[{i}]: {exc}") from None
+        if fitted.key in seen:
+            raise ValueError(f"ladders[{i}]: a second table for {fitted.key}")
+        seen.add(fitted.key)
+        out.append(fitted)
+    return out
+
+
+def write_fitted(path: str | os.PathLike[str],
+                 ladders: Iterable[FittedLadder] | Mapping[tuple[str, str], Ladder]) -> Path:
+    """Write a fitted-ladder file (atomically; entries sorted by lane and arch).
+
+    ``ladders`` are :class:`FittedLadder` entries, or a mapping shaped like
+    :data:`ARCH_LADDERS` (``(lane, arch) -> Ladder``, no evidence). Every table is checked
+    as :func:`read_fitted` checks it before anything is written.
+    """
+    if isinstance(ladders, Mapping):
+        entries = []
+        for (lane, arch), ladder in ladders.items():
+            if ladder.lane != lane:
+                raise ValueError(f"write_fitted: key lane {lane!r} holds a table of "
+                                 f"{ladder.lane!r}")
+            entries.append(FittedLadder(arch=arch, ladder=ladder))
+    else:
+        entries = list(ladders)
+    keys = [e.key for e in entries]
+    if len(set(keys)) != len(keys):
+        raise ValueError(f"write_fitted: duplicate (lane, arch) in {keys}")
+    for e in entries:
+        _check_rungs(e.ladder)
+        if not _ARCH_RE.match(e.arch):
+            raise ValueError(f"write_fitted: arch {e.arch!r} is not like 'sm90'")
+    body = {"schema_version": FITTED_SCHEMA_VERSION,
+            "ladders": [e.to_json() for e in sorted(entries, key=lambda e: e.key)]}
+    text = json.dumps(body, indent=1, allow_nan=False) + "\n"
+    target = Path(path)
+    target.parent.mkdir(parents=True, exist_ok=True)
+    tmp = target.with_name(f".{target.name}.{os.getpid()}.tmp")
+    tmp.write_text(text, encoding="utf-8")
+    os.replace(tmp, target)
+    return target
+
+
+def load_fitted(path: str | os.PathLike[str] = FITTED_FILE) -> dict[tuple[str, str], Ladder]:
+    """The tables of a fitted-ladder file by ``(lane, arch)``, for :data:`ARCH_LADDERS`.
+
+    A missing file is no tables. An unreadable or malformed one is one
+    :class:`~oasr_core.errors.OasrWarning` naming the file and the problem, and no tables:
+    the unfitted ones serve (a file is used whole or not at all).
+    """
+    try:
+        entries = read_fitted(path)
+    except FileNotFoundError:
+        return {}
+    except (OSError, UnicodeDecodeError, ValueError) as exc:
+        warnings.warn(f"oasr_scaled_mm: fitted ladder file {path} is not usable ({exc}); the "
+                      "unfitted ladder tables serve", OasrWarning, stacklevel=2)
+        return {}
+    return {e.key: e.ladder for e in entries}
+
+
+ARCH_LADDERS: dict[tuple[str, str], Ladder] = load_fitted()
+"""Per-(lane, arch family) tables that override :data:`LADDERS`: the fitted tables of
+:data:`FITTED_FILE`, read once at import."""
 
 
 def ladder_for(lane: str | Lane, arch: str | None = None) -> Ladder:
@@ -293,13 +489,7 @@ def fit_ladder(rows: Iterable[Row], *, lane: Lane, sm_count: int, start: Ladder 
                                  for _ in range(len(bounds) + 1)) for i in range(len(rung_ids)))
     by_band: dict[int, list[tuple[list[float], list[float]]]] = {}
     used = 0
-    for n, k, m, times in rows:
-        best = _best(times)
-        if not math.isfinite(best) or not any(r in times for r in rung_ids):
-            continue
-        fills = [(-(-m // tiles[r][0]) * -(-n // tiles[r][1])) / sm_count for r in rung_ids]
-        logs = [math.log(times[r] / best) if r in times and times[r] > 0
-                else math.log(MISSING_PENALTY) for r in rung_ids]
+    for k, fills, logs in _row_terms(rows, rung_ids, tiles, sm_count):
         by_band.setdefault(probe.band(k), []).append((fills, logs))
         used += 1
     if not used:
@@ -316,6 +506,36 @@ def fit_ladder(rows: Iterable[Row], *, lane: Lane, sm_count: int, start: Ladder 
     ladder = Ladder(lane=lane.name, rungs=rung_ids, k_bounds=bounds, fill=fill, fitted=True)
     return LadderFit(ladder=ladder, regret=math.exp(fitted_total / used),
                      start_regret=math.exp(start_total / used), rows=used)
+
+
+def ladder_regret(ladder: Ladder, rows: Iterable[Row], *, lane: Lane,
+                  sm_count: int) -> tuple[float, int]:
+    """``(geomean regret, rows used)`` of ``ladder`` on measured rows, costed as
+    :func:`fit_ladder` costs a table: time(picked) / time(best measured config), a pick the
+    row did not measure charged :data:`MISSING_PENALTY`; rows that measured no rung are
+    skipped (``(nan, 0)`` when none is left). For held-out evaluation of a fitted table.
+    """
+    check_ladder(ladder, lane)
+    tiles = _tiles(lane, ladder)
+    total, used = 0.0, 0
+    for k, fills, logs in _row_terms(rows, ladder.rungs, tiles, sm_count):
+        b = ladder.band(k)
+        total += _cost([(fills, logs)], [row[b] for row in ladder.fill[:-1]])
+        used += 1
+    return (math.exp(total / used), used) if used else (math.nan, 0)
+
+
+def _row_terms(rows: Iterable[Row], rung_ids: Sequence[str], tiles: Mapping[str, Sequence[int]],
+               sm_count: int) -> Iterable[tuple[int, list[float], list[float]]]:
+    """``(K, fill per rung, log regret per rung)`` of each row that measured some rung."""
+    for n, k, m, times in rows:
+        best = _best(times)
+        if not math.isfinite(best) or not any(r in times for r in rung_ids):
+            continue
+        fills = [(-(-m // tiles[r][0]) * -(-n // tiles[r][1])) / sm_count for r in rung_ids]
+        logs = [math.log(times[r] / best) if r in times and times[r] > 0
+                else math.log(MISSING_PENALTY) for r in rung_ids]
+        yield k, fills, logs
 
 
 def _zeros(n: int) -> tuple[float, ...]:
