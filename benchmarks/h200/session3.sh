@@ -38,21 +38,20 @@ gemm)
   ;;
 int8)
   C="--census benchmarks/census/conformer_offline_int8.json --census benchmarks/census/conformer_streaming_int8.json"
+  B=benchmarks/scaled_mm_vs_torch.py
   el "sweep"
-  timeout 200 python3 benchmarks/scaled_mm_vs_torch.py sweep --out "$OUT/h200_scaled_mm_sweep.md" \
-    2>&1 | tail -8
+  timeout 220 python3 $B sweep --out "$OUT/h200_scaled_mm_sweep.md" 2>&1 | tail -8
   el "fit"
-  python3 benchmarks/scaled_mm_vs_torch.py fit --log "$OUT/h200_scaled_mm_sweep.jsonl" \
-    --out-ladders "$OUT/fitted_ladders.json" > "$OUT/h200_scaled_mm_fit.md" 2>&1
-  tail -25 "$OUT/h200_scaled_mm_fit.md"
+  python3 $B fit --log "$OUT/h200_scaled_mm_sweep.jsonl" --out-ladders "$OUT/fitted_ladders.json" \
+    --out "$OUT/h200_scaled_mm_fit.md" 2>&1 | tail -25
   cp "$OUT/fitted_ladders.json" /tmp/site/oasr_scaled_mm/fitted_ladders.json
-  el "build"
+  el "build (fitted ladder)"
   OASR_TUNE_SYSTEM_DB=off python3 -m oasr_core.cli tune build --family scaled_mm $C --thin \
     --max-points 14 --no-progress --fresh --out "$OUT/scaled_mm.json" \
     --log "$OUT/scaled_mm.jsonl" --checkpoint /tmp/ck_smm.jsonl 2>&1 | tail -8
   el "served"
-  timeout 120 python3 benchmarks/scaled_mm_vs_torch.py served $C --db "$OUT/scaled_mm.json" \
-    --out "$OUT/h200_scaled_mm.md" 2>&1 | tail -12
+  timeout 150 python3 $B served $C --db "$OUT/scaled_mm.json" --ladders "$OUT/fitted_ladders.json" \
+    --out "$OUT/h200_scaled_mm.md" 2>&1 | tail -14
   rm -f "$OUT"/*.lock
   el done
   ;;
