@@ -1,4 +1,4 @@
-"""The shipped sm90 gemm table is what its committed H200 measurement log rebuilds to.
+"""The shipped sm90 tables are what their committed H200 measurement logs rebuild to.
 
 `oasr tune build --from-log` runs the same decision code as the live build on the H200, so a
 CPU machine can reproduce (and re-score) the shipped table byte for byte.
@@ -18,9 +18,10 @@ REPO = Path(__file__).resolve().parent.parent
 TABLE = REPO / "db" / "sm90" / "gemm.json"
 LOG = REPO / "db" / "sm90" / "measurements" / "gemm.jsonl"
 KNOBS = ("--thin", "--max-points", "14")
-"""The knobs the shipped table was built with (benchmarks/h200/build_session.sh)."""
-
-pytest.importorskip("oasr_gemm", reason="the gemm family plugin is part of the setup command")
+"""The knobs the shipped tables were built with (benchmarks/h200/build_session.sh,
+session3.sh)."""
+SHIPPED = {"gemm": "oasr_gemm", "scaled_mm": "oasr_scaled_mm"}
+"""Family (its table and log stem) -> the plugin that must be installed to replay it."""
 
 
 def _oasr(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -30,15 +31,33 @@ def _oasr(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
-def test_committed_log_rebuilds_the_committed_table(tmp_path):
-    out = tmp_path / "gemm.json"
-    res = _oasr("tune", "build", "--from-log", str(LOG), "--out", str(out), "--fresh", *KNOBS,
+@pytest.mark.parametrize("family", sorted(SHIPPED))
+def test_committed_log_rebuilds_the_committed_table(tmp_path, family):
+    pytest.importorskip(SHIPPED[family], reason="the family plugins are in the setup command")
+    out = tmp_path / f"{family}.json"
+    log = REPO / "db" / "sm90" / "measurements" / f"{family}.jsonl"
+    res = _oasr("tune", "build", "--from-log", str(log), "--out", str(out), "--fresh", *KNOBS,
                 cwd=tmp_path)
     assert res.returncode == 0, res.stderr
-    assert out.read_bytes() == TABLE.read_bytes()
+    assert out.read_bytes() == (REPO / "db" / "sm90" / f"{family}.json").read_bytes()
+
+
+def test_shipped_int8_table_beats_its_heuristic(tmp_path):
+    pytest.importorskip("oasr_scaled_mm", reason="the family plugins are in the setup command")
+    table = REPO / "db" / "sm90" / "scaled_mm.json"
+    log = REPO / "db" / "sm90" / "measurements" / "scaled_mm.jsonl"
+    res = _oasr("tune", "evaluate", "--log", str(log), "--db", f"shipped={table}", "--json",
+                cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    by_name = {s["name"]: s for s in json.loads(res.stdout)["selectors"]}
+    shipped, heuristic = by_name["shipped"]["overall"], by_name["heuristic"]["overall"]
+    assert shipped["n"] >= 50 and shipped["missing"] == 0
+    assert shipped["geomean"] <= heuristic["geomean"] and shipped["max"] <= heuristic["max"]
+    assert shipped["geomean"] <= 0.02
 
 
 def test_shipped_table_scores_within_the_targets(tmp_path):
+    pytest.importorskip("oasr_gemm", reason="the gemm family plugin is part of the setup command")
     res = _oasr("tune", "evaluate", "--log", str(LOG), "--db", f"shipped={TABLE}", "--json",
                 cwd=tmp_path)
     assert res.returncode == 0, res.stderr

@@ -116,12 +116,3 @@ def test_supports_alignment_stream_k_and_the_quant_op():
     assert not fe.supports(sk, _problem(768, 4096, 16, cs.OP_QUANT))
     assert not fe.supports(sk, _problem(768, 128, 16))        # one K tile: nothing to split
 
-
-def test_cost_features_are_what_the_core_model_reads():
-    from oasr_core.cost_model.features import CostFeatures
-
-    for lane in cs.LANES:
-        for c in cs.space(lane):
-            f = CostFeatures.from_mapping(fe.cost_features(c))
-            assert (f.tile_m, f.tile_n, f.tile_k) == tuple(c.params["tile"])
-            assert f.stream_k is c.params["stream_k"]

@@ -122,18 +122,3 @@ def supports(config: Config, problem: Problem) -> bool:
             return False
     return True
 
-
-def cost_features(config: Config) -> dict[str, object]:
-    """Cost-model features: tile, warps or cluster, schedule, stages, Stream-K, smem."""
-    p = config.params
-    features: dict[str, object] = {
-        "tile": list(p["tile"]), "stages": p["stages"], "split_k": 1,
-        "stream_k": p["stream_k"], "schedule": p["schedule"],
-    }
-    if config.lane == LANE_SM80:
-        bm, bn, _ = p["tile"]
-        wm, wn, _ = p["warp"]
-        features.update(warps=(bm // wm) * (bn // wn), smem=sm80_smem(config))
-    else:
-        features.update(cluster=list(p["cluster"]), smem=sm90_smem(config))
-    return features

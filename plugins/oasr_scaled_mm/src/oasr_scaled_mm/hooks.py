@@ -35,9 +35,10 @@ def oasr_register_lanes():
     from oasr_scaled_mm import feasibility as fe
     from oasr_scaled_mm import jit, launch
 
+    # No cost_features: the int8 lanes are measured exhaustively and served user ▸ system ▸
+    # heuristic (the spec's scaled_mm rules); the core's model tier and pruning skip them.
     common = dict(family=cs.FAMILY, is_feasible=fe.is_feasible, supports=fe.supports,
-                  is_available=launch.is_available, jit_module=jit.ScaledMmKernelModule,
-                  cost_features=fe.cost_features)
+                  is_available=launch.is_available, jit_module=jit.ScaledMmKernelModule)
     return [Lane(name=cs.LANE_SM80, arch_families=fe.SM80_ARCHES, default_on=fe.SM80_DEFAULT_ON,
                  config_space=cs.space(cs.LANE_SM80), default_config=cs.SM80_DEFAULT,
                  jit_specs=functools.partial(jit.lane_specs, cs.LANE_SM80),
