@@ -158,15 +158,20 @@ def tune() -> None:
 @tune.command("status")
 @click.option("--arch", default=None, help="Arch family (default: this GPU, else every arch "
               "the tiers hold).")
+@click.option("--census", "censuses", multiple=True, type=click.Path(path_type=Path,
+              dir_okay=False, exists=True), help="ShapeSet JSON (repeatable): also report, per "
+              "heuristic-fallback family (the quantized GEMMs), its layers with a tuning entry "
+              "and those on the shape heuristic.")
 @click.option("--json", "as_json", is_flag=True)
 @click.pass_obj
 @handle_errors
-def status_cmd(state: CliState, arch: str | None, as_json: bool) -> None:
+def status_cmd(state: CliState, arch: str | None, censuses: tuple[Path, ...],
+               as_json: bool) -> None:
     """Which tiers are loaded, their paths, entries, stale files and entries, tier counts."""
     from oasr_core.report import tuning_report
 
     state.runtime()
-    report = tuning_report(arch=arch)
+    report = tuning_report(arch=arch, census=list(censuses) or None)
     _emit(report.to_json(), as_json, report.lines())
 
 

@@ -65,3 +65,17 @@ def test_shipped_table_scores_within_the_targets(tmp_path):
     overall = next(s for s in report["selectors"] if s["name"] == "shipped")["overall"]
     assert overall["n"] >= 60 and overall["missing"] == 0
     assert overall["geomean"] <= 0.02 and overall["p95"] <= 0.08
+
+
+def test_status_reports_the_int8_census_covered_by_the_shipped_table(tmp_path):
+    pytest.importorskip("oasr_scaled_mm", reason="the family plugins are in the setup command")
+    census = REPO / "benchmarks" / "census" / "conformer_offline_int8.json"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OASR_")}
+    env.update(OASR_TUNE_USER_DB="off", OASR_TUNE_SYSTEM_DB=str(REPO / "db"))
+    res = subprocess.run([sys.executable, "-m", "oasr_core.cli", "tune", "status", "--arch",
+                          "sm90", "--census", str(census)], cwd=tmp_path, env=env,
+                         capture_output=True, text=True, timeout=300)
+    assert res.returncode == 0, res.stderr
+    line = next(x for x in res.stdout.splitlines() if x.startswith("scaled_mm:"))
+    assert "over 4 signature(s)" in line and "0 on the shape heuristic" in line, line
+    assert "(system=" in line
