@@ -89,3 +89,35 @@ def test_gemm_under_autotune_publishes_what_select_then_serves(gemm_runtime, tmp
         assert verdict, verdict
     if sel.config is not None:
         assert oasr_gemm.stats().get("torch:selected", 0) == 0
+
+
+def test_the_production_module_is_refreshed_to_run_a_published_winner(gemm_runtime,
+                                                                      monkeypatch):
+    """Without ``COMPILE_SET=all``: the module loaded before the block lacks most of the
+    space; the reload at the block's end replaces it with one holding the winner."""
+    import oasr_gemm
+    from oasr_gemm import launch, numerics
+
+    import oasr_core
+    from oasr_core.types import Tier
+
+    monkeypatch.delenv("OASR_GEMM_COMPILE_SET")
+    m, n, k = 300, 768, 256
+    major, minor = torch.cuda.get_device_capability()
+    arch = f"sm{major}{minor}"
+    a, w, b = numerics.make_operands(m, n, k, "fp16", device="cuda", seed=4)
+    oasr_gemm.gemm(a, w, b)  # loads the production module: default + coverage basis
+    with oasr_core.autotune() as session:
+        oasr_gemm.gemm(a, w, b)
+    (result,) = [r for r in session.results if r.m == m]
+    sel = oasr_core.select("gemm", "gemm", "fp16", (n, k), m, arch)
+    assert (sel.tier, sel.choice_id) == (Tier.USER, result.choice)
+    oasr_gemm.reset_stats()
+    out = oasr_gemm.gemm(a, w, b)
+    torch.cuda.synchronize()
+    verdict = numerics.numerics_gate(out, numerics.torch_output(a, w, b),
+                                     numerics.reference(a, w, b), dtype="fp16")
+    assert verdict, verdict
+    if sel.config is not None:
+        assert sel.config.id in launch.library(sel.lane, arch)
+        assert oasr_gemm.stats().get("torch:selected", 0) == 0
