@@ -83,6 +83,8 @@ class PartitionOptions:
     cover_eps: float = 0.03
     lam_frac: float = 0.005
     uniform_share: float = 0.5
+    prefer_sentinels: bool = True
+    """Give torch/fused (sentinels other than the fallback) the incumbent's tie band."""
     """Share of the weight spread evenly over the measured points (the rest follows the
     census). A census weighs what this deployment runs; the even share keeps every measured
     size's regret in the objective, so a table also serves the sizes other deployments run
@@ -119,29 +121,39 @@ def blend_weights(points: Sequence[Point], share: float) -> list[Point]:
     return [attrs.evolve(p, weight=(1 - share) * p.weight + share * even) for p in points]
 
 
-def favour_incumbents(points: Sequence[Point], opt: PartitionOptions) -> list[Point]:
-    """``points`` with each incumbent's time divided by (1 + its tie band).
+def favour_incumbents(points: Sequence[Point], opt: PartitionOptions,
+                      fallback: str | None = None) -> list[Point]:
+    """``points`` with each favoured arm's time divided by (1 + its tie band).
 
-    The band is ``tie`` or, when larger, the noise between the incumbent and the point's
-    best arm. Cover and segmentation run on these effective times, so an incumbent within
-    its band of the best counts as the best: ties go to the incumbent, at no regret.
+    Favoured are the point's incumbent and, with ``opt.prefer_sentinels``, the sentinel arms
+    other than ``fallback`` (torch, fused: they serve any size and need no compiled config).
+    The band is ``tie`` or, when larger, the noise between the arm and the point's best arm.
+    Cover and segmentation run on these effective times, so a favoured arm within its band
+    of the best counts as the best: ties go to it, at no regret, and two builds whose noise
+    reorders near-equal arms still pick the same one.
     """
     out = []
     for p in points:
-        inc = p.incumbent
-        if inc is None or inc not in p.cells or not math.isfinite(p.time(inc)):
+        favoured = [p.incumbent] if p.incumbent is not None else []
+        if opt.prefer_sentinels:
+            favoured += sorted(a for a in p.cells if _is_sentinel(a) and a != fallback
+                               and a not in favoured)
+        favoured = [a for a in favoured if a in p.cells and math.isfinite(p.time(a))]
+        if not favoured:
             out.append(p)
             continue
         best = min(p.cells, key=lambda a: (p.time(a), a))
-        rel = [p.cells[a].sigma_ms / p.cells[a].gpu_ms for a in (inc, best)
-               if p.cells[a].gpu_ms > 0]
-        band = max(opt.tie, opt.noise_k * math.hypot(*rel) if len(rel) == 2 else 0.0)
-        cell = p.cells[inc]
-        scaled = attrs.evolve(cell, gpu_ms=cell.gpu_ms / (1 + band),
-                              sigma_ms=cell.sigma_ms / (1 + band),
-                              issue_us=None if cell.issue_us is None else
-                              cell.issue_us / (1 + band))
-        out.append(attrs.evolve(p, cells={**p.cells, inc: scaled}))
+        cells = dict(p.cells)
+        for arm in favoured:
+            rel = [p.cells[a].sigma_ms / p.cells[a].gpu_ms for a in (arm, best)
+                   if p.cells[a].gpu_ms > 0]
+            band = max(opt.tie, opt.noise_k * math.hypot(*rel) if len(rel) == 2 else 0.0)
+            cell = p.cells[arm]
+            cells[arm] = attrs.evolve(cell, gpu_ms=cell.gpu_ms / (1 + band),
+                                      sigma_ms=cell.sigma_ms / (1 + band),
+                                      issue_us=None if cell.issue_us is None else
+                                      cell.issue_us / (1 + band))
+        out.append(attrs.evolve(p, cells=cells))
     return out
 
 
@@ -274,7 +286,7 @@ def partition(points: Sequence[Point], fallback: str, options: PartitionOptions 
     if not pts:
         return Partition((), (), (), (), ("no point was measured",))
     pts = blend_weights(pts, opt.uniform_share)
-    effective = favour_incumbents(pts, opt)
+    effective = favour_incumbents(pts, opt, fallback)
     cover = greedy_cover(effective, opt.cover_eps, always=(fallback,))
     incumbents = sorted({p.incumbent for p in pts if p.incumbent is not None} - set(cover))
     candidates = [*cover, *(a for a in incumbents if any(a in p.cells for p in pts))]

@@ -156,3 +156,17 @@ def test_uniform_share_keeps_light_points_in_the_objective():
     assert sum(p.weight for p in blended) == pytest.approx(100.001)
     assert blended[0].weight == pytest.approx(0.5 * 0.001 + 0.5 * 50.0005)
     assert blend_weights(pts, 0.0) == pts
+
+
+def test_near_ties_go_to_torch_so_noise_cannot_flip_two_builds():
+    """Two builds measure torch and a config 0.5% apart, in opposite orders: with the
+    sentinel preference both serve torch; without it each serves its own noise's winner."""
+    def build(torch_us, a_us, prefer):
+        pts = [pt(m, default=20.0, torch=torch_us, a=a_us) for m in (64, 256, 1024)]
+        return regions(pts, census_max=1024, prefer_sentinels=prefer)
+
+    first, second = build(10.0, 9.95, True), build(9.95, 10.0, True)
+    assert first == second == ((None, "torch"),)
+    assert build(10.0, 9.95, False) != build(9.95, 10.0, False)
+    # a real win (beyond the tie band and the noise) still goes to the config
+    assert build(10.0, 9.0, True) == ((1024, "a"),)

@@ -65,7 +65,8 @@ class BuildOptions:
     cover_eps: float = 0.03
     lam_frac: float = 0.005
     uniform_share: float = 0.5
-    top_k: int = 16
+    prefer_sentinels: bool = True
+    top_k: int = 20
     finalists: int = 3
     max_points: int = 24
     thin: bool = False
@@ -85,7 +86,8 @@ class BuildOptions:
         """The partition's share of the knobs."""
         return PartitionOptions(min_speedup=self.min_speedup, noise_k=self.noise_k,
                                 tie=self.tie, cover_eps=self.cover_eps, lam_frac=self.lam_frac,
-                                uniform_share=self.uniform_share)
+                                uniform_share=self.uniform_share,
+                                prefer_sentinels=self.prefer_sentinels)
 
     def knobs(self) -> dict[str, Any]:
         """The knobs that change what a signature measures or decides (for its digest)."""

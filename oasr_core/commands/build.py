@@ -68,7 +68,10 @@ def _options(**kw):
 @click.option("--uniform-share", type=click.FloatRange(min=0.0, max=1.0), default=0.5,
               show_default=True, help="Share of each signature's weight spread evenly over its "
               "measured sizes (the rest follows the census).")
-@click.option("--top-k", type=click.IntRange(min=1), default=16, show_default=True,
+@click.option("--prefer-sentinels/--no-prefer-sentinels", default=True, show_default=True,
+              help="Within the tie band (or the noise), torch/fused win over configs, as an "
+              "incumbent does: near-ties resolve the same way in every build.")
+@click.option("--top-k", type=click.IntRange(min=1), default=20, show_default=True,
               help="Configs each cost model keeps per point when the build prunes.")
 @click.option("--prune/--no-prune", default=True, show_default=True,
               help="Prune to the top-k of the structure and of the calibrated model an "
@@ -89,7 +92,7 @@ def _options(**kw):
 @handle_errors
 def build_cmd(state: CliState, family, censuses, widths, m_ladder, op, dtype, alpha,
               working_set_bytes, from_logs, out, arch, lane, log_path, checkpoint_path, fresh,
-              no_resume, min_speedup, noise_k, tie, cover_eps, uniform_share, top_k, prune,
+              no_resume, min_speedup, noise_k, tie, cover_eps, uniform_share, prefer_sentinels, top_k, prune,
               max_points, thin, no_fill, exact_dtype, budget_s, seed, progress,
               as_json) -> None:
     """Measure each signature of a census and write its tuning entries (locked merge)."""
@@ -98,7 +101,8 @@ def build_cmd(state: CliState, family, censuses, widths, m_ladder, op, dtype, al
     if arch is not None and not ARCH_RE.match(arch):
         raise ConfigurationError(f"--arch {arch!r} is not an arch family like sm90")
     options = _options(min_speedup=min_speedup, noise_k=noise_k, tie=tie, cover_eps=cover_eps,
-                       uniform_share=uniform_share, top_k=top_k, prune=prune,
+                       uniform_share=uniform_share,
+                       prefer_sentinels=prefer_sentinels, top_k=top_k, prune=prune,
                        max_points=max_points, thin=thin, fill=not no_fill,
                        exact_dtype=exact_dtype, budget_s=budget_s, fresh=fresh,
                        resume=not no_resume)

@@ -172,7 +172,7 @@ def _pct(x: float) -> str:
 
 def evaluate_loso(rows: Sequence[LogRow], profile: ArchProfile, *, knobs: Knobs = DEFAULT_KNOBS,
                   default_id: str | None = None, extra: Mapping[str, Ranker] | None = None,
-                  ks: Sequence[int] = (1, 4, 8, 16), prune_k: int = 16,
+                  ks: Sequence[int] = (1, 4, 8, 16), prune_k: int = 20,
                   forced: Iterable[str] = (), fit_options: Mapping[str, Any] | None = None
                   ) -> QualityReport:
     """Leave-one-signature-out quality of the models on ``rows`` (see the module doc).
