@@ -5,6 +5,7 @@
 #   PHASE=smmtest : install; GPU tests of scaled_mm (every tile of both lanes, bitwise).
 #   PHASE=test : GPU tests of gemm (activation epilogue) and of autotune(); the engine example.
 #   PHASE=gemm : the shipped gemm table, built twice (determinism), scored.
+#   PHASE=final : the engine example with prewarm; two gemm builds pruned by the shipped model.
 #   PHASE=int8 : scaled_mm sweep of every tile vs torch, ladder fit, the shipped scaled_mm table
 #                built from the int8 Conformer census with the fitted ladder, served vs torch.
 set -uo pipefail
@@ -58,6 +59,24 @@ int8)
   timeout 150 python3 $B served $C --db "$OUT/scaled_mm.json" --ladders "$OUT/fitted_ladders.json" \
     --out "$OUT/h200_scaled_mm.md" 2>&1 | tail -14
   rm -f "$OUT"/*.lock
+  el done
+  ;;
+final)
+  el "engine example (user tier in a temp dir)"
+  env -u OASR_TUNE_USER_DB timeout 260 python3 examples/engine_integration.py --budget 60 \
+    --no-system-tier > "$OUT/h200_engine_integration.txt" 2>&1
+  tail -14 "$OUT/h200_engine_integration.txt"
+  C="--census benchmarks/census/conformer_offline.json --census benchmarks/census/conformer_streaming.json"
+  for run in a b; do
+    el "pruned build $run (prior: the shipped table's calibrated model)"
+    python3 -m oasr_core.cli tune build --family gemm $C --thin --max-points 14 --no-progress \
+      --fresh --seed $([ $run = a ] && echo 0 || echo 1) --out "$OUT/pruned_$run.json" \
+      --log "$OUT/pruned_$run.jsonl" --checkpoint /tmp/pck_$run.jsonl 2>&1 | tail -2
+  done
+  python3 -m oasr_core.cli tune evaluate --log db/sm90/measurements/gemm.jsonl \
+    --db pruned_a="$OUT/pruned_a.json" --db pruned_b="$OUT/pruned_b.json" \
+    > "$OUT/pruned_evaluate.txt" 2>&1; head -8 "$OUT/pruned_evaluate.txt"; tail -1 "$OUT/pruned_evaluate.txt"
+  gzip -9 "$OUT"/pruned_*.jsonl; rm -f "$OUT"/*.lock
   el done
   ;;
 esac
