@@ -92,8 +92,8 @@ def _options(**kw):
 @handle_errors
 def build_cmd(state: CliState, family, censuses, widths, m_ladder, op, dtype, alpha,
               working_set_bytes, from_logs, out, arch, lane, log_path, checkpoint_path, fresh,
-              no_resume, min_speedup, noise_k, tie, cover_eps, uniform_share, prefer_sentinels, top_k, prune,
-              max_points, thin, no_fill, exact_dtype, budget_s, seed, progress,
+              no_resume, min_speedup, noise_k, tie, cover_eps, uniform_share, prefer_sentinels,
+              top_k, prune, max_points, thin, no_fill, exact_dtype, budget_s, seed, progress,
               as_json) -> None:
     """Measure each signature of a census and write its tuning entries (locked merge)."""
     from oasr_core import build

@@ -60,6 +60,26 @@ def normalize_arch(text: str) -> str:
     return arch
 
 
+def family_target(arch_family: str) -> str:
+    """The nvcc target of an arch family: ``sm90`` -> ``90a``, ``sm80`` -> ``80`` (the
+    ``a`` target from major 9 on, as :func:`normalize_arch` gives a compute capability)."""
+    number = arch_family.removeprefix("sm")
+    if number == arch_family or not number.isdigit() or len(number) < 2:
+        raise ValueError(f"{arch_family!r} is not an arch family like 'sm90'")
+    return normalize_arch(f"{number[:-1]}.{number[-1]}")
+
+
+def compile_set(env: str) -> str:
+    """What a lane's production module links, from the plugin's variable ``env``
+    (``OASR_<FAMILY>_COMPILE_SET``): ``tuned`` (default: the configs the tiers reference, the
+    default and the plugin's basis) or ``all`` (the whole space). Anything else is a
+    :class:`ConfigurationError` naming the variable."""
+    value = os.environ.get(env, "tuned").strip().lower() or "tuned"
+    if value not in ("tuned", "all"):
+        raise ConfigurationError(f"{env}={value!r}: expected 'tuned' (production set) or 'all'")
+    return value
+
+
 def gencode_flag(arch: str) -> str:
     """The nvcc flag that compiles SASS for ``arch`` (``-gencode=arch=compute_90a,code=sm_90a``)."""
     return f"-gencode=arch=compute_{arch},code=sm_{arch}"

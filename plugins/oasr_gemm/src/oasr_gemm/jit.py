@@ -13,10 +13,9 @@ Nothing here runs at import; building happens in :func:`oasr_core.jit.build`/``p
 
 from __future__ import annotations
 
-import os
 from collections.abc import Iterable, Sequence
 
-from oasr_core.errors import ConfigurationError
+from oasr_core import jit as core_jit
 from oasr_core.types import Config
 
 from oasr_gemm import codegen
@@ -33,20 +32,13 @@ launchers."""
 
 
 def compile_set() -> str:
-    """``tuned`` (default: production set) or ``all`` (whole space), from the environment."""
-    value = os.environ.get(COMPILE_SET_ENV, "tuned").strip().lower() or "tuned"
-    if value not in ("tuned", "all"):
-        raise ConfigurationError(
-            f"{COMPILE_SET_ENV}={value!r}: expected 'tuned' (production set) or 'all'")
-    return value
+    """``tuned`` (default: production set) or ``all`` (whole space), from ``COMPILE_SET_ENV``."""
+    return core_jit.compile_set(COMPILE_SET_ENV)
 
 
 def jit_arch(arch_family: str) -> str:
     """The nvcc target of an arch family: ``sm90`` -> ``90a`` (wgmma needs the ``a`` target)."""
-    number = arch_family.removeprefix("sm")
-    if not number.isdigit():
-        raise ValueError(f"{arch_family!r} is not an arch family like 'sm90'")
-    return number + ("a" if int(number) >= 90 else "")
+    return core_jit.family_target(arch_family)
 
 
 def lane_configs(lane: str, arch: str) -> tuple[Config, ...]:
