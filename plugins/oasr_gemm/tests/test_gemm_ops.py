@@ -128,7 +128,7 @@ def test_unbuildable_module_falls_back_to_torch_with_one_warning(monkeypatch):
 
 def test_config_missing_from_the_loaded_module_is_served_by_torch(monkeypatch):
     _pretend_gpu(monkeypatch)
-    monkeypatch.setitem(launch._LIBRARIES, (cs.LANE_SM90, "sm90"), {})
+    launch.install_library(cs.LANE_SM90, "sm90", {})
     default = cs.config(cs.LANE_SM90, cs.SM90_DEFAULT)
     assert launch.is_available(default) is False
     with pytest.warns(RuntimeWarning, match="not in this process"):
@@ -140,7 +140,7 @@ def test_torch_sentinel_selection_needs_no_module(monkeypatch):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert ops._plan(("gemm", None, torch.float16, 256, 512, 64, 0)) is ops._TORCH
-    assert (cs.LANE_SM80, "sm75") not in launch._LIBRARIES
+    assert (cs.LANE_SM80, "sm75") not in dict(launch.LIBRARIES.items())
 
 
 def test_prepared_call_binds_codes_and_a_call_record():

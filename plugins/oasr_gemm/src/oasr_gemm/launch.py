@@ -24,6 +24,7 @@ from typing import Any
 
 import attrs
 from oasr_core.errors import OasrError
+from oasr_core.jit.libraries import Libraries
 from oasr_core.types import Config
 
 from oasr_gemm import codegen
@@ -209,10 +210,6 @@ def reserve_workspace(scratch_bytes: int = 64 << 20, semaphore_bytes: int = 1 <<
     workspace(device, raw, scratch_bytes, semaphore_bytes)
 
 
-_LIBRARIES: dict[tuple[str, str], Mapping[str, Kernel] | None] = {}
-_LIB_LOCK = threading.Lock()
-_PRODUCTION: set[tuple[str, str]] = set()
-"""Keys of ``_LIBRARIES`` loaded from the production spec (not installed by a harness)."""
 _WARNED: set[str] = set()
 
 
@@ -225,41 +222,26 @@ def _warn_once(key: str, message: str) -> None:
 def library(lane: str, arch: str) -> Mapping[str, Kernel] | None:
     """The kernels of ``lane``'s production module on ``arch`` by config id (None: unusable).
 
-    Loaded once per process; a module that cannot be built or loaded is warned about once and
-    reported as None, so callers serve from torch instead.
+    Loaded once per process (until a reload refreshes it, :func:`refresh_production`); a
+    module that cannot be built or loaded is warned about once and reported as None, so
+    callers serve from torch instead.
     """
-    key = (lane, arch)
-    if key in _LIBRARIES:
-        return _LIBRARIES[key]
-    with _LIB_LOCK:
-        if key not in _LIBRARIES:
-            _LIBRARIES[key] = _load(lane, arch)
-            _PRODUCTION.add(key)
-    return _LIBRARIES[key]
+    return LIBRARIES.get(lane, arch)
 
 
 def refresh_production() -> list[tuple[str, str]]:
-    """After a reload: forget each production module lacking a config the new epoch's tiers
-    reference, so the next call loads the new production set (built on first use if it was
-    not prebuilt). Returns the (lane, arch) pairs dropped.
+    """After a reload: drop each production module lacking a config the new epoch's tiers
+    reference, so the next call loads the new production set (see
+    :class:`oasr_core.jit.libraries.Libraries`). Returns the (lane, arch) pairs dropped."""
+    return LIBRARIES.refresh()
 
-    The old module stays mapped (ctypes never unloads a library), so a graph captured before
-    the reload keeps valid kernels until the engine releases it.
-    """
+
+def _wanted(lane: str, arch: str) -> tuple[str, ...]:
     from oasr_gemm import jit
 
-    dropped = []
-    with _LIB_LOCK:
-        for key in sorted(_PRODUCTION):
-            kernels = _LIBRARIES.get(key)
-            if kernels is None:
-                continue
-            wanted = set(jit.production_ids(*key, jit.runtime_referenced(*key)))
-            if jit.compile_set() != "all" and not wanted <= set(kernels):
-                del _LIBRARIES[key]
-                _PRODUCTION.discard(key)
-                dropped.append(key)
-    return dropped
+    if jit.compile_set() == "all":
+        return ()
+    return jit.production_ids(lane, arch, jit.runtime_referenced(lane, arch))
 
 
 def _load(lane: str, arch: str) -> Mapping[str, Kernel] | None:
@@ -291,9 +273,7 @@ def install_library(lane: str, arch: str, kernels: Mapping[str, Kernel] | None) 
     For harnesses that already loaded a module holding the configs they need (the benchmark
     loads the whole space); ``None`` marks the lane unavailable.
     """
-    with _LIB_LOCK:
-        _LIBRARIES[(lane, arch)] = kernels
-        _PRODUCTION.discard((lane, arch))
+    LIBRARIES.install(lane, arch, kernels)
 
 
 def is_available(config: Config) -> bool:
@@ -302,7 +282,7 @@ def is_available(config: Config) -> bool:
     Before the lane's module is loaded (and on machines without a GPU) every config counts as
     available; selection re-checks at call time and serves a missing one from torch.
     """
-    for (lane, arch), kernels in _LIBRARIES.items():
+    for (lane, arch), kernels in LIBRARIES.items():
         if lane == config.lane and kernels is not None and fits_arch(config, arch):
             return config.id in kernels
     return True
@@ -310,6 +290,8 @@ def is_available(config: Config) -> bool:
 
 def forget_libraries() -> None:
     """Drop loaded-library bookkeeping (tests; a new production set on the next call)."""
-    with _LIB_LOCK:
-        _LIBRARIES.clear()
-        _PRODUCTION.clear()
+    LIBRARIES.forget()
+
+
+LIBRARIES = Libraries(load=_load, ids=lambda kernels: kernels.keys(), wanted=_wanted)
+"""This process's gemm kernel libraries (production modules, or a harness's)."""

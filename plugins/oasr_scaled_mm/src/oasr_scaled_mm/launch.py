@@ -22,6 +22,7 @@ from typing import Any
 
 import attrs
 from oasr_core.errors import OasrError
+from oasr_core.jit.libraries import Libraries
 from oasr_core.types import Config
 
 from oasr_scaled_mm import codegen
@@ -207,8 +208,6 @@ def reserve_workspace(scratch_bytes: int = 64 << 20, device: int | None = None,
 Kernels = Mapping[tuple[str, str], Kernel]
 """Loaded kernels by ``(op, config id)``."""
 
-_LIBRARIES: dict[tuple[str, str], Kernels | None] = {}
-_LIB_LOCK = threading.Lock()
 _WARNED: set[str] = set()
 
 
@@ -231,16 +230,25 @@ def bind_all(module: Any, configs: Any) -> dict[tuple[str, str], Kernel]:
 def library(lane: str, arch: str) -> Kernels | None:
     """The kernels of ``lane``'s production module on ``arch`` (None: unusable).
 
-    Loaded once per process; a module that cannot be built or loaded is warned about once and
-    reported as None, so callers serve from torch instead.
+    Loaded once per process (until a reload refreshes it, :func:`refresh_production`); a
+    module that cannot be built or loaded is warned about once and reported as None, so
+    callers serve from torch instead.
     """
-    key = (lane, arch)
-    if key in _LIBRARIES:
-        return _LIBRARIES[key]
-    with _LIB_LOCK:
-        if key not in _LIBRARIES:
-            _LIBRARIES[key] = _load(lane, arch)
-    return _LIBRARIES[key]
+    return LIBRARIES.get(lane, arch)
+
+
+def refresh_production() -> list[tuple[str, str]]:
+    """After a reload: drop each production module lacking a config the new epoch's tiers
+    reference (see :class:`oasr_core.jit.libraries.Libraries`); returns the pairs dropped."""
+    return LIBRARIES.refresh()
+
+
+def _wanted(lane: str, arch: str) -> tuple[str, ...]:
+    from oasr_scaled_mm import jit
+
+    if jit.compile_set() == "all":
+        return ()
+    return jit.production_ids(lane, arch, jit.runtime_referenced(lane, arch))
 
 
 def _load(lane: str, arch: str) -> Kernels | None:
@@ -265,8 +273,7 @@ def _load(lane: str, arch: str) -> Kernels | None:
 def install_library(lane: str, arch: str, kernels: Kernels | None) -> None:
     """Serve ``lane`` on ``arch`` from ``kernels`` instead of the production module (harnesses
     that loaded a module with the configs they need; ``None`` marks the lane unavailable)."""
-    with _LIB_LOCK:
-        _LIBRARIES[(lane, arch)] = kernels
+    LIBRARIES.install(lane, arch, kernels)
 
 
 def is_available(config: Config) -> bool:
@@ -275,7 +282,7 @@ def is_available(config: Config) -> bool:
     Before the lane's module is loaded (and on machines without a GPU) every config counts as
     available; the ops re-check at call time and serve a missing one from torch.
     """
-    for (lane, arch), kernels in _LIBRARIES.items():
+    for (lane, arch), kernels in LIBRARIES.items():
         if lane == config.lane and kernels is not None and fits_arch(config, arch):
             return (OP_MM, config.id) in kernels
     return True
@@ -283,5 +290,9 @@ def is_available(config: Config) -> bool:
 
 def forget_libraries() -> None:
     """Drop loaded-library bookkeeping (tests; a new production set on the next call)."""
-    with _LIB_LOCK:
-        _LIBRARIES.clear()
+    LIBRARIES.forget()
+
+
+LIBRARIES = Libraries(load=_load, ids=lambda kernels: {cid for _op, cid in kernels},
+                      wanted=_wanted)
+"""This process's scaled_mm kernel libraries (production modules, or a harness's)."""

@@ -131,9 +131,12 @@ def reset_stats() -> None:
     _STATS.clear()
 
 
-def clear_memo(_epoch: int | None = None) -> None:
-    """Forget every memoised shape (called on ``oasr_core.reload``)."""
+def clear_memo(epoch: int | None = None) -> None:
+    """Forget every memoised shape; on ``oasr_core.reload`` (``epoch`` given) also drop a
+    production module lacking a config the new epoch's tiers reference."""
     _MEMO.clear()
+    if epoch is not None:
+        launch.refresh_production()
 
 
 def _via_custom_op(result: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
