@@ -219,3 +219,42 @@ def current_epoch() -> int:
 def reload() -> int:
     """Start a new epoch of the process runtime; returns its number."""
     return get_runtime().reload()
+
+
+class ReloadHook:
+    """A family's memo of call plans, kept in step with the process runtime.
+
+    ``bind()`` (cheap; call it where a plan is made) registers ``listener`` with the current
+    runtime once, calling ``listener(None)`` first when the runtime is new (a test installed
+    one), so no plan made under another runtime survives; every later :func:`reload` calls
+    ``listener(epoch)``.
+    """
+
+    def __init__(self, listener: Callable[[int | None], None]) -> None:
+        self._listener = listener
+        self._bound: Runtime | None = None
+        self._lock = threading.Lock()
+
+    def bind(self) -> None:
+        """Register with the process runtime unless already registered with it."""
+        rt = get_runtime()
+        if self._bound is not rt:
+            with self._lock:
+                if self._bound is not rt:
+                    self._listener(None)
+                    rt.add_reload_listener(self._listener)
+                    self._bound = rt
+
+
+_DEVICE_ARCH: dict[int, str] = {}
+
+
+def device_arch_of(index: int) -> str:
+    """The arch family (``sm90``) of CUDA device ``index``, asked of torch once per device."""
+    arch = _DEVICE_ARCH.get(index)
+    if arch is None:
+        import torch
+
+        major, minor = torch.cuda.get_device_capability(index)
+        arch = _DEVICE_ARCH[index] = f"sm{major}{minor}"
+    return arch

@@ -201,3 +201,23 @@ def test_memo_key_is_cleared_by_runtime_install(tiers):
     assert selection._MEMO
     runtime.install_runtime(None)
     assert not selection._MEMO
+
+
+def test_a_reload_hook_clears_on_a_new_runtime_and_on_every_reload():
+    from oasr_core import runtime
+    from oasr_core.plugins import make_plugin_manager
+
+    calls = []
+    hook = runtime.ReloadHook(calls.append)
+    old = runtime.install_runtime(runtime.Runtime(pm=make_plugin_manager(load_entrypoints=False)))
+    try:
+        hook.bind()
+        hook.bind()  # already bound to this runtime: nothing more
+        assert calls == [None]
+        epoch = runtime.reload()
+        assert calls == [None, epoch]
+        runtime.install_runtime(runtime.Runtime(pm=make_plugin_manager(load_entrypoints=False)))
+        hook.bind()  # a new runtime: plans of the old one are dropped
+        assert calls == [None, epoch, None]
+    finally:
+        runtime.install_runtime(old)

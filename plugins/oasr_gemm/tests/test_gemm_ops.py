@@ -7,6 +7,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from oasr_core import runtime
 from oasr_core.errors import ToolchainError
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -105,7 +106,7 @@ def test_torch_compile_traces_through_the_custom_op():
 
 
 def _pretend_gpu(monkeypatch, arch="sm90"):
-    monkeypatch.setitem(ops._ARCH, 0, arch)
+    monkeypatch.setitem(runtime._DEVICE_ARCH, 0, arch)
 
 
 def test_unbuildable_module_falls_back_to_torch_with_one_warning(monkeypatch):
@@ -190,7 +191,7 @@ def test_refused_launch_turns_the_shape_to_torch():
 def test_reload_clears_the_memo():
     from oasr_core import runtime
 
-    ops._bind_runtime()
+    ops._RELOAD.bind()
     ops._MEMO[("gemm", None, torch.float16, 8, 8, 1, 0)] = ops._TORCH
     runtime.reload()
     assert ops._MEMO == {}

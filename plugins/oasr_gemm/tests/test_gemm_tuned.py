@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from oasr_core import database
+from oasr_core import database, runtime
 from oasr_core.runtime import get_runtime
 
 from oasr_gemm import config_space as cs
@@ -25,7 +25,7 @@ def system_tier(tmp_path, monkeypatch):
                            arch="sm90", lane=lane, entries={key: entry},
                            configs={c.id: c for c in lane.config_space},
                            soft=database.current_soft_validators(family))
-    monkeypatch.setitem(ops._ARCH, 0, "sm90")
+    monkeypatch.setitem(runtime._DEVICE_ARCH, 0, "sm90")
     return tmp_path
 
 

@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from oasr_core import database
+from oasr_core import database, runtime
 from oasr_core.errors import OasrWarning, ToolchainError
 from oasr_core.runtime import get_runtime
 from oasr_core.types import Selection, Tier
@@ -208,7 +208,7 @@ def test_torch_compile_traces_through_the_custom_ops():
 # --- selection and the CUDA plan, with the GPU faked ---------------------------------------
 
 def _pretend_gpu(monkeypatch, arch="sm90"):
-    monkeypatch.setitem(ops._ARCH, 0, arch)
+    monkeypatch.setitem(runtime._DEVICE_ARCH, 0, arch)
     monkeypatch.setattr("oasr_scaled_mm.heuristic._device_index", lambda: None)
 
 
@@ -322,7 +322,7 @@ def test_a_refused_launch_turns_the_shape_to_torch():
 def test_reload_clears_the_memo():
     from oasr_core import runtime
 
-    ops._bind_runtime()
+    ops._RELOAD.bind()
     ops._MEMO[(cs.OP_MM, torch.float16, 16, 16, 1, 0)] = ops._TORCH
     runtime.reload()
     assert ops._MEMO == {}

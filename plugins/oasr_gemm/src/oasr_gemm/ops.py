@@ -19,7 +19,6 @@ CUDA graphs; the Python functions route to them while compiling.
 
 from __future__ import annotations
 
-import threading
 import warnings
 from collections import Counter
 from typing import Any
@@ -27,6 +26,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from oasr_core.errors import OasrError
+from oasr_core.runtime import ReloadHook, device_arch_of
 
 from oasr_gemm import launch
 from oasr_gemm.launch import reserve_workspace
@@ -38,10 +38,7 @@ _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _TORCH = "torch"
 _MEMO: dict[tuple, Any] = {}
 _STATS: Counter = Counter()
-_ARCH: dict[int, str] = {}
 _WARNED: set[str] = set()
-_BIND_LOCK = threading.Lock()
-_BOUND_RUNTIME: list[Any] = [None]
 
 
 def gemm(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
@@ -79,6 +76,10 @@ def clear_memo(epoch: int | None = None) -> None:
     _MEMO.clear()
     if epoch is not None:
         launch.refresh_production()
+
+
+_RELOAD = ReloadHook(clear_memo)
+"""Clears the memo when a runtime is installed, and on every reload (``clear_memo``)."""
 
 
 def _via_custom_op(result: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
@@ -170,35 +171,14 @@ def _run(op: str, activation: str | None, a: torch.Tensor, w: torch.Tensor,
     return out
 
 
-def _arch(dev: int) -> str:
-    arch = _ARCH.get(dev)
-    if arch is None:
-        major, minor = torch.cuda.get_device_capability(dev)
-        arch = _ARCH[dev] = f"sm{major}{minor}"
-    return arch
-
-
-def _bind_runtime() -> None:
-    """Clear the memo on every reload of the runtime the selections come from."""
-    from oasr_core.runtime import get_runtime
-
-    rt = get_runtime()
-    if _BOUND_RUNTIME[0] is not rt:
-        with _BIND_LOCK:
-            if _BOUND_RUNTIME[0] is not rt:
-                _MEMO.clear()
-                rt.add_reload_listener(clear_memo)
-                _BOUND_RUNTIME[0] = rt
-
-
 def _plan(key: tuple) -> Any:
     """Resolve one call shape: select a config, bind its launcher, size its workspace."""
     import oasr_core
 
     op, activation, tdtype, n, k, m, dev = key
-    _bind_runtime()
+    _RELOAD.bind()
     dtype = _DTYPES[tdtype]
-    arch = _arch(dev)
+    arch = device_arch_of(dev)
     plan: Any = _TORCH
     try:
         sel = oasr_core.select("gemm", op, dtype, (n, k), m, arch)

@@ -35,13 +35,13 @@ Python functions route to them while compiling.
 
 from __future__ import annotations
 
-import threading
 import warnings
 from collections import Counter
 from typing import Any
 
 import torch
 from oasr_core.errors import OasrError, OasrWarning
+from oasr_core.runtime import ReloadHook, device_arch_of
 from oasr_core.types import Config, Problem
 
 from oasr_scaled_mm import heuristic, launch, reference
@@ -58,10 +58,7 @@ _BIAS_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _TORCH = "torch"
 _MEMO: dict[tuple, Any] = {}
 _STATS: Counter = Counter()
-_ARCH: dict[int, str] = {}
 _WARNED: set[str] = set()
-_BIND_LOCK = threading.Lock()
-_BOUND_RUNTIME: list[Any] = [None]
 
 
 def scaled_mm(a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor, w_scale: torch.Tensor,
@@ -137,6 +134,10 @@ def clear_memo(epoch: int | None = None) -> None:
     _MEMO.clear()
     if epoch is not None:
         launch.refresh_production()
+
+
+_RELOAD = ReloadHook(clear_memo)
+"""Clears the memo when a runtime is installed, and on every reload (``clear_memo``)."""
 
 
 def _via_custom_op(result: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
@@ -274,32 +275,11 @@ def _run(op: str, a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor,
     return out
 
 
-def _arch(dev: int) -> str:
-    arch = _ARCH.get(dev)
-    if arch is None:
-        major, minor = torch.cuda.get_device_capability(dev)
-        arch = _ARCH[dev] = f"sm{major}{minor}"
-    return arch
-
-
-def _bind_runtime() -> None:
-    """Clear the memo on every reload of the runtime the selections come from."""
-    from oasr_core.runtime import get_runtime
-
-    rt = get_runtime()
-    if _BOUND_RUNTIME[0] is not rt:
-        with _BIND_LOCK:
-            if _BOUND_RUNTIME[0] is not rt:
-                _MEMO.clear()
-                rt.add_reload_listener(clear_memo)
-                _BOUND_RUNTIME[0] = rt
-
-
 def _plan(key: tuple) -> Any:
     """Resolve one call shape: select a config, bind its launcher, size its scratch."""
     op, out_dtype, n, k, m, dev = key
-    _bind_runtime()
-    arch = _arch(dev)
+    _RELOAD.bind()
+    arch = device_arch_of(dev)
     plan: Any = _TORCH
     try:
         config = (select_quant_config if op == OP_QUANT else select_config)(n, k, m, arch)
