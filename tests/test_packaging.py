@@ -49,6 +49,12 @@ def test_wheel_carries_db_and_console_script(wheel_site):
         eps = zf.read(entry_points).decode()
     assert "oasr_core/db/README.md" in names
     assert "oasr = oasr_core.cli:run" in eps
+    shipped = sorted(str(p.relative_to(REPO)) for p in REPO.glob("db/*/*.json"))
+    assert shipped, "the checkout ships at least one tuning table"
+    for table in shipped:
+        assert f"oasr_core/{table}" in names
+    # the tables' measurement logs and lock files are replay evidence, not package data
+    assert not [n for n in names if "/measurements/" in n or n.endswith(".lock")]
 
 
 def test_non_editable_install_finds_its_packaged_db(wheel_site, tmp_path):
