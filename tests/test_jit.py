@@ -294,11 +294,13 @@ def test_library_exports_only_launchers_and_loads_on_cpu(built_env) -> None:
 def test_load_builds_a_missing_module_with_one_warning(built_env) -> None:
     spec = jit.JitSpec(name="t_mod_lazy", arch="90a", cutlass=False,
                        units=built_env.spec.units[:1])
+    assert not jit.is_prebuilt(spec)
     with pytest.raises(JitBuildError, match="oasr tune prebuild"):
         jit.load(spec, build_missing=False)
     with pytest.warns(jit.NotPrebuiltWarning, match="t_mod_lazy was not prebuilt"):
         module = jit.load(spec)
     assert module.function("t_answer")() == 42
+    assert jit.is_prebuilt(spec)
     assert jit.load(spec, build_missing=False).path == module.path
 
 

@@ -52,7 +52,7 @@ from oasr_core.jit.compiler import (
     target_arches,
     toolchain,
 )
-from oasr_core.jit.loader import LoadedModule, NotPrebuiltWarning, load
+from oasr_core.jit.loader import LoadedModule, NotPrebuiltWarning, is_prebuilt, load
 from oasr_core.jit.spec import (
     COMPILE_FLAGS,
     EXPORT_MACRO,
@@ -67,6 +67,6 @@ __all__ = [
     "BuildStatus", "COMPILE_FLAGS", "CUTLASS_REQUIREMENT", "EXPORT_MACRO", "JitSpec", "LINK_FLAGS",
     "LoadedModule", "ModuleBuild", "NotPrebuiltWarning", "PRELUDE", "Toolchain", "TranslationUnit",
     "UnitStatus", "build", "cache_dir", "compile_set", "cutlass_include_dirs", "cutlass_version",
-    "default_jobs", "family_target", "gencode_flag", "load", "normalize_arch", "plan", "prebuild",
-    "split_jobs", "target_arch", "target_arches", "toolchain",
+    "default_jobs", "family_target", "gencode_flag", "is_prebuilt", "load", "normalize_arch",
+    "plan", "prebuild", "split_jobs", "target_arch", "target_arches", "toolchain",
 ]

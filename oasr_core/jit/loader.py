@@ -59,6 +59,13 @@ class LoadedModule:
         raise JitBuildError(f"module {self.name} has no export {export!r}")
 
 
+def is_prebuilt(spec: JitSpec) -> bool:
+    """Whether the library of ``spec`` is in the cache (``load(spec, build_missing=False)``
+    would find it); raises :class:`~oasr_core.errors.ToolchainError` without nvcc, whose
+    identity is part of the key."""
+    return cache.read_manifest(cache.cache_dir(), spec.name, plan(spec).key) is not None
+
+
 def load(spec: JitSpec, *, build_missing: bool = True, jobs: int | None = None) -> LoadedModule:
     """Load the library of ``spec`` from the cache, building it first if it is missing.
 

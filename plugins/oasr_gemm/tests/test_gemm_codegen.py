@@ -31,7 +31,9 @@ def test_sm90_unit_names_schedule_tile_cluster_and_exports():
     ("sk_128x128x64_c1x1", "cutlass::gemm::StreamKScheduler, false"),
     ("ws_64x64x64_c1x1_s4", "64, 64, 64, 1, 1, 4, cutlass::gemm::KernelTmaWarpSpecialized,"),
     ("ws_64x16x128_c1x1_swap", "64, 16, 128, 1, 1, 0, cutlass::gemm::KernelTmaWarpSpecialized, "
-                               "cutlass::epilogue::TmaWarpSpecialized, void, true"),
+                               "cutlass::epilogue::TmaWarpSpecialized, void, true>"),
+    ("pp_128x128x64_c1x1_e64x64", "cutlass::epilogue::TmaWarpSpecialized, void, false, 64, 64>"),
+    ("co_256x128x64_c1x1_e128x64", "TmaWarpSpecializedCooperative, void, false, 128, 64>"),
 ])
 def test_sm90_variants(cid, needle):
     assert needle in codegen.unit_source(cs.config(cs.LANE_SM90, cid))
@@ -48,6 +50,17 @@ def test_sm80_units_share_binaries_across_split_factors(cid, decomp):
     assert f"oasr_gemm::sm80::Kernel<cutlass::half_t, {tile}, {decomp}>" in src
     assert "bfloat16" not in src
     assert "_spk" not in codegen.symbol(c) and not re.search(r"_pk\d", codegen.symbol(c))
+
+
+def test_launch_flags_reach_the_3x_kernels_only():
+    sm90 = codegen.unit_source(cs.config(cs.LANE_SM90, cs.SM90_DEFAULT))
+    assert "c->semaphore_bytes, c->flags, static_cast<cudaStream_t>(stream)" in sm90
+    sm80 = codegen.unit_source(cs.config(cs.LANE_SM80, cs.SM80_DEFAULT))
+    assert "c->flags" not in sm80
+    spec90 = jit.module_spec(cs.LANE_SM90, "sm90", [cs.config(cs.LANE_SM90, cs.SM90_DEFAULT)])
+    spec80 = jit.module_spec(cs.LANE_SM80, "sm80", [cs.config(cs.LANE_SM80, cs.SM80_DEFAULT)])
+    assert "-DCUTLASS_ENABLE_GDC_FOR_SM90" in spec90.extra_flags
+    assert "-DCUTLASS_ENABLE_GDC_FOR_SM90" not in spec80.extra_flags
 
 
 def test_dtype_subset_and_validation():

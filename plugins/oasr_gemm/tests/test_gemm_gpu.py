@@ -2,10 +2,12 @@
 
 Covered: every config of the lane production set on this device (the default, the coverage
 basis and what the shipped tuning tiers reference) plus a spread sample of both lanes' spaces
-(``OASR_GEMM_GPU_SAMPLE``, default 28), each at several shapes, both dtypes, both ops (gemm
-with and without bias, gemm_activation with ReLU / GELU / SiLU), eagerly and under CUDA-graph
-capture; the ops through selection, the torch fallbacks, the prepared-parameter cache with
-changing pointers, and torch.compile. Correctness is the family's numerics gate: within 4x of
+(``OASR_GEMM_GPU_SAMPLE``, default 28; every config of a lane whose whole-space module is
+already prebuilt, e.g. by ``benchmarks/gemm_vs_torch.py``), each at several shapes, both
+dtypes, both ops (gemm with and without bias, gemm_activation with ReLU / GELU / SiLU),
+eagerly and under CUDA-graph capture; the ops through selection, the torch fallbacks, the
+prepared-parameter cache with changing pointers, torch.compile, and chains of dependent gemms
+under programmatic dependent launch. Correctness is the family's numerics gate: within 4x of
 torch's own relative error against fp32, no NaN/Inf.
 """
 
@@ -54,7 +56,20 @@ def _shipped_references(lane: str, arch: str) -> frozenset[str]:
         return frozenset()
 
 
+def _prebuilt(lane: str, arch: str) -> bool:
+    """Whether the lane's whole-space module is already compiled (then testing every config
+    of the lane costs no compile)."""
+    from oasr_core import jit as core_jit
+
+    try:
+        return core_jit.is_prebuilt(jit.full_spec(lane, arch))
+    except Exception:  # no toolchain: the fixture reports it
+        return False
+
+
 def _selection() -> dict[str, list[str]]:
+    """Per lane: the default lane's production set plus a spread sample of the rest (every
+    config of a lane whose whole-space module is prebuilt)."""
     arch = _arch()
     if arch is None:
         return {}
@@ -62,6 +77,9 @@ def _selection() -> dict[str, list[str]]:
     lanes = _lanes(arch)
     default_lane = next((lane for lane in lanes if lane == cs.LANE_SM90), lanes[0])
     for lane in lanes:
+        if _prebuilt(lane, arch):
+            chosen[lane] = [c.id for c in jit.lane_configs(lane, arch)]
+            continue
         ids = list(jit.production_ids(lane, arch, _shipped_references(lane, arch))) \
             if lane == default_lane else []
         rest = [c.id for c in jit.lane_configs(lane, arch) if c.id not in ids]
@@ -78,17 +96,26 @@ CASES = [(lane, cid) for lane, ids in SELECTION.items() for cid in ids]
 
 @pytest.fixture(scope="session")
 def kernels() -> dict[str, launch.Kernel]:
+    """The selected configs' launchers: from the lane's whole-space module when one is
+    prebuilt (the benchmark's, an ``OASR_GEMM_COMPILE_SET=all`` cache), else from a module
+    of the selection alone, compiled here."""
     from oasr_core import jit as core_jit
+    from oasr_core.errors import JitBuildError
 
     arch = _arch()
-    specs = []
+    modules = []
     for lane, ids in SELECTION.items():
+        try:
+            modules.append(core_jit.load(jit.full_spec(lane, arch), build_missing=False))
+            continue
+        except JitBuildError:
+            pass
         configs = [c for c in jit.lane_configs(lane, arch) if c.id in set(ids)]
-        specs.append(jit.module_spec(lane, arch, configs, name=jit.MODULE_PREFIX[lane] + "_gpu"))
-    core_jit.prebuild(specs, jobs=os.cpu_count())
+        spec = jit.module_spec(lane, arch, configs, name=jit.MODULE_PREFIX[lane] + "_gpu")
+        core_jit.prebuild([spec], jobs=os.cpu_count())
+        modules.append(core_jit.load(spec, build_missing=False))
     found: dict[str, launch.Kernel] = {}
-    for spec, (lane, ids) in zip(specs, SELECTION.items(), strict=True):
-        module = core_jit.load(spec, build_missing=False)
+    for module, (lane, ids) in zip(modules, SELECTION.items(), strict=True):
         for config in jit.lane_configs(lane, arch):
             if config.id in ids and codegen.symbol(config) in module.exports:
                 found[config.id] = launch.Kernel.bind(module, config)
@@ -242,3 +269,59 @@ def test_torch_compile_runs_the_custom_op():
     out = compiled(a)
     torch.cuda.synchronize()
     _check(out * 2, a, w, b, "gelu", "torch.compile")
+
+
+def _pdl_chain_configs() -> list[str]:
+    ids = SELECTION.get(cs.LANE_SM90, [])
+    picks = [next((c for c in ids if c.startswith(p)), None) for p in ("ws_", "pp_", "co_")]
+    return [c for c in picks if c is not None]
+
+
+@pytest.mark.parametrize("cid", _pdl_chain_configs())
+def test_dependent_launches_read_what_the_previous_gemm_wrote(kernels, cid):
+    """Programmatic dependent launch: each gemm of a chain reads the previous one's output.
+
+    The outputs are poisoned with NaN by a torch kernel before the chain, so a kernel that
+    read its input before the previous one finished would carry NaN or stale values; checked
+    eagerly and in a replayed CUDA graph, with the flag on and off.
+    """
+    kernel = _kernel(kernels, cs.LANE_SM90, cid)
+    m, width, depth = 4096, 512, 4
+    torch.manual_seed(3)
+    x0 = torch.randn(m, width, device="cuda", dtype=torch.float16)
+    ws = [torch.randn(width, width, device="cuda", dtype=torch.float16) / width ** 0.5
+          for _ in range(depth)]
+    outs = [torch.empty(m, width, device="cuda", dtype=torch.float16) for _ in range(depth)]
+    stream = torch.cuda.Stream()
+    launch.reserve_workspace(stream=stream)
+    dev = torch.cuda.current_device()
+
+    def chain(pdl: bool) -> None:
+        for o in outs:
+            o.fill_(float("nan"))
+        x = x0
+        for w, o in zip(ws, outs, strict=True):
+            prepared = kernel.prepare("fp16", m, width, width, None, pdl=pdl)
+            status = prepared.launch(x.data_ptr(), w.data_ptr(), 0, o.data_ptr(), dev,
+                                     torch._C._cuda_getCurrentRawStream(dev))
+            assert status == 0, launch.status_text(status)
+            x = o
+
+    def verify(what: str) -> None:
+        torch.cuda.synchronize()
+        x = x0
+        for i, (w, o) in enumerate(zip(ws, outs, strict=True)):
+            _check(o, x, w, None, None, f"{cid} {what} link {i}")
+            x = o
+
+    stream.wait_stream(torch.cuda.current_stream())
+    with torch.cuda.stream(stream):
+        for pdl in (True, False):
+            chain(pdl)
+            verify(f"eager pdl={pdl}")
+        graph = torch.cuda.CUDAGraph()
+        with torch.cuda.graph(graph, stream=stream):
+            chain(True)
+    x0.copy_(torch.randn(m, width, device="cuda", dtype=torch.float16))
+    graph.replay()
+    verify("graph replay")

@@ -166,13 +166,32 @@ def test_prepared_call_binds_codes_and_a_call_record():
     assert calls == [((64, 256, 512, 1, 2, 4, None), (16, 32, 0, 48, 7))]
 
 
+def _record_flags(config_id: str, lane: str, **kwargs) -> int:
+    kernel = launch.Kernel(cs.config(lane, config_id), lambda *a: 0, lambda *a: 0)
+    return kernel.prepare("fp16", 64, 256, 512, None, **kwargs).args.flags
+
+
+def test_programmatic_dependent_launch_flag(monkeypatch):
+    from oasr_core.errors import ConfigurationError
+
+    monkeypatch.delenv(launch.PDL_ENV, raising=False)
+    assert _record_flags(cs.SM90_DEFAULT, cs.LANE_SM90) == launch.FLAG_PDL
+    assert _record_flags(cs.SM90_DEFAULT, cs.LANE_SM90, pdl=False) == 0
+    monkeypatch.setenv(launch.PDL_ENV, "0")
+    assert _record_flags(cs.SM90_DEFAULT, cs.LANE_SM90) == 0
+    assert _record_flags(cs.SM90_DEFAULT, cs.LANE_SM90, pdl=True) == launch.FLAG_PDL
+    monkeypatch.setenv(launch.PDL_ENV, "sometimes")
+    with pytest.raises(ConfigurationError, match="OASR_GEMM_PDL='sometimes'"):
+        _record_flags(cs.SM90_DEFAULT, cs.LANE_SM90)
+
+
 def test_call_record_matches_the_c_layout():
     import ctypes
 
     offsets = {name: getattr(launch.CallArgs, name).offset for name, _ in
                launch.CallArgs._fields_}
     assert offsets == {"m": 0, "n": 8, "k": 16, "dtype": 24, "act": 28, "split": 32,
-                       "reserved": 36, "workspace": 40, "workspace_bytes": 48, "semaphores": 56,
+                       "flags": 36, "workspace": 40, "workspace_bytes": 48, "semaphores": 56,
                        "semaphore_bytes": 64}
     assert ctypes.sizeof(launch.CallArgs) == 72
 

@@ -100,6 +100,34 @@ def test_hopper_register_and_schedule_rules():
     assert fe.is_feasible(cs.sm90_config((128, 80, 64)))
 
 
+def test_hopper_epilogue_subtile_rules():
+    wide = cs.sm90_config((128, 128, 64), schedule="pingpong", epilogue=(64, 64))
+    assert wide.id == "pp_128x128x64_c1x1_e64x64" and tuple(wide.params["epilogue"]) == (64, 64)
+    assert fe.is_feasible(wide)
+    assert "epilogue" not in cs.sm90_config((128, 128, 64), schedule="pingpong").params
+    # CUTLASS's static_assert: 64 rows for ws/ping-pong, 128 for cooperative
+    assert not fe.is_feasible(cs.sm90_config((128, 128, 64), schedule="pingpong",
+                                             epilogue=(128, 64)))
+    assert not fe.is_feasible(cs.sm90_config((128, 128, 64), schedule="cooperative",
+                                             epilogue=(64, 64)))
+    assert fe.is_feasible(cs.sm90_config((256, 128, 64), schedule="cooperative",
+                                         epilogue=(128, 128)))
+    assert not fe.is_feasible(cs.sm90_config((128, 96, 64), epilogue=(64, 64)))  # 96 % 64
+    assert not fe.is_feasible(cs.sm90_config((128, 96, 64), epilogue=(64, 24)))  # 24 % 16
+    # the subtile is double-buffered in shared memory: 2 x 64 x 128 x 2 bytes
+    assert fe.sm90_smem(cs.sm90_config((64, 128, 64), stages=4, epilogue=(64, 128))) == \
+        4 * (64 + 128) * 64 * 2 + 2 * 64 * 128 * 2
+    assert fe.sm90_smem(cs.sm90_config((64, 128, 64), stages=4)) == 4 * 192 * 64 * 2 + 8192
+
+
+def test_short_k_probes_are_in_the_sm90_space():
+    ids = _ids(cs.LANE_SM90)
+    for probe in ("pp_128x128x64_c1x1_e64x64", "co_256x128x64_c1x1_e128x64",
+                  "ws_64x128x64_c1x1_s4_e64x128", "ws_128x128x64_c1x1_s2",
+                  "ws_64x128x128_c1x1_s2"):
+        assert probe in ids
+
+
 def test_split_k_rules_per_problem():
     spk8 = cs.config(cs.LANE_SM80, "b64x64x64_w32x32x64_s3_spk8")
     assert fe.supports(spk8, _problem(256, 512, 64))       # 8 K tiles of 64

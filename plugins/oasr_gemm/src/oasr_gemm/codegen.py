@@ -7,10 +7,11 @@ per dtype, and exports two ``extern "C"`` functions (see ``csrc/oasr_gemm/common
     int32_t oasr_gemm_<lane>_<unit>(const CallArgs* call, a, w, bias, d, stream)
     int64_t oasr_gemm_<lane>_<unit>_workspace(m, n, k, dtype, split_k, int64_t* semaphores)
 
-``CallArgs`` (sizes, dtype and activation codes, split-K factor, workspace pointers and sizes)
-is prepared once per shape (:class:`oasr_gemm.launch.CallArgs`). The launcher returns a
-:data:`STATUS` code; the workspace query returns the scratch bytes (-1 when the dtype is not
-compiled in or the shape is invalid) and writes the zeroed semaphore bytes.
+``CallArgs`` (sizes, dtype and activation codes, split-K factor, launch flags, workspace
+pointers and sizes) is prepared once per shape (:class:`oasr_gemm.launch.CallArgs`). The
+launcher returns a :data:`STATUS` code; the workspace query returns the scratch bytes (-1
+when the dtype is not compiled in or the shape is invalid) and writes the zeroed semaphore
+bytes.
 """
 
 from __future__ import annotations
@@ -78,6 +79,8 @@ def sm90_kernel_type(config: Config, dtype: str) -> str:
         _CXX_DTYPE[dtype], *p["tile"], *p["cluster"], p["stages"], _SM90_MAINLOOP[schedule],
         _SM90_EPILOGUE[schedule], scheduler, "true" if p["swap_ab"] else "false",
     ]
+    if p.get("epilogue"):
+        args += list(p["epilogue"])
     return f"oasr_gemm::sm90::Kernel<{', '.join(map(str, args))}>"
 
 
@@ -99,10 +102,11 @@ def unit_source(config: Config, dtypes: Iterable[str] = ("fp16", "bf16")) -> str
     sym = symbol(config)
     aliases = "\n".join(
         f"using K{DTYPE_CODES[d]} = {kernel_type(config, d)};" for d in dtypes)
+    flags = "c->flags, " if config.lane == LANE_SM90 else ""
     run_cases = "\n".join(
         f"    case {DTYPE_CODES[d]}: return K{DTYPE_CODES[d]}::run(a, w, bias, d, c->m, c->n, "
         "c->k, c->act, c->split, c->workspace, c->workspace_bytes, c->semaphores, "
-        "c->semaphore_bytes, static_cast<cudaStream_t>(stream));" for d in dtypes)
+        f"c->semaphore_bytes, {flags}static_cast<cudaStream_t>(stream));" for d in dtypes)
     ws_cases = "\n".join(
         f"    case {DTYPE_CODES[d]}: return K{DTYPE_CODES[d]}::workspace(m, n, k, split_k, "
         "semaphore_bytes);" for d in dtypes)

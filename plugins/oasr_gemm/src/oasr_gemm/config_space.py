@@ -65,13 +65,16 @@ def sm80_config(tile: tuple[int, int, int], warp: tuple[int, int, int], stages: 
 
 def sm90_config(tile: tuple[int, int, int], cluster: tuple[int, int] = (1, 1),
                 schedule: str = "ws", *, stages: int = 0, stream_k: bool = False,
-                swap_ab: bool = False) -> Config:
+                swap_ab: bool = False, epilogue: tuple[int, int] | None = None) -> Config:
     """A CUTLASS 3.x CollectiveBuilder config.
 
     ``stages=0`` lets the builder fit as many stages as shared memory allows after the
     epilogue (``StageCountAutoCarveout``); a fixed count leaves room for more CTAs per SM.
     ``stream_k`` pairs the cooperative kernel with ``StreamKScheduler``. ``swap_ab`` computes
-    ``D^T = W A^T``: the tile's N then runs along M.
+    ``D^T = W A^T``: the tile's N then runs along M. ``epilogue`` is the epilogue subtile
+    ``(rows, cols)`` stored per round (None: CUTLASS's automatic 64x32, 128x32 when
+    cooperative); wider subtiles make fewer store rounds, which matters when K is short and
+    the epilogue is a large share of a tile's time.
     """
     if schedule not in SM90_SCHEDULES:
         raise ValueError(f"schedule {schedule!r} is not one of {SM90_SCHEDULES}")
@@ -83,10 +86,15 @@ def sm90_config(tile: tuple[int, int, int], cluster: tuple[int, int] = (1, 1),
         cid += f"_s{stages}"
     if swap_ab:
         cid += "_swap"
-    return Config(id=cid, lane=LANE_SM90, params={
+    if epilogue:
+        cid += f"_e{epilogue[0]}x{epilogue[1]}"
+    params = {
         "tile": [tm, tn, tk], "cluster": [cm, cn], "schedule": schedule, "stages": stages,
         "stream_k": stream_k, "swap_ab": swap_ab, "split_k": 1, "unit": cid,
-    })
+    }
+    if epilogue:
+        params["epilogue"] = [int(epilogue[0]), int(epilogue[1])]
+    return Config(id=cid, lane=LANE_SM90, params=params)
 
 
 _SM80_TILES = (
@@ -181,6 +189,39 @@ def _sm90_all() -> Iterable[Config]:
     for tile in ((64, 16, 64), (64, 16, 128), (64, 32, 128), (128, 16, 128), (128, 32, 64)):
         yield sm90_config(tile, swap_ab=True)
     yield sm90_config((128, 32, 64), schedule="pingpong", swap_ab=True)
+    yield from _sm90_short_k()
+
+
+def _sm90_short_k() -> Iterable[Config]:
+    """Configs for short K (256-512) and mid M (1000-8192), where cuBLAS won: a tile's main
+    loop is only 4-8 K steps there, so the epilogue's store rounds and the CTAs per SM decide.
+
+    Wider epilogue subtiles (64x64, 64x128; 128x64 when cooperative) on the tiles that won
+    around there, and non-persistent kernels with 2-3 stages (K steps beyond that buy nothing
+    at this K) so two to four CTAs share an SM and one's epilogue overlaps another's loads.
+    """
+    for tn, epis in ((128, ((64, 64), (64, 128))), (192, ((64, 64),)), (96, ((64, 96),)),
+                     (160, ((64, 80),))):
+        for epi in epis:
+            yield sm90_config((128, tn, 64), schedule="pingpong", epilogue=epi)
+    for cluster in ((2, 1), (1, 2)):
+        yield sm90_config((128, 128, 64), cluster, "pingpong", epilogue=(64, 64))
+    for tile, cluster, epi in (((256, 128, 64), (1, 1), (128, 64)),
+                               ((256, 128, 64), (1, 1), (128, 128)),
+                               ((256, 128, 64), (2, 1), (128, 64)),
+                               ((128, 128, 64), (1, 1), (128, 64)),
+                               ((128, 256, 64), (1, 1), (128, 64))):
+        yield sm90_config(tile, cluster, "cooperative", epilogue=epi)
+    for tile, stages, epi in (((64, 64, 64), 4, (64, 64)), ((64, 128, 64), 4, (64, 64)),
+                              ((64, 128, 64), 4, (64, 128)), ((64, 96, 64), 4, (64, 96)),
+                              ((128, 64, 64), 4, (64, 64)), ((128, 96, 64), 3, (64, 96)),
+                              ((128, 128, 64), 3, (64, 64)), ((128, 128, 64), 3, None),
+                              ((128, 128, 64), 2, None), ((128, 112, 64), 3, None),
+                              ((128, 64, 64), 3, None), ((64, 128, 64), 2, None),
+                              ((128, 64, 64), 2, None), ((64, 64, 128), 3, None),
+                              ((64, 96, 128), 2, None), ((64, 128, 128), 2, None),
+                              ((128, 64, 128), 2, None)):
+        yield sm90_config(tile, stages=stages, epilogue=epi)
 
 
 @functools.cache

@@ -14,6 +14,9 @@ The static rules encode failures that were seen, not guessed:
   survey of every config);
 - Hopper accumulators per consumer thread low enough not to spill (a 128x256 tile held by one
   warpgroup needs 256 registers for accumulators alone);
+- an explicit Hopper epilogue subtile has CUTLASS's row count (64, or 128 for the
+  cooperative schedule: a ``static_assert`` otherwise) and a column count that is a multiple
+  of 16 dividing the tile's N;
 - split-K no larger than the K tiles it splits; 16-byte alignment (N and K multiples of 8).
 """
 
@@ -71,10 +74,13 @@ def sm80_smem(config: Config) -> int:
 
 
 def sm90_smem(config: Config) -> int:
-    """Lower bound of a 3.x config's shared memory (its fixed stage count, or two stages)."""
+    """Lower bound of a 3.x config's shared memory (its fixed stage count, or two stages),
+    with the epilogue's double-buffered subtile (an explicit one's size, else 8 KiB)."""
     tm, tn, tk = config.params["tile"]
     stages = config.params["stages"] or 2
-    return stages * (tm + tn) * tk * 2 + _SM90_EPILOGUE_SMEM
+    epilogue = config.params.get("epilogue")
+    epi_bytes = 2 * epilogue[0] * epilogue[1] * 2 if epilogue else _SM90_EPILOGUE_SMEM
+    return stages * (tm + tn) * tk * 2 + max(epi_bytes, _SM90_EPILOGUE_SMEM)
 
 
 def _sm80_static(config: Config) -> bool:
@@ -126,6 +132,13 @@ def _sm90_static(config: Config) -> bool:
         return False
     if p["stages"] and p["stages"] < 2:
         return False
+    epilogue = p.get("epilogue")
+    if epilogue:
+        em, en = epilogue
+        if em != (128 if schedule == "cooperative" else 64) or em > tm:
+            return False
+        if en % 16 or tn % en:
+            return False
     return sm90_smem(config) <= SMEM_LIMIT["sm90"]
 
 

@@ -29,6 +29,9 @@ EXTRA_FLAGS = ("-Xcompiler", "-fvisibility-inlines-hidden")
 """Hide inline functions too: libstdc++'s ``std::ctype<char>::do_widen`` (pulled in by
 CUTLASS's host code) is otherwise exported as a weak symbol, and a module must export only its
 launchers."""
+LANE_FLAGS = {LANE_SM80: (), LANE_SM90: ("-DCUTLASS_ENABLE_GDC_FOR_SM90",)}
+"""Per-lane flags: the 3.x kernels carry CUTLASS's grid-dependency instructions, so they can be
+launched with programmatic dependent launch (``oasr_gemm.launch``, ``OASR_GEMM_PDL``)."""
 
 
 def compile_set() -> str:
@@ -83,7 +86,7 @@ def module_spec(lane: str, arch: str, configs: Iterable[Config], *, name: str | 
     return JitSpec(
         name=name or f"{MODULE_PREFIX[lane]}{suffix}", arch=jit_arch(arch),
         units=tuple(unit(by_unit[u], dtypes) for u in units(configs)),
-        include_dirs=(str(codegen.csrc_dir()),), extra_flags=EXTRA_FLAGS,
+        include_dirs=(str(codegen.csrc_dir()),), extra_flags=EXTRA_FLAGS + LANE_FLAGS[lane],
     )
 
 

@@ -17,6 +17,7 @@ the capture.
 from __future__ import annotations
 
 import ctypes
+import os
 import threading
 import warnings
 from collections.abc import Mapping
@@ -37,12 +38,15 @@ class CallArgs(ctypes.Structure):
     _fields_ = [
         ("m", ctypes.c_int64), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
         ("dtype", ctypes.c_int32), ("act", ctypes.c_int32), ("split", ctypes.c_int32),
-        ("reserved", ctypes.c_int32), ("workspace", ctypes.c_void_p),
+        ("flags", ctypes.c_int32), ("workspace", ctypes.c_void_p),
         ("workspace_bytes", ctypes.c_int64), ("semaphores", ctypes.c_void_p),
         ("semaphore_bytes", ctypes.c_int64),
     ]
 
 
+FLAG_PDL = 1
+"""``CallArgs.flags`` bit: launch with programmatic dependent launch (``kFlagPdl``)."""
+PDL_ENV = "OASR_GEMM_PDL"
 _LAUNCH_ARGTYPES = (ctypes.c_void_p,) * 6
 _WORKSPACE_ARGTYPES = (
     ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32,
@@ -52,6 +56,20 @@ _WORKSPACE_ARGTYPES = (
 
 class LaunchError(OasrError):
     """A launcher returned a non-zero status (the message names the config and the status)."""
+
+
+def pdl_enabled() -> bool:
+    """Whether 3.x kernels launch with programmatic dependent launch (``OASR_GEMM_PDL``,
+    default on; ``0`` turns it off).
+
+    With it, a gemm that follows another oasr kernel on the same stream (eagerly or in a CUDA
+    graph) is launched while that one drains and waits on the device (``griddepcontrol.wait``)
+    before touching memory, hiding its launch and set-up; after any other kernel it starts as
+    usual. Results are the same either way. A malformed value is a ConfigurationError.
+    """
+    from oasr_core.plugins import env_flag
+
+    return os.environ.get(PDL_ENV) is None or env_flag(PDL_ENV)
 
 
 @attrs.define(eq=False)
@@ -71,9 +89,15 @@ class Kernel:
         ws.argtypes, ws.restype = _WORKSPACE_ARGTYPES, ctypes.c_int64
         return cls(config, fn, ws)
 
-    def prepare(self, dtype: str, m: int, n: int, k: int, activation: str | None) -> Prepared:
-        """The per-shape call record (queries the workspace this shape needs, once)."""
+    def prepare(self, dtype: str, m: int, n: int, k: int, activation: str | None, *,
+                pdl: bool | None = None) -> Prepared:
+        """The per-shape call record (queries the workspace this shape needs, once).
+
+        ``pdl`` (default :func:`pdl_enabled`) sets the programmatic-dependent-launch flag;
+        2.x kernels ignore it.
+        """
         split = int(self.config.params.get("split_k", 1))
+        pdl = pdl_enabled() if pdl is None else pdl
         code = codegen.DTYPE_CODES[dtype]
         sems = ctypes.c_int64(0)
         scratch = self.workspace_fn(m, n, k, code, split, ctypes.byref(sems))
@@ -81,7 +105,7 @@ class Kernel:
             raise LaunchError(f"{self.config.lane}/{self.config.id}: workspace query refused "
                               f"m={m} n={n} k={k} {dtype}")
         args = CallArgs(m=m, n=n, k=k, dtype=code, act=codegen.ACT_CODES[activation],
-                        split=split)
+                        split=split, flags=FLAG_PDL if pdl else 0)
         return Prepared(self.fn, args, ctypes.addressof(args), int(scratch), int(sems.value),
                         self.config)
 

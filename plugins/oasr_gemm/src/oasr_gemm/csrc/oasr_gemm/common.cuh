@@ -9,7 +9,7 @@
 //
 // D[m, n] = act(sum_k A[m, k] * W[n, k] + bias[n]); A, W, D row-major and contiguous, bias
 // optional (nullptr). `call` holds what is fixed per shape (sizes, dtype and activation codes,
-// split-K factor, workspace): the caller prepares it once and passes its address, so a launch
+// split-K factor, launch flags, workspace): the caller prepares it once and passes its address, so a launch
 // crosses the FFI with six pointer-sized arguments. `workspace` is scratch (any content);
 // `semaphores` must be zero on entry and is zero again when the kernel completes (serial
 // split-K locks), so one zeroed buffer serves every call without a memset on the launch path.
@@ -54,12 +54,15 @@ enum Dtype : int32_t { kFloat16 = 0, kBFloat16 = 1 };
 // What a caller fixes per call shape (mirrored field by field by oasr_gemm.launch.CallArgs).
 struct CallArgs {
   int64_t m, n, k;
-  int32_t dtype, act, split, reserved;
+  int32_t dtype, act, split, flags;
   void* workspace;
   int64_t workspace_bytes;
   void* semaphores;
   int64_t semaphore_bytes;
 };
+// CallArgs::flags bits. kFlagPdl: launch with programmatic dependent launch (3.x kernels;
+// the 2.x kernels have no grid-dependency instructions and ignore it).
+enum Flag : int32_t { kFlagPdl = 1 };
 enum Act : int32_t { kIdentity = 0, kRelu = 1, kGelu = 2, kSilu = 3 };
 
 // torch semantics: relu keeps NaN, gelu is the exact (erf) form, silu is x * sigmoid(x).

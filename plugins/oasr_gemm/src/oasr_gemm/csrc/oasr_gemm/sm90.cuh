@@ -5,6 +5,16 @@
 // broadcast row (nullptr = no bias, no load) and a run-time activation, with no C operand.
 // Swapped kernels compute D^T = W * A^T, so a small M becomes the kernel's N (narrow tiles)
 // while D keeps its row-major layout (it is D^T column-major).
+//
+// EM x EN is the epilogue subtile (0 x 0: CUTLASS's automatic 64x32, 128x32 when
+// cooperative): each subtile is one registers -> smem -> TMA store round with a warpgroup
+// barrier, so a wider one makes fewer rounds over a tile at the cost of shared memory.
+//
+// Units are compiled with CUTLASS_ENABLE_GDC_FOR_SM90: the kernels wait on the previous grid
+// (griddepcontrol.wait) before their first global access and let the next one launch after
+// their main loop. Launched with programmatic dependent launch (kFlagPdl), a kernel that
+// follows another oasr kernel on the stream sets up while that one finishes; otherwise both
+// instructions are no-ops.
 #pragma once
 
 #include <type_traits>
@@ -23,8 +33,17 @@
 namespace oasr_gemm {
 namespace sm90 {
 
+template <int EM, int EN>
+struct EpilogueTileOf {
+  using type = cute::Shape<cute::Int<EM>, cute::Int<EN>>;
+};
+template <>
+struct EpilogueTileOf<0, 0> {
+  using type = cutlass::epilogue::collective::EpilogueTileAuto;
+};
+
 template <class T, int TM, int TN, int TK, int CM, int CN, int Stages, class MainloopSchedule,
-          class EpilogueSchedule, class TileScheduler, bool Swap>
+          class EpilogueSchedule, class TileScheduler, bool Swap, int EM = 0, int EN = 0>
 struct Kernel {
   using TileShape = cute::Shape<cute::Int<TM>, cute::Int<TN>, cute::Int<TK>>;
   using ClusterShape = cute::Shape<cute::Int<CM>, cute::Int<CN>, cute::_1>;
@@ -41,7 +60,7 @@ struct Kernel {
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
-      cutlass::epilogue::collective::EpilogueTileAuto, float, float, void, LayoutD, kAlign, T,
+      typename EpilogueTileOf<EM, EN>::type, float, float, void, LayoutD, kAlign, T,
       LayoutD, kAlign, EpilogueSchedule, Fusion>::CollectiveOp;
 
   using StageCount = std::conditional_t<
@@ -115,7 +134,7 @@ struct Kernel {
 
   static int32_t run(const void* a, const void* w, const void* bias, void* d, int64_t m,
                      int64_t n, int64_t k, int32_t act, int32_t split, void* ws, int64_t ws_bytes,
-                     void* sem, int64_t sem_bytes, cudaStream_t stream) {
+                     void* sem, int64_t sem_bytes, int32_t flags, cudaStream_t stream) {
     static PreparedCache<Prepared> cache;
     if (!shape_ok(m, n, k)) {
       return kErrShape;
@@ -151,7 +170,8 @@ struct Kernel {
         return kErrInit;
       }
     }
-    if (Adapter::run(prep.params, stream) != cutlass::Status::kSuccess) {
+    bool pdl = (flags & kFlagPdl) != 0;
+    if (Adapter::run(prep.params, stream, nullptr, pdl) != cutlass::Status::kSuccess) {
       cudaGetLastError();
       return kErrLaunch;
     }
