@@ -1,0 +1,45 @@
+#!/usr/bin/env bash
+# Fourth H200 session (issue 3: gemm speed). Carry .whl and .jit-carry (the whole-space sm90
+# gemm library, compiled on the CPU machine: `gemm_vs_torch.py --prebuild-only --arch sm90`).
+# Results go to $OUT (at most 8 files a call).
+#   PHASE=bench : gemm_vs_torch over the 98 reference points (every config, graph-timed, the
+#                 best also without PDL; eager section), then the gemm GPU tests (every sm90
+#                 config of the prebuilt module, an sm80 sample, PDL chains, ops, graphs).
+#   PHASE=table : the shipped gemm table rebuilt exhaustively from the Conformer censuses,
+#                 twice (determinism), scored on build a's log (served vs torch is read from
+#                 the log offline: benchmarks/table_vs_torch.py).
+set -uo pipefail
+export PYTHONUNBUFFERED=1 OASR_TUNE_USER_DB=off OASR_JIT_DIR=$PWD/.jit-carry
+[ -d /tmp/site/oasr_core ] || python3 -m pip install -q --no-index --no-deps --no-compile \
+  --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site
+T0=$(date +%s)
+el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+C="--census benchmarks/census/conformer_offline.json --census benchmarks/census/conformer_streaming.json"
+case "${PHASE:-bench}" in
+bench)
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv
+  el "benchmark"
+  timeout 330 python3 benchmarks/gemm_vs_torch.py --out "$OUT/h200_gemm.md" 2>&1 \
+    | grep -E "^- |module|failed" | tail -16
+  el "gemm GPU tests"
+  OASR_GEMM_COMPILE_SET=all OASR_TUNE_SYSTEM_DB=off timeout 200 python3 -m pytest -m gpu \
+    plugins/oasr_gemm/tests -q -p no:cacheprovider -x 2>&1 | tee "$OUT/h200_gemm_gpu_tests.log" \
+    | tail -8
+  el done
+  ;;
+table)
+  export OASR_TUNE_SYSTEM_DB=off
+  for run in a b; do
+    el "exhaustive build $run"
+    python3 -m oasr_core.cli tune build --family gemm $C --thin --max-points 14 --no-prune \
+      --budget-s 250 --no-progress --fresh --seed $([ $run = a ] && echo 0 || echo 1) \
+      --out "$OUT/gemm_$run.json" --log "$OUT/gemm_$run.jsonl" --checkpoint /tmp/ck_$run.jsonl \
+      2>&1 | tail -3
+  done
+  python3 -m oasr_core.cli tune evaluate --log "$OUT/gemm_a.jsonl" --db a="$OUT/gemm_a.json" \
+    --db b="$OUT/gemm_b.json" > "$OUT/evaluate.txt" 2>&1; head -12 "$OUT/evaluate.txt"
+  gzip -9 "$OUT/gemm_b.jsonl"; rm -f "$OUT"/*.lock
+  el done
+  ;;
+esac
