@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
-# Fourth H200 session (issue 3: gemm speed). Carry .whl and .jit-carry (the whole-space sm90
-# gemm library, compiled on the CPU machine: `gemm_vs_torch.py --prebuild-only --arch sm90`).
+# Fourth H200 session (issue 3: gemm speed). Carry .whl and .jit-h200 (the whole-space sm90
+# gemm library alone, compiled on the CPU machine: `gemm_vs_torch.py --prebuild-only --arch sm90`).
 # Results go to $OUT (at most 8 files a call).
 #   PHASE=bench : gemm_vs_torch over the 98 reference points (every config, graph-timed, the
 #                 best also without PDL; eager section), then the gemm GPU tests (every sm90
@@ -9,7 +9,7 @@
 #                 twice (determinism), scored on build a's log (served vs torch is read from
 #                 the log offline: benchmarks/table_vs_torch.py).
 set -uo pipefail
-export PYTHONUNBUFFERED=1 OASR_TUNE_USER_DB=off OASR_JIT_DIR=$PWD/.jit-carry
+export PYTHONUNBUFFERED=1 OASR_TUNE_USER_DB=off OASR_JIT_DIR=$PWD/.jit-h200
 [ -d /tmp/site/oasr_core ] || python3 -m pip install -q --no-index --no-deps --no-compile \
   --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site
