@@ -71,6 +71,10 @@ def test_launch_flags_reach_the_3x_kernels_only():
     assert "c->semaphore_bytes, c->flags, static_cast<cudaStream_t>(stream)" in sm90
     sm80 = codegen.unit_source(cs.config(cs.LANE_SM80, cs.SM80_DEFAULT))
     assert "c->flags" not in sm80
+    assert "#undef CUTLASS_ENABLE_GDC_FOR_SM90" not in sm90
+    stream_k = codegen.unit_source(cs.config(cs.LANE_SM90, "sk_128x128x64_c1x1"))
+    assert stream_k.index("#undef CUTLASS_ENABLE_GDC_FOR_SM90") < stream_k.index("#include")
+    assert "c->semaphore_bytes, 0, static_cast<cudaStream_t>(stream)" in stream_k
     spec90 = jit.module_spec(cs.LANE_SM90, "sm90", [cs.config(cs.LANE_SM90, cs.SM90_DEFAULT)])
     spec80 = jit.module_spec(cs.LANE_SM80, "sm80", [cs.config(cs.LANE_SM80, cs.SM80_DEFAULT)])
     assert "-DCUTLASS_ENABLE_GDC_FOR_SM90" in spec90.extra_flags

@@ -177,6 +177,9 @@ def test_programmatic_dependent_launch_flag(monkeypatch):
     monkeypatch.delenv(launch.PDL_ENV, raising=False)
     assert _record_flags(cs.SM90_DEFAULT, cs.LANE_SM90) == launch.FLAG_PDL
     assert _record_flags(cs.SM90_DEFAULT, cs.LANE_SM90, pdl=False) == 0
+    # kernels without grid-dependency instructions never get the flag
+    assert _record_flags("sk_128x128x64_c1x1", cs.LANE_SM90, pdl=True) == 0
+    assert _record_flags(cs.SM80_DEFAULT, cs.LANE_SM80, pdl=True) == 0
     monkeypatch.setenv(launch.PDL_ENV, "0")
     assert _record_flags(cs.SM90_DEFAULT, cs.LANE_SM90) == 0
     assert _record_flags(cs.SM90_DEFAULT, cs.LANE_SM90, pdl=True) == launch.FLAG_PDL

@@ -113,7 +113,7 @@ def test_hopper_epilogue_subtile_rules():
     assert fe.is_feasible(cs.sm90_config((256, 128, 64), schedule="cooperative",
                                          epilogue=(128, 128)))
     assert not fe.is_feasible(cs.sm90_config((128, 96, 64), epilogue=(64, 64)))  # 96 % 64
-    assert not fe.is_feasible(cs.sm90_config((128, 96, 64), epilogue=(64, 24)))  # 24 % 16
+    assert not fe.is_feasible(cs.sm90_config((128, 160, 64), epilogue=(64, 80)))  # 80 % 32
     # the subtile is double-buffered in shared memory: 2 x 64 x 128 x 2 bytes
     assert fe.sm90_smem(cs.sm90_config((64, 128, 64), stages=4, epilogue=(64, 128))) == \
         4 * (64 + 128) * 64 * 2 + 2 * 64 * 128 * 2

@@ -210,8 +210,7 @@ def _sm90_short_k() -> Iterable[Config]:
     around there, and non-persistent kernels with 2-3 stages (K steps beyond that buy nothing
     at this K) so two to four CTAs share an SM and one's epilogue overlaps another's loads.
     """
-    for tn, epis in ((128, ((64, 64), (64, 128))), (192, ((64, 64),)), (96, ((64, 96),)),
-                     (160, ((64, 80),))):
+    for tn, epis in ((128, ((64, 64), (64, 128))), (192, ((64, 64),)), (96, ((64, 96),))):
         for epi in epis:
             yield sm90_config((128, tn, 64), schedule="pingpong", epilogue=epi)
     for cluster in ((2, 1), (1, 2)):

@@ -16,7 +16,8 @@ The static rules encode failures that were seen, not guessed:
   warpgroup needs 256 registers for accumulators alone);
 - an explicit Hopper epilogue subtile has CUTLASS's row count (64, or 128 for the
   cooperative schedule: a ``static_assert`` otherwise) and a column count that is a multiple
-  of 16 dividing the tile's N;
+  of 32 dividing the tile's N (64x80 failed CUTLASS's "Divisibility condition" in the compile
+  survey; 64x96 built);
 - split-K no larger than the K tiles it splits; 16-byte alignment (N and K multiples of 8),
   of every K slice too for the Hopper parallel split-K (K a multiple of 8 x split); Hopper
   split-K only on the non-persistent schedule.
@@ -141,7 +142,7 @@ def _sm90_static(config: Config) -> bool:
         em, en = epilogue
         if em != (128 if schedule == "cooperative" else 64) or em > tm:
             return False
-        if en % 16 or tn % en:
+        if en % 32 or tn % en:
             return False
     return sm90_smem(config) <= SMEM_LIMIT["sm90"]
 

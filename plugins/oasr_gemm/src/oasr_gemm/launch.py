@@ -93,11 +93,11 @@ class Kernel:
                 pdl: bool | None = None) -> Prepared:
         """The per-shape call record (queries the workspace this shape needs, once).
 
-        ``pdl`` (default :func:`pdl_enabled`) sets the programmatic-dependent-launch flag;
-        2.x kernels ignore it.
+        ``pdl`` (default :func:`pdl_enabled`) sets the programmatic-dependent-launch flag
+        for the kernels that wait on the previous grid (:func:`codegen.pdl_capable`).
         """
         split = int(self.config.params.get("split_k", 1))
-        pdl = pdl_enabled() if pdl is None else pdl
+        pdl = (pdl_enabled() if pdl is None else pdl) and codegen.pdl_capable(self.config)
         code = codegen.DTYPE_CODES[dtype]
         sems = ctypes.c_int64(0)
         scratch = self.workspace_fn(m, n, k, code, split, ctypes.byref(sems))
