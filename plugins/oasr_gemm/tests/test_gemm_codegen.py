@@ -52,20 +52,6 @@ def test_sm80_units_share_binaries_across_split_factors(cid, decomp):
     assert "_spk" not in codegen.symbol(c) and not re.search(r"_pk\d", codegen.symbol(c))
 
 
-def test_sm90_split_k_units_use_the_partials_kernel():
-    c = cs.config(cs.LANE_SM90, "ws_64x128x64_c1x1_s4_pk4")
-    src = codegen.unit_source(c)
-    assert '#include "oasr_gemm/sm90_splitk.cuh"' in src
-    assert ("oasr_gemm::sm90::SplitKernel<cutlass::half_t, 64, 128, 64, 1, 1, 4, "
-            "cutlass::gemm::KernelTmaWarpSpecialized, cutlass::epilogue::TmaWarpSpecialized>"
-            ) in src
-    assert codegen.symbol(c) == "oasr_gemm_sm90_ws_64x128x64_c1x1_s4_pk"
-    assert codegen.symbol(cs.config(cs.LANE_SM90, "ws_64x128x64_c1x1_s4_pk2")) == \
-        codegen.symbol(c)
-    plain = codegen.unit_source(cs.config(cs.LANE_SM90, "ws_64x128x64_c1x1_s4"))
-    assert '#include "oasr_gemm/sm90.cuh"' in plain and "SplitKernel" not in plain
-
-
 def test_launch_flags_reach_the_3x_kernels_only():
     sm90 = codegen.unit_source(cs.config(cs.LANE_SM90, cs.SM90_DEFAULT))
     assert "c->semaphore_bytes, c->flags, static_cast<cudaStream_t>(stream)" in sm90

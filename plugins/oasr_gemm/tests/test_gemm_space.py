@@ -128,20 +128,6 @@ def test_short_k_probes_are_in_the_sm90_space():
         assert probe in ids
 
 
-def test_hopper_parallel_split_k_rules():
-    pk2 = cs.config(cs.LANE_SM90, "ws_128x128x64_c1x1_pk2")
-    pk4 = cs.config(cs.LANE_SM90, "ws_128x128x64_c1x1_pk4")
-    assert pk2.params["unit"] == pk4.params["unit"] == "ws_128x128x64_c1x1_pk"
-    assert pk2.params["split_k"] == 2 and pk2.params["parallel_split_k"]
-    assert fe.supports(pk4, _problem(512, 2048, 2152))
-    assert not fe.supports(pk4, _problem(512, 200, 64))     # K slices of 50: not 16-byte aligned
-    assert fe.supports(pk2, _problem(512, 208, 64))         # slices of 104
-    assert not fe.supports(pk4, _problem(8192, 2048, 8192))  # 1 GiB of fp32 partials
-    for schedule in ("pingpong", "cooperative"):
-        assert not fe.is_feasible(cs.sm90_config((128, 128, 64), schedule=schedule, split_k=2))
-    assert not fe.is_feasible(cs.sm90_config((64, 32, 64), swap_ab=True, split_k=2))
-
-
 def test_split_k_rules_per_problem():
     spk8 = cs.config(cs.LANE_SM80, "b64x64x64_w32x32x64_s3_spk8")
     assert fe.supports(spk8, _problem(256, 512, 64))       # 8 K tiles of 64

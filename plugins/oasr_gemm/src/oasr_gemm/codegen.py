@@ -74,10 +74,6 @@ def sm90_kernel_type(config: Config, dtype: str) -> str:
     """The C++ type of a 3.x config's kernel for ``dtype``."""
     p = config.params
     schedule = p["schedule"]
-    if p.get("split_k", 1) > 1:
-        args = [_CXX_DTYPE[dtype], *p["tile"], *p["cluster"], p["stages"],
-                _SM90_MAINLOOP[schedule], _SM90_EPILOGUE[schedule], *(p.get("epilogue") or ())]
-        return f"oasr_gemm::sm90::SplitKernel<{', '.join(map(str, args))}>"
     scheduler = "cutlass::gemm::StreamKScheduler" if p["stream_k"] else "void"
     args = [
         _CXX_DTYPE[dtype], *p["tile"], *p["cluster"], p["stages"], _SM90_MAINLOOP[schedule],
@@ -113,8 +109,6 @@ def pdl_capable(config: Config) -> bool:
 def _header(config: Config) -> str:
     if config.lane == LANE_SM80:
         return "oasr_gemm/sm80.cuh"
-    if config.params.get("split_k", 1) > 1:
-        return "oasr_gemm/sm90_splitk.cuh"
     return "oasr_gemm/sm90.cuh"
 
 
@@ -123,7 +117,7 @@ def unit_source(config: Config, dtypes: Iterable[str] = ("fp16", "bf16")) -> str
     dtypes = tuple(dtypes)
     if not dtypes or any(d not in DTYPE_CODES for d in dtypes):
         raise ValueError(f"dtypes {dtypes!r} must be a non-empty subset of {tuple(DTYPE_CODES)}")
-    header = _header(config)
+    header = "oasr_gemm/sm80.cuh" if config.lane == LANE_SM80 else "oasr_gemm/sm90.cuh"
     sym = symbol(config)
     aliases = "\n".join(
         f"using K{DTYPE_CODES[d]} = {kernel_type(config, d)};" for d in dtypes)

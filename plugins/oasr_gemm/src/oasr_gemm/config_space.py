@@ -65,8 +65,7 @@ def sm80_config(tile: tuple[int, int, int], warp: tuple[int, int, int], stages: 
 
 def sm90_config(tile: tuple[int, int, int], cluster: tuple[int, int] = (1, 1),
                 schedule: str = "ws", *, stages: int = 0, stream_k: bool = False,
-                swap_ab: bool = False, epilogue: tuple[int, int] | None = None,
-                split_k: int = 1) -> Config:
+                swap_ab: bool = False, epilogue: tuple[int, int] | None = None) -> Config:
     """A CUTLASS 3.x CollectiveBuilder config.
 
     ``stages=0`` lets the builder fit as many stages as shared memory allows after the
@@ -75,10 +74,7 @@ def sm90_config(tile: tuple[int, int, int], cluster: tuple[int, int] = (1, 1),
     ``D^T = W A^T``: the tile's N then runs along M. ``epilogue`` is the epilogue subtile
     ``(rows, cols)`` stored per round (None: CUTLASS's automatic 64x32, 128x32 when
     cooperative); wider subtiles make fewer store rounds, which matters when K is short and
-    the epilogue is a large share of a tile's time. ``split_k > 1`` is parallel split-K
-    (``csrc/oasr_gemm/sm90_splitk.cuh``): K cut into that many slices computed as the batch
-    of one non-persistent GEMM into fp32 partials, then reduced with the bias and activation;
-    the factor is a run-time argument, so every factor of a tile shares one unit (``_pk``).
+    the epilogue is a large share of a tile's time.
     """
     if schedule not in SM90_SCHEDULES:
         raise ValueError(f"schedule {schedule!r} is not one of {SM90_SCHEDULES}")
@@ -92,16 +88,10 @@ def sm90_config(tile: tuple[int, int, int], cluster: tuple[int, int] = (1, 1),
         cid += "_swap"
     if epilogue:
         cid += f"_e{epilogue[0]}x{epilogue[1]}"
-    unit = cid
-    if split_k > 1:
-        unit = f"{cid}_pk"
-        cid = f"{unit}{split_k}"
     params = {
         "tile": [tm, tn, tk], "cluster": [cm, cn], "schedule": schedule, "stages": stages,
-        "stream_k": stream_k, "swap_ab": swap_ab, "split_k": split_k, "unit": unit,
+        "stream_k": stream_k, "swap_ab": swap_ab, "split_k": 1, "unit": cid,
     }
-    if split_k > 1:
-        params["parallel_split_k"] = True
     if epilogue:
         params["epilogue"] = [int(epilogue[0]), int(epilogue[1])]
     return Config(id=cid, lane=LANE_SM90, params=params)
@@ -231,17 +221,6 @@ def _sm90_short_k() -> Iterable[Config]:
                               ((64, 96, 128), 2, None), ((64, 128, 128), 2, None),
                               ((128, 64, 128), 2, None)):
         yield sm90_config(tile, stages=stages, epilogue=epi)
-    yield from _sm90_split_k()
-
-
-def _sm90_split_k() -> Iterable[Config]:
-    """Parallel split-K where output tiles cannot fill 132 SMs but K is long: e.g. N=512,
-    K=2048, M=2152 has 68 tiles of 128x128 (cuBLAS 9.1 us against 12.6 us for the best
-    data-parallel config on the H200, and Stream-K slower still)."""
-    for tile, stages in (((128, 128, 64), 0), ((128, 64, 64), 0), ((64, 128, 64), 4),
-                         ((128, 96, 64), 0)):
-        for split in (2, 4):
-            yield sm90_config(tile, stages=stages, split_k=split)
 
 
 @functools.cache

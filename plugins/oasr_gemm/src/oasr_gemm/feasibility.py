@@ -18,9 +18,7 @@ The static rules encode failures that were seen, not guessed:
   cooperative schedule: a ``static_assert`` otherwise) and a column count that is a multiple
   of 32 dividing the tile's N (64x80 failed CUTLASS's "Divisibility condition" in the compile
   survey; 64x96 built);
-- split-K no larger than the K tiles it splits; 16-byte alignment (N and K multiples of 8),
-  of every K slice too for the Hopper parallel split-K (K a multiple of 8 x split); Hopper
-  split-K only on the non-persistent schedule.
+- split-K no larger than the K tiles it splits; 16-byte alignment (N and K multiples of 8).
 """
 
 from __future__ import annotations
@@ -133,8 +131,6 @@ def _sm90_static(config: Config) -> bool:
         return False
     if p["swap_ab"] and schedule == "cooperative":
         return False
-    if p["split_k"] > 1 and (schedule != "ws" or p["swap_ab"] or p["stream_k"]):
-        return False
     if p["stages"] and p["stages"] < 2:
         return False
     epilogue = p.get("epilogue")
@@ -183,8 +179,6 @@ def supports(config: Config, problem: Problem) -> bool:
             return False
         if p.get("parallel_split_k") and split * m * n * 4 > MAX_PARALLEL_WORKSPACE:
             return False
-        if config.lane == LANE_SM90 and k % (ALIGN * split):
-            return False  # the K slices are read in place: each must stay 16-byte aligned
     return True
 
 
