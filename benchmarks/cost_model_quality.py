@@ -206,7 +206,7 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--features", choices=("registry", "params"), default="registry")
     ap.add_argument("--k", type=lambda s: tuple(int(x) for x in s.split(",")),
                     default=(1, 4, 8, 16), help="recall@k cut-offs")
-    ap.add_argument("--prune-k", type=int, default=20)
+    ap.add_argument("--prune-k", type=int, default=28)
     ap.add_argument("--nvmmh", action=argparse.BooleanOptionalAction, default=True)
     ap.add_argument("--nvmmh-gpu", help="predefined nvMMH GPU (default by arch: H200_SXM...)")
     ap.add_argument("--nvmmh-count", type=int, default=64)

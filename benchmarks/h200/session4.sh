@@ -8,6 +8,9 @@
 #   PHASE=table : the shipped gemm table rebuilt exhaustively from the Conformer censuses,
 #                 twice (determinism), scored on build a's log (served vs torch is read from
 #                 the log offline: benchmarks/table_vs_torch.py).
+#   PHASE=final : the benchmark again on the final space (PDL on; --no-pdl was run by hand:
+#                 `gemm_vs_torch.py --no-pdl --out $OUT/h200_gemm_nopdl.md`), and the engine
+#                 example (prewarm, captured Conformer vs torch linears) with PDL on and off.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OASR_TUNE_USER_DB=off OASR_JIT_DIR=$PWD/.jit-h200
 [ -d /tmp/site/oasr_core ] || python3 -m pip install -q --no-index --no-deps --no-compile \
@@ -40,6 +43,19 @@ table)
   python3 -m oasr_core.cli tune evaluate --log "$OUT/gemm_a.jsonl" --db a="$OUT/gemm_a.json" \
     --db b="$OUT/gemm_b.json" > "$OUT/evaluate.txt" 2>&1; head -12 "$OUT/evaluate.txt"
   gzip -9 "$OUT/gemm_b.jsonl"; rm -f "$OUT"/*.lock
+  el done
+  ;;
+final)
+  el "benchmark (PDL, the production launch)"
+  timeout 200 python3 benchmarks/gemm_vs_torch.py --out "$OUT/h200_gemm.md" 2>&1 \
+    | grep -E "^- " | tail -8
+  for pdl in 1 0; do
+    el "engine example, OASR_GEMM_PDL=$pdl (user tier in a temp dir)"
+    env -u OASR_TUNE_USER_DB OASR_GEMM_PDL=$pdl OASR_GEMM_COMPILE_SET=all timeout 200 \
+      python3 examples/engine_integration.py --budget 60 --no-system-tier \
+      > "$OUT/h200_engine_pdl$pdl.txt" 2>&1
+    grep -E "prewarm:|eager|CUDA graph|max \|" "$OUT/h200_engine_pdl$pdl.txt"
+  done
   el done
   ;;
 esac

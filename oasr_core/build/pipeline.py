@@ -66,7 +66,10 @@ class BuildOptions:
     lam_frac: float = 0.005
     uniform_share: float = 0.5
     prefer_sentinels: bool = True
-    top_k: int = 20
+    top_k: int = 28
+    """Configs each cost model keeps per point when pruning. Measured on the H200 log of the
+    111-config sm90 gemm space (benchmarks/results/h200_cost_model.md): the union of both
+    models' top-28 held the exhaustive best within 1% at 70/70 points (top-20: 68/70)."""
     finalists: int = 3
     max_points: int = 24
     thin: bool = False

@@ -71,7 +71,7 @@ def _options(**kw):
 @click.option("--prefer-sentinels/--no-prefer-sentinels", default=True, show_default=True,
               help="Within the tie band (or the noise), torch/fused win over configs, as an "
               "incumbent does: near-ties resolve the same way in every build.")
-@click.option("--top-k", type=click.IntRange(min=1), default=20, show_default=True,
+@click.option("--top-k", type=click.IntRange(min=1), default=28, show_default=True,
               help="Configs each cost model keeps per point when the build prunes.")
 @click.option("--prune/--no-prune", default=True, show_default=True,
               help="Prune to the top-k of the structure and of the calibrated model an "

@@ -84,6 +84,22 @@ def test_routing_reasons_on_fake_cuda_tensors():
     assert ops._unsupported(torch.empty(4, 64), torch.empty(128, 64), None, 128, 64) == "cpu"
 
 
+def test_a_shape_the_tiers_gave_to_torch_skips_the_operand_checks(monkeypatch):
+    def no_checks(*_args):
+        raise AssertionError("a torch-served shape must not pay for the operand checks")
+
+    monkeypatch.setattr(ops, "_unsupported", no_checks)
+    with FakeTensorMode():
+        a = torch.empty(64, 4, device="cuda", dtype=torch.float16).t()  # non-contiguous
+        w = torch.empty(128, 64, device="cuda", dtype=torch.float16)
+        ops._MEMO[("gemm", None, torch.float16, 128, 64, 4, a.get_device())] = ops._TORCH
+        assert ops.gemm(a, w).shape == (4, 128)
+        # K = 0 is an empty product, never a division by zero
+        assert ops.gemm(torch.empty(4, 0, device="cuda", dtype=torch.float16),
+                        torch.empty(128, 0, device="cuda", dtype=torch.float16)).shape == (4, 128)
+    assert oasr_gemm.stats() == {"torch:selected": 1, "torch:empty": 1}
+
+
 def test_custom_ops_are_registered_with_fake_impls():
     a, w, b = _operands()
     torch.library.opcheck(torch.ops.oasr.gemm.default, (a[0], w, b))

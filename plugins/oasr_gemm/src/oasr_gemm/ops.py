@@ -138,15 +138,20 @@ def _run(op: str, activation: str | None, a: torch.Tensor, w: torch.Tensor,
     n, k = wshape
     if out is not None:
         _check_out(out, a, n)
+    dev = a.get_device()
+    if dev < 0:
+        return _torch_path("cpu", activation, a, w, bias, out)
+    m = a.numel() // k if k else 0
+    if m == 0:
+        return _torch_path("empty", activation, a, w, bias, out)
+    key = (op, activation, a.dtype, n, k, m, dev)
+    plan = _MEMO.get(key)
+    if plan is _TORCH:
+        # The tiers chose torch for this shape: no operand checks, torch takes anything.
+        return _torch_path("selected", activation, a, w, bias, out)
     reason = _unsupported(a, w, bias, n, k)
     if reason is not None:
         return _torch_path(reason, activation, a, w, bias, out)
-    m = a.numel() // k
-    if m == 0:
-        return _torch_path("empty", activation, a, w, bias, out)
-    dev = a.get_device()
-    key = (op, activation, a.dtype, n, k, m, dev)
-    plan = _MEMO.get(key)
     if plan is None:
         plan = _plan(key)
     if plan is _TORCH:
