@@ -116,7 +116,9 @@ def _unsupported(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, n:
 def _torch_path(reason: str, activation: str | None, a: torch.Tensor, w: torch.Tensor,
                 bias: torch.Tensor | None, out: torch.Tensor | None) -> torch.Tensor:
     _STATS["torch:" + reason] += 1
-    result = apply_activation(F.linear(a, w, bias), activation)
+    result = F.linear(a, w, bias)
+    if activation is not None:
+        result = apply_activation(result, activation)
     if out is None:
         return result
     out.copy_(result)
