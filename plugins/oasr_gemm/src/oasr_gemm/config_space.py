@@ -221,6 +221,29 @@ def _sm90_short_k() -> Iterable[Config]:
                               ((64, 96, 128), 2, None), ((64, 128, 128), 2, None),
                               ((128, 64, 128), 2, None)):
         yield sm90_config(tile, stages=stages, epilogue=epi)
+    yield from _sm90_swapped_wide()
+
+
+def _sm90_swapped_wide() -> Iterable[Config]:
+    """Swapped tiles 128 wide along N and 80-192 along M, for M ~ 1000-8192.
+
+    An unswapped tile is 64, 128 or 256 rows of M (the wgmma M granularity), so M = 2152 is
+    17 rows of 128 and a one-wave grid is out of reach; swapped, M runs along the tile's N,
+    which comes in steps of 16. cuBLAS does exactly this there on the H200 (Nsight Compute,
+    benchmarks/results/h200_cublas_kernels.md): 128x72 tiles over (N=512, M=2152) = 120 CTAs,
+    128x136 over (1024, 2152) = 128, 128x192 over (2048, 1500) = 128, always 384 threads (two
+    consumer warpgroups) and clusters of 2 or 8.
+    """
+    for tn in (80, 96, 112, 144, 160, 192):
+        yield sm90_config((128, tn, 64), schedule="cooperative", swap_ab=True)
+    for tn in (80, 112, 144):
+        yield sm90_config((128, tn, 64), (2, 1), "cooperative", swap_ab=True)
+    for tn in (80, 96, 112, 144):
+        yield sm90_config((128, tn, 64), schedule="pingpong", swap_ab=True)
+    for tn in (80, 96, 112):
+        yield sm90_config((128, tn, 64), swap_ab=True)
+    for cluster in ((1, 1), (1, 2)):
+        yield sm90_config((256, 128, 64), cluster, "cooperative", swap_ab=True)
 
 
 @functools.cache

@@ -129,8 +129,6 @@ def _sm90_static(config: Config) -> bool:
         return False
     if p["stream_k"] and schedule != "cooperative":
         return False
-    if p["swap_ab"] and schedule == "cooperative":
-        return False
     if p["stages"] and p["stages"] < 2:
         return False
     epilogue = p.get("epilogue")
