@@ -10,9 +10,14 @@ launch__cluster_dim_y python3 benchmarks/h200/cublas_kernels.py
 Shapes: the M ~ 1000-8192 points of benchmarks/results/h200_gemm_nopdl.md where the best
 oasr config is 10-27% slower than torch. Each shape runs three times (the last call is the
 steady state: cuBLAS picks its kernel on the first).
+
+``--oasr ID,ID`` also launches those oasr_gemm configs (from the whole-space module in
+``OASR_JIT_DIR``) at each shape, three times each, so one ncu run puts both side by side.
 """
 
 from __future__ import annotations
+
+import argparse
 
 import torch
 import torch.nn.functional as F
@@ -21,12 +26,32 @@ SHAPES = ((2152, 512, 2048), (2152, 1024, 256), (2152, 512, 512), (1500, 2048, 5
           (4096, 768, 256), (8192, 1024, 256))
 
 
+def _oasr_kernels(ids: list[str]) -> dict:
+    from oasr_gemm import jit, launch
+    from oasr_gemm.config_space import LANE_SM90, config
+
+    from oasr_core import jit as core_jit
+
+    module = core_jit.load(jit.full_spec(LANE_SM90, "sm90"), build_missing=False)
+    return {i: launch.Kernel.bind(module, config(LANE_SM90, i)) for i in ids}
+
+
 def main() -> None:
-    for m, n, k in SHAPES:
+    ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    ap.add_argument("--oasr", default="", help="comma list of oasr_gemm config ids")
+    ap.add_argument("--shapes", default=None, help="MxNxK,... (default: the six above)")
+    args = ap.parse_args()
+    shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")] \
+        if args.shapes else SHAPES
+    kernels = _oasr_kernels([i for i in args.oasr.split(",") if i])
+    for m, n, k in shapes:
         a = torch.randn(m, k, device="cuda", dtype=torch.float16)
         w = torch.randn(n, k, device="cuda", dtype=torch.float16)
         for _ in range(3):
             F.linear(a, w)
+        for kernel in kernels.values():
+            for _ in range(3):
+                kernel.run(a, w)
         torch.cuda.synchronize()
         print(f"M={m} N={n} K={k} done", flush=True)
 
