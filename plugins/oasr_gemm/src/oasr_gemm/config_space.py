@@ -197,7 +197,7 @@ def _sm90_short_k() -> Iterable[Config]:
     loop is only 4-8 K steps there, so the epilogue's store rounds and the CTAs per SM decide.
 
     Wider epilogue subtiles (64x64, 64x128; 128x64 when cooperative) on the tiles that won
-    around there, and non-persistent kernels with 2-3 stages (K steps beyond that buy nothing
+    around there, and non-persistent kernels with 2-4 stages (K steps beyond that buy little
     at this K) so two to four CTAs share an SM and one's epilogue overlaps another's loads.
     """
     for tn, epis in ((128, ((64, 64), (64, 128))), (192, ((64, 64),)), (96, ((64, 96),))):
