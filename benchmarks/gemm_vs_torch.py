@@ -55,15 +55,26 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--no-pdl", dest="pdl", action="store_false",
                    help="launch without programmatic dependent launch (default: with, as the "
                         "ops do; the best config is then also timed without)")
+    p.add_argument("--fused-epilogue", action="store_true",
+                   help="3.x kernels run their bias/activation epilogue even without bias "
+                        "(default: the plain epilogue the ops take for such calls)")
+    p.add_argument("--configs", default=None,
+                   help="comma list of config-id globs to compile and time (default: all)")
     return p.parse_args(argv)
 
 
-def _specs(lanes, arch):
+def _specs(lanes, arch, patterns=None):
     """Whole-space modules with both dtypes: the same objects the GPU tests, the production
-    modules and ``OASR_GEMM_COMPILE_SET=all`` use, so one prebuilt cache serves them all."""
+    modules and ``OASR_GEMM_COMPILE_SET=all`` use, so one prebuilt cache serves them all.
+    ``patterns`` (config-id globs) narrows each to the matching configs (same objects)."""
     from oasr_gemm import jit
 
-    return [jit.full_spec(lane, arch) for lane in lanes]
+    if not patterns:
+        return [jit.full_spec(lane, arch) for lane in lanes]
+    try:
+        return [jit.subset_spec(lane, arch, patterns) for lane in lanes]
+    except ValueError as exc:
+        raise SystemExit(f"--configs: {exc}") from None
 
 
 def _prebuild(specs, jobs):
@@ -164,11 +175,12 @@ def _point(kernels, lane, n, k, m, args, rng, stream):
             failed.append(f"{cid}: {verdict.reason}")
             continue
         ptrs = (a.data_ptr(), w.data_ptr(), b.data_ptr() if b is not None else 0, out.data_ptr())
-        arms[cid] = _launcher(kernel.prepare(args.dtype, m, n, k, None, pdl=args.pdl), ptrs,
-                              out, dev)
+        fused = args.fused_epilogue
+        arms[cid] = _launcher(kernel.prepare(args.dtype, m, n, k, None, pdl=args.pdl,
+                                             fused=fused), ptrs, out, dev)
         if args.pdl:
-            no_pdl[cid] = _launcher(kernel.prepare(args.dtype, m, n, k, None, pdl=False), ptrs,
-                                    out, dev)
+            no_pdl[cid] = _launcher(kernel.prepare(args.dtype, m, n, k, None, pdl=False,
+                                                   fused=fused), ptrs, out, dev)
     graphs = {"torch": _graph(lambda: F.linear(a, w, b), args.graph_calls, stream)}
     for cid, fn in arms.items():
         graphs[cid] = _graph(fn, args.graph_calls, stream)
@@ -298,7 +310,7 @@ def main(argv: list[str] | None = None) -> int:
         print("no CUDA device: pass --arch with --prebuild-only", file=sys.stderr)
         return 2
     lanes = args.lanes.split(",") if args.lanes else [LANE_SM90 if arch == "sm90" else LANE_SM80]
-    specs = _specs(lanes, arch)
+    specs = _specs(lanes, arch, args.configs.split(",") if args.configs else None)
     _, build_lines = _prebuild(specs, args.jobs)
     print("\n".join(build_lines), flush=True)
     if args.prebuild_only or not have_gpu:
@@ -330,8 +342,11 @@ def main(argv: list[str] | None = None) -> int:
                     eager.append(((n, k, m), _eager(n, k, m, args.dtype)))
     import oasr_gemm
 
+    epilogue = "fused (bias/activation EVT)" if args.fused_epilogue else "plain without bias"
     header = [f"- lanes {', '.join(lanes)}; dtype {args.dtype}; bias {args.bias}; graph of "
               f"{args.graph_calls} calls; {args.reps} rounds for the top {args.top} + torch",
+              f"- PDL {'on' if args.pdl else 'off'}; 3.x epilogue {epilogue}; configs "
+              f"{args.configs or 'all'}",
               f"- torch {torch.__version__}; timing wall {time.perf_counter() - started:.0f} s",
               f"- torch-path counts in the eager section: {oasr_gemm.stats() or 'none'}"]
     text = _report(points, eager, header, build_lines, gpu)

@@ -12,7 +12,8 @@ oasr config is 10-27% slower than torch. Each shape runs three times (the last c
 steady state: cuBLAS picks its kernel on the first).
 
 ``--oasr ID,ID`` also launches those oasr_gemm configs (from the whole-space module in
-``OASR_JIT_DIR``) at each shape, three times each, so one ncu run puts both side by side.
+``OASR_JIT_DIR``, or with ``--subset GLOBS`` the module ``gemm_vs_torch.py --configs GLOBS``
+built) at each shape, three times each, so one ncu run puts both side by side.
 """
 
 from __future__ import annotations
@@ -26,13 +27,15 @@ SHAPES = ((2152, 512, 2048), (2152, 1024, 256), (2152, 512, 512), (1500, 2048, 5
           (4096, 768, 256), (8192, 1024, 256))
 
 
-def _oasr_kernels(ids: list[str]) -> dict:
+def _oasr_kernels(ids: list[str], subset: str | None) -> dict:
     from oasr_gemm import jit, launch
     from oasr_gemm.config_space import LANE_SM90, config
 
     from oasr_core import jit as core_jit
 
-    module = core_jit.load(jit.full_spec(LANE_SM90, "sm90"), build_missing=False)
+    spec = jit.subset_spec(LANE_SM90, "sm90", subset.split(",")) if subset \
+        else jit.full_spec(LANE_SM90, "sm90")
+    module = core_jit.load(spec, build_missing=False)
     return {i: launch.Kernel.bind(module, config(LANE_SM90, i)) for i in ids}
 
 
@@ -40,10 +43,11 @@ def main() -> None:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--oasr", default="", help="comma list of oasr_gemm config ids")
     ap.add_argument("--shapes", default=None, help="MxNxK,... (default: the six above)")
+    ap.add_argument("--subset", default=None, help="config-id globs of the module to load")
     args = ap.parse_args()
     shapes = [tuple(map(int, s.split("x"))) for s in args.shapes.split(",")] \
         if args.shapes else SHAPES
-    kernels = _oasr_kernels([i for i in args.oasr.split(",") if i])
+    kernels = _oasr_kernels([i for i in args.oasr.split(",") if i], args.subset)
     for m, n, k in shapes:
         a = torch.randn(m, k, device="cuda", dtype=torch.float16)
         w = torch.randn(n, k, device="cuda", dtype=torch.float16)

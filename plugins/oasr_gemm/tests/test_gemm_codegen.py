@@ -117,6 +117,27 @@ def test_impl_hash_is_stable_and_short():
     assert re.fullmatch(r"[0-9a-f]{16}", codegen.impl_hash())
 
 
+def test_impl_hash_follows_the_generated_units_and_flags(monkeypatch):
+    """The stamp hashes what decides the binaries (each unit's source, the compile flags), so a
+    changed unit marks tables stale and an edit of the generator's prose does not."""
+    before = codegen.impl_hash()
+    real = codegen.unit_source
+    try:
+        codegen.impl_hash.cache_clear()
+        monkeypatch.setattr(codegen, "unit_source",
+                            lambda c, dtypes=jit.ALL_DTYPES: real(c, dtypes) + "// edited\n")
+        changed_unit = codegen.impl_hash()
+        monkeypatch.setattr(codegen, "unit_source", real)
+        monkeypatch.setitem(jit.LANE_FLAGS, cs.LANE_SM90, ("-DOASR_SOMETHING_ELSE",))
+        codegen.impl_hash.cache_clear()
+        changed_flags = codegen.impl_hash()
+    finally:
+        monkeypatch.undo()
+        codegen.impl_hash.cache_clear()
+    assert len({before, changed_unit, changed_flags}) == 3
+    assert codegen.impl_hash() == before
+
+
 def test_kernel_module_class_is_lazy_and_knows_its_unit():
     c = cs.config(cs.LANE_SM90, "ws_64x32x64_c1x1")
     module = jit.GemmKernelModule(c)

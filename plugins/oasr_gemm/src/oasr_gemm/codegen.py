@@ -106,12 +106,6 @@ def pdl_capable(config: Config) -> bool:
     return config.lane == LANE_SM90 and not config.params.get("stream_k")
 
 
-def _header(config: Config) -> str:
-    if config.lane == LANE_SM80:
-        return "oasr_gemm/sm80.cuh"
-    return "oasr_gemm/sm90.cuh"
-
-
 def unit_source(config: Config, dtypes: Iterable[str] = ("fp16", "bf16")) -> str:
     """The translation unit of ``config``'s compile unit, with kernels for ``dtypes``."""
     dtypes = tuple(dtypes)
@@ -161,13 +155,24 @@ OASR_EXPORT int64_t {sym}_workspace(int64_t m, int64_t n, int64_t k, int32_t dty
 
 @functools.cache
 def impl_hash() -> str:
-    """A short hash of everything that decides the generated code: this module and the headers.
+    """A short hash of what decides the kernels' binaries: every config's generated unit (both
+    lanes, both dtypes), the headers and the lanes' compile flags.
 
     It is the family's ``impl_hash`` soft validator: a tuning entry measured under another
-    implementation is marked stale.
+    implementation is marked stale. The generator's own text is not hashed, so editing this
+    module without changing a unit leaves the shipped tables current.
     """
+    from oasr_gemm import jit
+    from oasr_gemm.config_space import space
+
     digest = hashlib.sha256()
-    digest.update(Path(__file__).read_bytes())
+    for lane in (LANE_SM80, LANE_SM90):
+        digest.update(" ".join((*jit.EXTRA_FLAGS, *jit.LANE_FLAGS[lane])).encode())
+        seen = set()
+        for config in space(lane):
+            if config.params["unit"] not in seen:
+                seen.add(config.params["unit"])
+                digest.update(unit_source(config).encode())
     for header in sorted((csrc_dir() / "oasr_gemm").glob("*.cuh")):
         digest.update(header.name.encode())
         digest.update(header.read_bytes())

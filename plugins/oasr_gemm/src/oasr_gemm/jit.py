@@ -108,6 +108,20 @@ def full_spec(lane: str, arch: str, dtypes: Sequence[str] = ALL_DTYPES):
     return module_spec(lane, arch, lane_configs(lane, arch), name=None, dtypes=dtypes)
 
 
+def subset_spec(lane: str, arch: str, patterns: Iterable[str]):
+    """A module of the configs of ``lane`` on ``arch`` whose ids match any of the fnmatch
+    ``patterns`` (benchmarks and probes that time a few configs: the objects are the
+    whole-space module's, so a prebuilt cache serves both). ValueError when none match."""
+    import fnmatch
+
+    patterns = tuple(patterns)
+    chosen = [c for c in lane_configs(lane, arch)
+              if any(fnmatch.fnmatchcase(c.id, pat) for pat in patterns)]
+    if not chosen:
+        raise ValueError(f"no {lane} config on {arch} matches {', '.join(patterns)}")
+    return module_spec(lane, arch, chosen, name=f"{MODULE_PREFIX[lane]}_subset")
+
+
 def lane_specs(lane: str, arch: str, scope: str) -> list:
     """``Lane.jit_specs``: the modules ``lane`` loads on arch family ``arch``.
 

@@ -46,6 +46,9 @@ class CallArgs(ctypes.Structure):
 
 FLAG_PDL = 1
 """``CallArgs.flags`` bit: launch with programmatic dependent launch (``kFlagPdl``)."""
+FLAG_FUSED = 2
+"""``CallArgs.flags`` bit: a 3.x call without bias and activation runs the fused-epilogue
+kernel rather than the plain one (``kFlagFused``; benchmarks and tests compare the two)."""
 PDL_ENV = "OASR_GEMM_PDL"
 _LAUNCH_ARGTYPES = (ctypes.c_void_p,) * 6
 _WORKSPACE_ARGTYPES = (
@@ -90,11 +93,13 @@ class Kernel:
         return cls(config, fn, ws)
 
     def prepare(self, dtype: str, m: int, n: int, k: int, activation: str | None, *,
-                pdl: bool | None = None) -> Prepared:
+                pdl: bool | None = None, fused: bool = False) -> Prepared:
         """The per-shape call record (queries the workspace this shape needs, once).
 
         ``pdl`` (default :func:`pdl_enabled`) sets the programmatic-dependent-launch flag
         for the kernels that wait on the previous grid (:func:`codegen.pdl_capable`).
+        ``fused`` makes a 3.x call without bias and activation run the fused-epilogue kernel
+        (:data:`FLAG_FUSED`) instead of the plain one.
         """
         split = int(self.config.params.get("split_k", 1))
         pdl = (pdl_enabled() if pdl is None else pdl) and codegen.pdl_capable(self.config)
@@ -105,16 +110,17 @@ class Kernel:
             raise LaunchError(f"{self.config.lane}/{self.config.id}: workspace query refused "
                               f"m={m} n={n} k={k} {dtype}")
         args = CallArgs(m=m, n=n, k=k, dtype=code, act=codegen.ACT_CODES[activation],
-                        split=split, flags=FLAG_PDL if pdl else 0)
+                        split=split, flags=(FLAG_PDL if pdl else 0) | (FLAG_FUSED if fused else 0))
         return Prepared(self.fn, args, ctypes.addressof(args), int(scratch), int(sems.value),
                         self.config)
 
     def run(self, a: Any, w: Any, bias: Any = None, out: Any = None,
-            activation: str | None = None) -> Any:
+            activation: str | None = None, *, fused: bool = False) -> Any:
         """Run this config on torch tensors (no selection, no memo): tests and benchmarks.
 
         ``a`` is ``[..., K]``, ``w`` ``[N, K]``, both contiguous fp16/bf16 on the current
-        device; raises :class:`LaunchError` when the launcher refuses.
+        device; raises :class:`LaunchError` when the launcher refuses. ``fused`` as in
+        :meth:`prepare`.
         """
         import torch
 
@@ -123,7 +129,7 @@ class Kernel:
         dtype = {torch.float16: "fp16", torch.bfloat16: "bf16"}[a.dtype]
         if out is None:
             out = torch.empty((*a.shape[:-1], n), dtype=a.dtype, device=a.device)
-        prepared = self.prepare(dtype, m, n, k, activation)
+        prepared = self.prepare(dtype, m, n, k, activation, fused=fused)
         dev = a.get_device()
         status = prepared.launch(a.data_ptr(), w.data_ptr(),
                                  bias.data_ptr() if bias is not None else 0, out.data_ptr(),

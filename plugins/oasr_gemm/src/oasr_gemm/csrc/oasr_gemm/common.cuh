@@ -61,8 +61,10 @@ struct CallArgs {
   int64_t semaphore_bytes;
 };
 // CallArgs::flags bits. kFlagPdl: launch with programmatic dependent launch (3.x kernels;
-// the 2.x kernels have no grid-dependency instructions and ignore it).
-enum Flag : int32_t { kFlagPdl = 1 };
+// the 2.x kernels have no grid-dependency instructions and ignore it). kFlagFused: a 3.x call
+// without bias and activation runs the fused-epilogue kernel instead of the plain one (to
+// compare the two; the 2.x lane has one epilogue and ignores it).
+enum Flag : int32_t { kFlagPdl = 1, kFlagFused = 2 };
 enum Act : int32_t { kIdentity = 0, kRelu = 1, kGelu = 2, kSilu = 3 };
 
 // torch semantics: relu keeps NaN, gelu is the exact (erf) form, silu is x * sigmoid(x).

@@ -1,8 +1,15 @@
 // oasr_gemm lane sm90_wgmma: CUTLASS 3.x CollectiveBuilder kernels (TMA + wgmma) for Hopper.
 //
-// One Kernel<...> instantiation per (config, dtype). The epilogue is a fused EVT
-// (LinCombPerColBiasEltAct, or the per-row form when A and W are swapped): bias loaded as a
-// broadcast row (nullptr = no bias, no load) and a run-time activation, with no C operand.
+// One Kernel<...> per (config, dtype), holding two CUTLASS kernels that differ only in the
+// epilogue's fusion:
+//   * Fused: a fused EVT (LinCombPerColBiasEltAct, or the per-row form when A and W are
+//     swapped): bias loaded as a broadcast row (nullptr = no bias, no load) and a run-time
+//     activation, with no C operand;
+//   * Plain: D = acc (ScaledAcc), for calls without bias and activation. The EVT's broadcast
+//     node and per-element activation switch cost registers and epilogue time even when they
+//     do nothing, which a short-K tile (4-8 main-loop steps) cannot hide.
+// run() takes Plain when there is neither bias nor activation, unless kFlagFused asks for the
+// fused kernel (benchmarks and tests compare the two).
 // Swapped kernels compute D^T = W * A^T, so a small M becomes the kernel's N (narrow tiles)
 // while D keeps its row-major layout (it is D^T column-major).
 //
@@ -42,9 +49,18 @@ struct EpilogueTileOf<0, 0> {
   using type = cutlass::epilogue::collective::EpilogueTileAuto;
 };
 
+// The bias + activation EVT of a (swapped or not) kernel, and the plain D = acc.
+template <class T, bool Swap>
+using FusedOp = std::conditional_t<
+    Swap, cutlass::epilogue::fusion::LinCombPerRowBiasEltAct<RuntimeAct, T, float, T, T, float>,
+    cutlass::epilogue::fusion::LinCombPerColBiasEltAct<RuntimeAct, T, float, T, T, float>>;
+template <class T>
+using PlainOp = cutlass::epilogue::fusion::ScaledAcc<T, float, float>;
+
+// One CUTLASS kernel: the config's tile, schedule and cluster with epilogue fusion Fusion.
 template <class T, int TM, int TN, int TK, int CM, int CN, int Stages, class MainloopSchedule,
-          class EpilogueSchedule, class TileScheduler, bool Swap, int EM = 0, int EN = 0>
-struct Kernel {
+          class EpilogueSchedule, class TileScheduler, bool Swap, int EM, int EN, class Fusion>
+struct Gemm {
   using TileShape = cute::Shape<cute::Int<TM>, cute::Int<TN>, cute::Int<TK>>;
   using ClusterShape = cute::Shape<cute::Int<CM>, cute::Int<CN>, cute::_1>;
   using LayoutA = cutlass::layout::RowMajor;
@@ -53,10 +69,7 @@ struct Kernel {
       std::conditional_t<Swap, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
   static constexpr int kAlign = 8;
 
-  using Fusion = std::conditional_t<
-      Swap,
-      cutlass::epilogue::fusion::LinCombPerRowBiasEltAct<RuntimeAct, T, float, T, T, float>,
-      cutlass::epilogue::fusion::LinCombPerColBiasEltAct<RuntimeAct, T, float, T, T, float>>;
+  static constexpr bool kFused = !std::is_same_v<Fusion, PlainOp<T>>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
@@ -110,9 +123,11 @@ struct Kernel {
                    hw};
     auto& fusion = args.epilogue.thread;
     fusion.alpha = 1.f;
-    fusion.beta = 0.f;
-    fusion.bias_ptr = static_cast<T const*>(bias);
-    fusion.activation.kind = act;
+    if constexpr (kFused) {
+      fusion.beta = 0.f;
+      fusion.bias_ptr = static_cast<T const*>(bias);
+      fusion.activation.kind = act;
+    }
     if constexpr (kStreamK) {
       args.scheduler.splits = split;
     }
@@ -176,6 +191,34 @@ struct Kernel {
       return kErrLaunch;
     }
     return kOk;
+  }
+};
+
+// A config's kernel pair for dtype T (see the top of this file): the unit's launcher calls
+// run(), which picks Plain or Fused per call.
+template <class T, int TM, int TN, int TK, int CM, int CN, int Stages, class MainloopSchedule,
+          class EpilogueSchedule, class TileScheduler, bool Swap, int EM = 0, int EN = 0>
+struct Kernel {
+  using Fused = Gemm<T, TM, TN, TK, CM, CN, Stages, MainloopSchedule, EpilogueSchedule,
+                     TileScheduler, Swap, EM, EN, FusedOp<T, Swap>>;
+  using Plain = Gemm<T, TM, TN, TK, CM, CN, Stages, MainloopSchedule, EpilogueSchedule,
+                     TileScheduler, Swap, EM, EN, PlainOp<T>>;
+
+  static int64_t workspace(int64_t m, int64_t n, int64_t k, int32_t split, int64_t* sem_bytes) {
+    int64_t fused = Fused::workspace(m, n, k, split, sem_bytes);
+    int64_t plain = Plain::workspace(m, n, k, split, nullptr);
+    return fused < 0 || plain < 0 ? -1 : (fused > plain ? fused : plain);
+  }
+
+  static int32_t run(const void* a, const void* w, const void* bias, void* d, int64_t m,
+                     int64_t n, int64_t k, int32_t act, int32_t split, void* ws, int64_t ws_bytes,
+                     void* sem, int64_t sem_bytes, int32_t flags, cudaStream_t stream) {
+    if (bias == nullptr && act == kIdentity && (flags & kFlagFused) == 0) {
+      return Plain::run(a, w, bias, d, m, n, k, act, split, ws, ws_bytes, sem, sem_bytes, flags,
+                        stream);
+    }
+    return Fused::run(a, w, bias, d, m, n, k, act, split, ws, ws_bytes, sem, sem_bytes, flags,
+                      stream);
   }
 };
 

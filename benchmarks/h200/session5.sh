@@ -1,0 +1,69 @@
+#!/usr/bin/env bash
+# Fifth H200 session (issue 3: gemm speed). Carry .whl and .jit-h200 (libraries compiled on the
+# CPU machine: `gemm_vs_torch.py --prebuild-only --arch sm90 [--configs GLOBS]`).
+# Results go to $OUT (at most 8 files a call).
+#   PHASE=epilogue : the plain (D = acc) against the fused bias/activation epilogue, on the
+#                    subset module (SUBSET globs), PDL off, all 98 points; then Nsight Compute
+#                    (warp states, scheduler, occupancy) of cuBLAS and two oasr kernels at
+#                    M=2152 N=1024 K=256.
+#   PHASE=bench    : the whole-space benchmark, PDL off (kernel for kernel) and on, then the gemm
+#                    GPU tests (every sm90 config, both epilogues).
+#   PHASE=table    : the shipped gemm table rebuilt exhaustively from the Conformer censuses,
+#                    twice (determinism), scored on build a's log.
+set -uo pipefail
+export PYTHONUNBUFFERED=1 OASR_TUNE_USER_DB=off OASR_JIT_DIR=$PWD/.jit-h200
+[ -d /tmp/site/oasr_core ] || python3 -m pip install -q --no-index --no-deps --no-compile \
+  --target /tmp/site .whl/*.whl || exit 1
+export PYTHONPATH=/tmp/site
+T0=$(date +%s)
+el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+case "${PHASE:-bench}" in
+epilogue)
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv
+  for epi in plain fused; do
+    el "subset benchmark, $epi epilogue, PDL off"
+    flag=$([ $epi = fused ] && echo --fused-epilogue)
+    timeout 200 python3 benchmarks/gemm_vs_torch.py --no-pdl --no-eager $flag \
+      --configs "$SUBSET" --out "$OUT/h200_gemm_subset_$epi.md" 2>&1 | grep -E "^- " | tail -7
+  done
+  el "ncu at 2152x1024x256"
+  timeout 150 ncu --clock-control none --section SpeedOfLight --section WarpStateStats \
+    --section SchedulerStats --section Occupancy --section LaunchStats \
+    --section MemoryWorkloadAnalysis python3 benchmarks/h200/cublas_kernels.py \
+    --shapes 2152x1024x256 --subset "$SUBSET" \
+    --oasr co_128x144x64_c1x1_swap,ws_128x96x64_c1x1_swap > "$OUT/ncu_2152x1024x256.txt" 2>&1
+  grep -E "Duration|Warp Cycles Per Issued|No Eligible|Issued Warp|Achieved Occupancy|Stall" \
+    "$OUT/ncu_2152x1024x256.txt" | head -40
+  el done
+  ;;
+bench)
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv
+  el "benchmark, PDL off"
+  timeout 200 python3 benchmarks/gemm_vs_torch.py --no-pdl --no-eager \
+    --out "$OUT/h200_gemm_nopdl.md" 2>&1 | grep -E "^- |module|failed" | tail -12
+  el "benchmark, PDL on (production launch), eager section"
+  timeout 200 python3 benchmarks/gemm_vs_torch.py --out "$OUT/h200_gemm.md" 2>&1 \
+    | grep -E "^- " | tail -10
+  el "gemm GPU tests"
+  OASR_GEMM_COMPILE_SET=all OASR_TUNE_SYSTEM_DB=off timeout 240 python3 -m pytest -m gpu \
+    plugins/oasr_gemm/tests -q -p no:cacheprovider -x 2>&1 | tee "$OUT/h200_gemm_gpu_tests.log" \
+    | tail -8
+  el done
+  ;;
+table)
+  export OASR_TUNE_SYSTEM_DB=off
+  C="--census benchmarks/census/conformer_offline.json"
+  C="$C --census benchmarks/census/conformer_streaming.json"
+  for run in a b; do
+    el "exhaustive build $run"
+    python3 -m oasr_core.cli tune build --family gemm $C --thin --max-points 14 --no-prune \
+      --budget-s 250 --no-progress --fresh --seed $([ $run = a ] && echo 0 || echo 1) \
+      --out "$OUT/gemm_$run.json" --log "$OUT/gemm_$run.jsonl" --checkpoint /tmp/ck_$run.jsonl \
+      2>&1 | tail -3
+  done
+  python3 -m oasr_core.cli tune evaluate --log "$OUT/gemm_a.jsonl" --db a="$OUT/gemm_a.json" \
+    --db b="$OUT/gemm_b.json" > "$OUT/evaluate.txt" 2>&1; head -12 "$OUT/evaluate.txt"
+  gzip -9 "$OUT/gemm_b.jsonl"; rm -f "$OUT"/*.lock
+  el done
+  ;;
+esac
