@@ -35,7 +35,7 @@ def test_sm90_space_looks_beyond_the_winners():
     schedules = {(c.params["schedule"], c.params["stream_k"]) for c in configs}
     assert schedules == {("ws", False), ("pingpong", False), ("cooperative", False),
                          ("cooperative", True)}
-    assert {tuple(c.params["cluster"]) for c in configs} == {(1, 1), (1, 2), (2, 1)}
+    assert {tuple(c.params["cluster"]) for c in configs} == {(1, 1), (1, 2), (2, 1), (4, 1)}
     assert any(c.params["swap_ab"] for c in configs)
     assert any(c.params["stages"] for c in configs)
     assert 60 <= len(configs) <= 140
@@ -98,6 +98,14 @@ def test_hopper_register_and_schedule_rules():
     assert not fe.is_feasible(cs.sm90_config((128, 100, 64)))
     assert not fe.is_feasible(cs.sm90_config((128, 72, 64)))  # 8-column epilogue tile
     assert fe.is_feasible(cs.sm90_config((128, 80, 64)))
+
+
+def test_hopper_cluster_rule():
+    assert fe.is_feasible(cs.sm90_config((128, 80, 64), (4, 1), swap_ab=True))
+    assert fe.is_feasible(cs.sm90_config((128, 128, 64), (2, 2)))
+    assert not fe.is_feasible(cs.sm90_config((128, 80, 64), (8, 1), swap_ab=True))
+    assert not fe.is_feasible(cs.sm90_config((128, 128, 64), (2, 4)))
+    assert not fe.is_feasible(cs.sm90_config((128, 128, 64), (0, 1)))
 
 
 def test_hopper_epilogue_subtile_rules():

@@ -244,6 +244,11 @@ def _sm90_swapped_wide() -> Iterable[Config]:
         yield sm90_config((128, tn, 64), swap_ab=True)
     for cluster in ((1, 1), (1, 2)):
         yield sm90_config((256, 128, 64), cluster, "cooperative", swap_ab=True)
+    # Clusters along N (the kernel's M) multicast one tile of A to two or four CTAs: at
+    # K = 512-2048 and N = 512 (four tiles of 128) that cuts A's L2 traffic by 2-4x.
+    for tn, cluster in ((80, (2, 1)), (80, (4, 1)), (96, (4, 1))):
+        yield sm90_config((128, tn, 64), cluster, swap_ab=True)
+    yield sm90_config((128, 80, 64), (4, 1), "cooperative", swap_ab=True)
 
 
 @functools.cache

@@ -18,6 +18,8 @@ The static rules encode failures that were seen, not guessed:
   cooperative schedule: a ``static_assert`` otherwise) and a column count that is a multiple
   of 32 dividing the tile's N (64x80 failed CUTLASS's "Divisibility condition" in the compile
   survey; 64x96 built);
+- Hopper clusters of at most 4 CTAs (the swapped 4x1 ones share one tile of A among the four
+  CTAs along N, as cuBLAS's 8-CTA clusters do at M ~ 2152);
 - split-K no larger than the K tiles it splits; 16-byte alignment (N and K multiples of 8).
 """
 
@@ -115,7 +117,7 @@ def _sm90_static(config: Config) -> bool:
     schedule = p["schedule"]
     if tm not in (64, 128, 256) or tn % 16 or not 16 <= tn <= 256 or tk not in (64, 128):
         return False
-    if cm * cn > 2 or cm < 1 or cn < 1:
+    if cm * cn > 4 or cm < 1 or cn < 1:
         return False
     if schedule == "cooperative":
         if tm % 128:

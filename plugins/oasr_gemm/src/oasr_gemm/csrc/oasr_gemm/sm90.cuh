@@ -1,13 +1,15 @@
 // oasr_gemm lane sm90_wgmma: CUTLASS 3.x CollectiveBuilder kernels (TMA + wgmma) for Hopper.
 //
 // One Kernel<...> per (config, dtype), holding two CUTLASS kernels that differ only in the
-// epilogue's fusion:
-//   * Fused: a fused EVT (LinCombPerColBiasEltAct, or the per-row form when A and W are
-//     swapped): bias loaded as a broadcast row (nullptr = no bias, no load) and a run-time
-//     activation, with no C operand;
-//   * Plain: D = acc (ScaledAcc), for calls without bias and activation. The EVT's broadcast
-//     node and per-element activation switch cost registers and epilogue time even when they
-//     do nothing, which a short-K tile (4-8 main-loop steps) cannot hide.
+// epilogue (FusionOf below):
+//   * Plain, D = acc, for calls without bias and activation;
+//   * Fused, D = act(acc + bias): a three-node epilogue visitor tree (accumulator, bias
+//     broadcast along N, or along the kernel's M when A and W are swapped; a null bias reads as
+//     zeros without a load) under a run-time activation.
+// CUTLASS's own LinCombPerColBiasEltAct (act(alpha * acc + beta * C + bias)) made every kernel
+// 6-8% slower over the reference shapes on the H200, with or without a bias
+// (benchmarks/results/h200_gemm_epilogue_variants.md); the variants measured there stay
+// selectable at compile time (-DOASR_GEMM_SM90_FUSED=E) for that probe.
 // run() takes Plain when there is neither bias nor activation, unless kFlagFused asks for the
 // fused kernel (benchmarks and tests compare the two).
 // Swapped kernels compute D^T = W * A^T, so a small M becomes the kernel's N (narrow tiles)
@@ -49,17 +51,76 @@ struct EpilogueTileOf<0, 0> {
   using type = cutlass::epilogue::collective::EpilogueTileAuto;
 };
 
-// The bias + activation EVT of a (swapped or not) kernel, and the plain D = acc.
-template <class T, bool Swap>
-using FusedOp = std::conditional_t<
-    Swap, cutlass::epilogue::fusion::LinCombPerRowBiasEltAct<RuntimeAct, T, float, T, T, float>,
-    cutlass::epilogue::fusion::LinCombPerColBiasEltAct<RuntimeAct, T, float, T, T, float>>;
-template <class T>
-using PlainOp = cutlass::epilogue::fusion::ScaledAcc<T, float, float>;
+namespace fusion = cutlass::epilogue::fusion;
+constexpr auto kRound = cutlass::FloatRoundStyle::round_to_nearest;
 
-// One CUTLASS kernel: the config's tile, schedule and cluster with epilogue fusion Fusion.
+// The epilogue of one CUTLASS kernel (see the top of this file); Fused is E=1 in production.
+enum Epilogue : int { kPlain = 0, kBiasAct = 1, kLibraryBiasAct = 2, kBiasOnly = 3 };
+
+#ifndef OASR_GEMM_SM90_FUSED
+#define OASR_GEMM_SM90_FUSED kBiasAct
+#endif
+
+// The bias: a broadcast row (one value per column of D) or, swapped, a broadcast column of
+// D^T; a null pointer reads as zeros without a load.
+template <class T, bool Swap, class Tile>
+using BiasLeaf = std::conditional_t<
+    Swap, fusion::Sm90ColBroadcast<0, Tile, T, float, cute::Stride<cute::_1, cute::_0, cute::_0>>,
+    fusion::Sm90RowBroadcast<0, Tile, T, float, cute::Stride<cute::_0, cute::_1, cute::_0>>>;
+template <class T, bool Swap, class Tile>
+using AccPlusBias = fusion::Sm90EVT<fusion::Sm90Compute<cutlass::plus, float, float, kRound>,
+                                    fusion::Sm90AccFetch, BiasLeaf<T, Swap, Tile>>;
+
+template <class T, bool Swap, class Tile, int E>
+struct FusionOf;
+// D = acc.
+template <class T, bool Swap, class Tile>
+struct FusionOf<T, Swap, Tile, kPlain> {
+  using type = fusion::ScaledAcc<T, float, float>;
+  template <class A>
+  static void set(A& a, const void*, int) {
+    a.alpha = 1.f;
+  }
+};
+// D = act(acc + bias), a tree of three nodes: no alpha, beta or C.
+template <class T, bool Swap, class Tile>
+struct FusionOf<T, Swap, Tile, kBiasAct> {
+  using type = fusion::Sm90EVT<fusion::Sm90Compute<RuntimeAct, T, float, kRound>,
+                               AccPlusBias<T, Swap, Tile>>;
+  template <class A>
+  static void set(A& a, const void* bias, int act) {
+    a = {{{}, {static_cast<T const*>(bias), T(0), {}}, {}}, {act}};
+  }
+};
+// CUTLASS's D = act(alpha * acc + beta * C + bias) (kept to measure against).
+template <class T, bool Swap, class Tile>
+struct FusionOf<T, Swap, Tile, kLibraryBiasAct> {
+  using type = std::conditional_t<
+      Swap, fusion::LinCombPerRowBiasEltAct<RuntimeAct, T, float, T, T, float>,
+      fusion::LinCombPerColBiasEltAct<RuntimeAct, T, float, T, T, float>>;
+  template <class A>
+  static void set(A& a, const void* bias, int act) {
+    a.alpha = 1.f;
+    a.beta = 0.f;
+    a.bias_ptr = static_cast<T const*>(bias);
+    a.activation.kind = act;
+  }
+};
+// D = acc + bias (measurement only: ignores the activation).
+template <class T, bool Swap, class Tile>
+struct FusionOf<T, Swap, Tile, kBiasOnly> {
+  using type = fusion::Sm90EVT<
+      fusion::Sm90Compute<cutlass::epilogue::thread::Identity, T, float, kRound>,
+      AccPlusBias<T, Swap, Tile>>;
+  template <class A>
+  static void set(A& a, const void* bias, int) {
+    a = {{{}, {static_cast<T const*>(bias), T(0), {}}, {}}, {}};
+  }
+};
+
+// One CUTLASS kernel: the config's tile, schedule and cluster with epilogue E.
 template <class T, int TM, int TN, int TK, int CM, int CN, int Stages, class MainloopSchedule,
-          class EpilogueSchedule, class TileScheduler, bool Swap, int EM, int EN, class Fusion>
+          class EpilogueSchedule, class TileScheduler, bool Swap, int EM, int EN, int E>
 struct Gemm {
   using TileShape = cute::Shape<cute::Int<TM>, cute::Int<TN>, cute::Int<TK>>;
   using ClusterShape = cute::Shape<cute::Int<CM>, cute::Int<CN>, cute::_1>;
@@ -68,8 +129,9 @@ struct Gemm {
   using LayoutD =
       std::conditional_t<Swap, cutlass::layout::ColumnMajor, cutlass::layout::RowMajor>;
   static constexpr int kAlign = 8;
+  using FusionArgs = FusionOf<T, Swap, TileShape, E>;
+  using Fusion = typename FusionArgs::type;
 
-  static constexpr bool kFused = !std::is_same_v<Fusion, PlainOp<T>>;
 
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
@@ -121,13 +183,7 @@ struct Gemm {
                    {op_a, stride_a, op_b, stride_b},
                    {{}, nullptr, stride_c, static_cast<T*>(d), stride_d},
                    hw};
-    auto& fusion = args.epilogue.thread;
-    fusion.alpha = 1.f;
-    if constexpr (kFused) {
-      fusion.beta = 0.f;
-      fusion.bias_ptr = static_cast<T const*>(bias);
-      fusion.activation.kind = act;
-    }
+    FusionArgs::set(args.epilogue.thread, bias, act);
     if constexpr (kStreamK) {
       args.scheduler.splits = split;
     }
@@ -200,9 +256,9 @@ template <class T, int TM, int TN, int TK, int CM, int CN, int Stages, class Mai
           class EpilogueSchedule, class TileScheduler, bool Swap, int EM = 0, int EN = 0>
 struct Kernel {
   using Fused = Gemm<T, TM, TN, TK, CM, CN, Stages, MainloopSchedule, EpilogueSchedule,
-                     TileScheduler, Swap, EM, EN, FusedOp<T, Swap>>;
+                     TileScheduler, Swap, EM, EN, OASR_GEMM_SM90_FUSED>;
   using Plain = Gemm<T, TM, TN, TK, CM, CN, Stages, MainloopSchedule, EpilogueSchedule,
-                     TileScheduler, Swap, EM, EN, PlainOp<T>>;
+                     TileScheduler, Swap, EM, EN, kPlain>;
 
   static int64_t workspace(int64_t m, int64_t n, int64_t k, int32_t split, int64_t* sem_bytes) {
     int64_t fused = Fused::workspace(m, n, k, split, sem_bytes);
