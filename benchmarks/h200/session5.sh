@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
-# Fifth H200 session (issue 3: gemm speed). Carry .whl and .jit-h200 (libraries compiled on the
-# CPU machine: `gemm_vs_torch.py --prebuild-only --arch sm90 [--configs GLOBS]`).
+# Fifth H200 session (issue 3: gemm speed). Carry .whl and .jit-h200 or .jit-h200.tgz (the
+# libraries compiled on the CPU machine, `gemm_vs_torch.py --prebuild-only --arch sm90
+# [--configs GLOBS]`, copied from lib/ of that OASR_JIT_DIR; gzip shrinks them ~8x).
 # Results go to $OUT (at most 8 files a call).
 #   PHASE=epilogue : the plain (D = acc) against the fused bias/activation epilogue, on the
 #                    subset module (SUBSET globs), PDL off, all 98 points; then Nsight Compute
@@ -9,12 +10,13 @@
 #   PHASE=bench    : the whole-space benchmark, PDL off (kernel for kernel) and on, then the gemm
 #                    GPU tests (every sm90 config, both epilogues).
 #   PHASE=table    : the shipped gemm table rebuilt exhaustively from the Conformer censuses,
-#                    twice (determinism), scored on build a's log.
+#                    twice (determinism), scored on build a's log; then the engine example.
 set -uo pipefail
 export PYTHONUNBUFFERED=1 OASR_TUNE_USER_DB=off OASR_JIT_DIR=$PWD/.jit-h200
 [ -d /tmp/site/oasr_core ] || python3 -m pip install -q --no-index --no-deps --no-compile \
   --target /tmp/site .whl/*.whl || exit 1
 export PYTHONPATH=/tmp/site
+[ -f .jit-h200.tgz ] && { mkdir -p .jit-h200 && tar -C .jit-h200 -xzf .jit-h200.tgz || exit 1; }
 T0=$(date +%s)
 el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
 case "${PHASE:-bench}" in
@@ -64,6 +66,11 @@ table)
   python3 -m oasr_core.cli tune evaluate --log "$OUT/gemm_a.jsonl" --db a="$OUT/gemm_a.json" \
     --db b="$OUT/gemm_b.json" > "$OUT/evaluate.txt" 2>&1; head -12 "$OUT/evaluate.txt"
   gzip -9 "$OUT/gemm_b.jsonl"; rm -f "$OUT"/*.lock
+  el "engine example (prewarm, captured Conformer vs torch linears; user tier in a temp dir)"
+  env -u OASR_TUNE_USER_DB OASR_GEMM_COMPILE_SET=all timeout 200 \
+    python3 examples/engine_integration.py --budget 60 --no-system-tier \
+    > "$OUT/h200_engine_integration.txt" 2>&1
+  grep -E "prewarm:|eager|CUDA graph|max \|" "$OUT/h200_engine_integration.txt"
   el done
   ;;
 esac

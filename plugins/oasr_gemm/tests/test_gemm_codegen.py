@@ -158,3 +158,16 @@ def test_lane_jit_specs_for_oasr_tune_prebuild():
     assert lanes[cs.LANE_SM90].jit_specs("sm80", "production") == []
     with pytest.raises(ValueError):
         jit.lane_specs(cs.LANE_SM90, "sm90", "some")
+
+
+def test_subset_spec_links_the_matching_configs_with_the_whole_space_objects():
+    spec = jit.subset_spec(cs.LANE_SM90, "sm90", ["co_*_swap", "ws_64x16x128_c1x1"])
+    names = [u.name for u in spec.units]
+    assert "ws_64x16x128_c1x1" in names and "co_128x144x64_c1x1_swap" in names
+    assert all(n.startswith("co_") and n.endswith("_swap") or n == "ws_64x16x128_c1x1"
+               for n in names)
+    whole = {u.name: u for u in jit.full_spec(cs.LANE_SM90, "sm90").units}
+    assert all(u.source == whole[u.name].source for u in spec.units)
+    assert spec.name == "gemm_sm90_wgmma_subset"
+    with pytest.raises(ValueError, match="no sm90_wgmma config"):
+        jit.subset_spec(cs.LANE_SM90, "sm90", ["nothing_*"])

@@ -204,6 +204,22 @@ def test_programmatic_dependent_launch_flag(monkeypatch):
         _record_flags(cs.SM90_DEFAULT, cs.LANE_SM90)
 
 
+def test_fused_epilogue_flag_and_the_header_agree(monkeypatch):
+    """``fused=True`` sets kFlagFused beside the PDL bit; the values match common.cuh."""
+    import re
+
+    from oasr_gemm import codegen
+
+    monkeypatch.delenv(launch.PDL_ENV, raising=False)
+    assert _record_flags(cs.SM90_DEFAULT, cs.LANE_SM90, fused=True) == \
+        launch.FLAG_PDL | launch.FLAG_FUSED
+    assert _record_flags(cs.SM90_DEFAULT, cs.LANE_SM90, pdl=False, fused=True) == \
+        launch.FLAG_FUSED
+    header = (codegen.csrc_dir() / "oasr_gemm" / "common.cuh").read_text()
+    enum = dict(re.findall(r"(kFlag\w+) = (\d+)", header))
+    assert enum == {"kFlagPdl": str(launch.FLAG_PDL), "kFlagFused": str(launch.FLAG_FUSED)}
+
+
 def test_call_record_matches_the_c_layout():
     import ctypes
 
