@@ -47,7 +47,7 @@ bench)
   timeout 200 python3 benchmarks/gemm_vs_torch.py --out "$OUT/h200_gemm.md" 2>&1 \
     | grep -E "^- " | tail -10
   el "gemm GPU tests"
-  OASR_GEMM_COMPILE_SET=all OASR_TUNE_SYSTEM_DB=off timeout 240 python3 -m pytest -m gpu \
+  OASR_GEMM_COMPILE_SET=all OASR_TUNE_SYSTEM_DB=off timeout 300 python3 -m pytest -m gpu \
     plugins/oasr_gemm/tests -q -p no:cacheprovider -x 2>&1 | tee "$OUT/h200_gemm_gpu_tests.log" \
     | tail -8
   el done
