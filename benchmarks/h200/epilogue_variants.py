@@ -24,9 +24,10 @@ from __future__ import annotations
 import argparse
 import math
 import random
-import statistics
 import sys
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/gemm_vs_torch.py
 
 CONFIGS = ("ws_64x16x128_c1x1_swap", "ws_64x32x128_c1x1_swap", "ws_64x32x64_c1x1_s4",
            "ws_64x64x128_c1x1", "ws_64x128x64_c1x1_s4_e64x64", "ws_128x64x64_c1x1_s4_e64x64",
@@ -52,39 +53,6 @@ def _specs():
     return out
 
 
-def _graph(fn, calls, stream):
-    import torch
-
-    with torch.cuda.stream(stream):
-        fn()
-    stream.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for _ in range(calls):
-            fn()
-    return graph
-
-
-def _time(graphs, rounds, rng):
-    import torch
-
-    samples = {k: [] for k in graphs}
-    names = list(graphs)
-    for _ in range(rounds):
-        rng.shuffle(names)
-        events = []
-        for name in names:
-            s, e = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            s.record()
-            graphs[name].replay()
-            e.record()
-            events.append((name, s, e))
-        torch.cuda.synchronize()
-        for name, s, e in events:
-            samples[name].append(s.elapsed_time(e) * 1000.0)
-    return {k: statistics.median(v) for k, v in samples.items()}
-
-
 def main(argv: list[str] | None = None) -> int:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--prebuild-only", action="store_true")
@@ -105,6 +73,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import torch
     import torch.nn.functional as F
+    from gemm_vs_torch import _graph, _time_rounds
     from oasr_gemm import launch, numerics
     from oasr_gemm.config_space import LANE_SM90, config
     from oasr_gemm.feasibility import supports
@@ -155,7 +124,7 @@ def main(argv: list[str] | None = None) -> int:
                     key = f"{label}|{cid}"
                     graphs[key] = _graph(fn, args.calls, stream)
                     owner[key] = label
-            t = _time(graphs, args.reps, rng)
+            t = _time_rounds(graphs, args.reps, rng)
             for label, (_, act, bias) in arms_of.items():
                 base = t["torch_gelu"] if act else t["torch_bias"] if bias else t["torch"]
                 mine = {key.split("|")[1]: us for key, us in t.items() if owner.get(key) == label}

@@ -53,19 +53,8 @@ bench)
   el done
   ;;
 table)
-  export OASR_TUNE_SYSTEM_DB=off
-  C="--census benchmarks/census/conformer_offline.json"
-  C="$C --census benchmarks/census/conformer_streaming.json"
-  for run in a b; do
-    el "exhaustive build $run"
-    python3 -m oasr_core.cli tune build --family gemm $C --thin --max-points 14 --no-prune \
-      --budget-s 250 --no-progress --fresh --seed $([ $run = a ] && echo 0 || echo 1) \
-      --out "$OUT/gemm_$run.json" --log "$OUT/gemm_$run.jsonl" --checkpoint /tmp/ck_$run.jsonl \
-      2>&1 | tail -3
-  done
-  python3 -m oasr_core.cli tune evaluate --log "$OUT/gemm_a.jsonl" --db a="$OUT/gemm_a.json" \
-    --db b="$OUT/gemm_b.json" > "$OUT/evaluate.txt" 2>&1; head -12 "$OUT/evaluate.txt"
-  gzip -9 "$OUT/gemm_b.jsonl"; rm -f "$OUT"/*.lock
+  # The two exhaustive builds and their evaluation are session 4's table phase, unchanged.
+  PHASE=table bash benchmarks/h200/session4.sh
   el "engine example (prewarm, captured Conformer vs torch linears; user tier in a temp dir)"
   env -u OASR_TUNE_USER_DB OASR_GEMM_COMPILE_SET=all timeout 200 \
     python3 examples/engine_integration.py --budget 60 --no-system-tier \
