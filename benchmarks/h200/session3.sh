@@ -9,12 +9,8 @@
 #   PHASE=int8 : scaled_mm sweep of every tile vs torch, ladder fit, the shipped scaled_mm table
 #                built from the int8 Conformer census with the fitted ladder, served vs torch.
 set -uo pipefail
-export PYTHONUNBUFFERED=1 OASR_TUNE_USER_DB=off OASR_JIT_DIR=$PWD/.jit-carry
-[ -d /tmp/site/oasr_core ] || python3 -m pip install -q --no-index --no-deps --no-compile \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site
-T0=$(date +%s)
-el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+export OASR_JIT_DIR=$PWD/.jit-carry
+source "$(dirname "$0")/env.sh"
 case "${PHASE:-test}" in
 smmtest)
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv

@@ -12,12 +12,7 @@
 #                 `gemm_vs_torch.py --no-pdl --out $OUT/h200_gemm_nopdl.md`), and the engine
 #                 example (prewarm, captured Conformer vs torch linears) with PDL on and off.
 set -uo pipefail
-export PYTHONUNBUFFERED=1 OASR_TUNE_USER_DB=off OASR_JIT_DIR=$PWD/.jit-h200
-[ -d /tmp/site/oasr_core ] || python3 -m pip install -q --no-index --no-deps --no-compile \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site
-T0=$(date +%s)
-el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+source "$(dirname "$0")/env.sh"
 C="--census benchmarks/census/conformer_offline.json --census benchmarks/census/conformer_streaming.json"
 case "${PHASE:-bench}" in
 bench)

@@ -12,13 +12,7 @@
 #   PHASE=table    : the shipped gemm table rebuilt exhaustively from the Conformer censuses,
 #                    twice (determinism), scored on build a's log; then the engine example.
 set -uo pipefail
-export PYTHONUNBUFFERED=1 OASR_TUNE_USER_DB=off OASR_JIT_DIR=$PWD/.jit-h200
-[ -d /tmp/site/oasr_core ] || python3 -m pip install -q --no-index --no-deps --no-compile \
-  --target /tmp/site .whl/*.whl || exit 1
-export PYTHONPATH=/tmp/site
-[ -f .jit-h200.tgz ] && { mkdir -p .jit-h200 && tar -C .jit-h200 -xzf .jit-h200.tgz || exit 1; }
-T0=$(date +%s)
-el() { echo "[$(( $(date +%s) - T0 )) s] $*"; }
+source "$(dirname "$0")/env.sh"
 case "${PHASE:-bench}" in
 epilogue)
   nvidia-smi --query-gpu=name,driver_version,clocks.sm,power.draw --format=csv
@@ -43,13 +37,8 @@ bench)
   el "benchmark, PDL off"
   timeout 200 python3 benchmarks/gemm_vs_torch.py --no-pdl --no-eager \
     --out "$OUT/h200_gemm_nopdl.md" 2>&1 | grep -E "^- |module|failed" | tail -12
-  el "benchmark, PDL on (production launch), eager section"
-  timeout 200 python3 benchmarks/gemm_vs_torch.py --out "$OUT/h200_gemm.md" 2>&1 \
-    | grep -E "^- " | tail -10
-  el "gemm GPU tests"
-  OASR_GEMM_COMPILE_SET=all OASR_TUNE_SYSTEM_DB=off timeout 300 python3 -m pytest -m gpu \
-    plugins/oasr_gemm/tests -q -p no:cacheprovider -x 2>&1 | tee "$OUT/h200_gemm_gpu_tests.log" \
-    | tail -8
+  # The PDL benchmark with its eager section and the gemm GPU tests are session 4's bench phase.
+  PHASE=bench bash benchmarks/h200/session4.sh
   el done
   ;;
 table)
