@@ -234,14 +234,10 @@ def unusable_reason(lane: Lane, config: Config, problem: Problem | None) -> str 
 
 def _from_sentinel(fam: Family, lane: Lane | None, tier: Tier, sentinel: Sentinel,
                    problem: Problem) -> Selection:
-    lane_name = lane.name if lane is not None else None
-    if sentinel is Sentinel.DEFAULT:
-        config = lane.default if lane is not None else None
-    elif sentinel is Sentinel.HEURISTIC:
-        config = fam.sentinel_heuristic(problem, lane) if lane is not None else None
-    else:
-        config = None
-    return Selection(choice=sentinel, tier=tier, lane=lane_name, config=config)
+    from oasr_core.sentinels import sentinel_config
+
+    return Selection(choice=sentinel, tier=tier, lane=lane.name if lane is not None else None,
+                     config=sentinel_config(fam, lane, sentinel, problem))
 
 
 def _from_model(rt, fam: Family, lane: Lane, tiers, problem: Problem) -> Selection | None:

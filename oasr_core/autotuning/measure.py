@@ -26,6 +26,7 @@ import attrs
 from oasr_core.bench import ArmStatus, BenchOptions, BenchResult, Timer, bench_problem
 from oasr_core.database import signature_key
 from oasr_core.selection import unusable_reason
+from oasr_core.sentinels import choice_config, sentinel_config
 from oasr_core.shapes import bucket
 from oasr_core.types import Config, Family, Lane, Problem, Selection, Sentinel, Tier, thaw
 
@@ -69,17 +70,13 @@ def selection_of(result: Result, family: Family, lane: Lane, problem: Problem) -
     serve there (another lane, a config gone or changed, infeasible, not compiled)."""
     sentinel = Sentinel.parse(result.choice)
     if sentinel is not None:
-        if sentinel is Sentinel.HEURISTIC:
-            if family.sentinel_heuristic is None:
-                return None
-            config = family.sentinel_heuristic(problem, lane)
-        elif sentinel is Sentinel.DEFAULT:
-            config = lane.default
-        elif sentinel in family.sentinels:
-            config = None
-        else:
+        if sentinel is Sentinel.HEURISTIC and family.sentinel_heuristic is None:
             return None
-        return Selection(choice=sentinel, tier=Tier.USER, lane=lane.name, config=config)
+        if sentinel not in (Sentinel.DEFAULT, Sentinel.HEURISTIC) \
+                and sentinel not in family.sentinels:
+            return None
+        return Selection(choice=sentinel, tier=Tier.USER, lane=lane.name,
+                         config=sentinel_config(family, lane, sentinel, problem))
     if result.lane != lane.name:
         return None
     config = lane.config(result.choice)
@@ -106,14 +103,6 @@ def _failure(bench: BenchResult) -> str:
     reasons = sorted({f"{a.status.value}: {a.reason}" for a in bench.arms
                       if a.status is not ArmStatus.OK and a.reason})
     return "; ".join(reasons[:2]) or "no arm to measure"
-
-
-def _resolve_choice(family: Family, lane: Lane, choice: Any, problem: Problem) -> Any:
-    if choice is Sentinel.DEFAULT:
-        return lane.default
-    if choice is Sentinel.HEURISTIC:
-        return family.sentinel_heuristic(problem, lane)
-    return None if isinstance(choice, Sentinel) else choice
 
 
 @attrs.define
@@ -160,7 +149,7 @@ class Measurer:
                working_set_bytes: int | None) -> BenchResult:
         options = attrs.evolve(self.options or BenchOptions(), l2_bytes=timer.l2_bytes,
                                lane=lane.name, working_set_bytes=working_set_bytes,
-                               resolve=functools.partial(_resolve_choice, family, lane))
+                               resolve=functools.partial(choice_config, family, lane))
         return bench_problem(family, problem, choices, timer, options, alpha=alpha, keep=keep)
 
     def measure(self, family: Family, lane: Lane, problem: Problem, *,

@@ -41,6 +41,7 @@ from oasr_core.bench import (
 )
 from oasr_core.measurements import MeasurementLog, arm_row, latest_groups, utc_now
 from oasr_core.selection import unusable_reason
+from oasr_core.sentinels import choice_config
 from oasr_core.types import Config, Family, Lane, Sentinel
 
 from .decide import Measured
@@ -66,13 +67,9 @@ def choice_name(choice: Config | Sentinel) -> str:
 
 
 def resolve_choice(family: Family, lane: Lane, choice: Any, problem: Any) -> Any:
-    """The config of ``lane`` a choice launches at ``problem`` (None: torch, fused)."""
-    if choice is Sentinel.DEFAULT:
-        return lane.default
-    if choice is Sentinel.HEURISTIC:
-        heuristic = family.sentinel_heuristic
-        return heuristic(problem, lane) if heuristic is not None else None
-    return None if isinstance(choice, Sentinel) else choice
+    """The config of ``lane`` a choice launches at ``problem`` (None: torch, fused); see
+    :func:`oasr_core.sentinels.choice_config`."""
+    return choice_config(family, lane, choice, problem)
 
 
 def exhaustive(lane: Lane) -> bool:
