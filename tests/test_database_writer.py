@@ -269,7 +269,10 @@ def _fake_nvcc(tmp_path: Path, text: str) -> Path:
 
 
 def test_current_soft_validators_add_sku_and_nvcc_to_the_family_stamps(tmp_path, monkeypatch):
+    from oasr_core.jit import compiler
+
     home = _fake_nvcc(tmp_path, "Cuda compilation tools, release 13.0, V13.0.88")
+    monkeypatch.delenv("OASR_NVCC", raising=False)
     monkeypatch.setenv("CUDA_HOME", str(home))
     database.reset_caches()
     try:
@@ -280,8 +283,44 @@ def test_current_soft_validators_add_sku_and_nvcc_to_the_family_stamps(tmp_path,
         assert database.current_soft_validators(kit.conv_family()).keys() == {"sku", "nvcc"}
         monkeypatch.setenv("CUDA_HOME", str(tmp_path / "nowhere"))
         monkeypatch.setenv("PATH", str(tmp_path / "empty"))
+        monkeypatch.setattr(compiler, "FALLBACK_NVCC", tmp_path / "nowhere" / "nvcc")
         database.reset_caches()
         assert database.current_soft_validators(kit.conv_family())["nvcc"] is None
+    finally:
+        database.reset_caches()
+
+
+def _nvcc_on_path(folder: Path, build: str) -> Path:
+    folder.mkdir(parents=True)
+    nvcc = folder / "nvcc"
+    nvcc.write_text("#!/bin/sh\nprintf '%s\\n' "
+                    f"'Cuda compilation tools, release 12.8, V{build}' 'Build cuda_x'\n")
+    nvcc.chmod(0o755)
+    return nvcc
+
+
+def test_the_nvcc_stamp_names_the_compiler_the_jit_builds_with(tmp_path, monkeypatch):
+    """One discovery for both: a fake nvcc on PATH is stamped, and ``OASR_NVCC`` wins over
+    PATH and ``CUDA_HOME`` for the stamp exactly as it does for the JIT's builds."""
+    from oasr_core.jit import compiler
+
+    on_path = _nvcc_on_path(tmp_path / "bin", "12.8.61")
+    chosen = _nvcc_on_path(tmp_path / "chosen", "12.8.93")
+    home = _fake_nvcc(tmp_path, "Cuda compilation tools, release 13.0, V13.0.88")
+    monkeypatch.delenv("OASR_NVCC", raising=False)
+    monkeypatch.delenv("CUDA_HOME", raising=False)
+    monkeypatch.delenv("CUDA_PATH", raising=False)
+    monkeypatch.setenv("PATH", str(on_path.parent))
+    database.reset_caches()
+    try:
+        assert compiler.toolchain().nvcc == on_path
+        assert database.nvcc_version() == "12.8.61"
+        monkeypatch.setenv("CUDA_HOME", str(home))
+        monkeypatch.setenv("OASR_NVCC", str(chosen))
+        assert compiler.toolchain().nvcc == chosen
+        assert database.current_soft_validators(kit.conv_family())["nvcc"] == "12.8.93"
+        monkeypatch.delenv("OASR_NVCC")
+        assert database.nvcc_version() == "13.0.88"
     finally:
         database.reset_caches()
 

@@ -11,12 +11,7 @@ from __future__ import annotations
 
 import functools
 import json
-import os
-import re
-import shutil
-import subprocess
 from collections.abc import Mapping
-from pathlib import Path
 from typing import Any
 
 from oasr_core.errors import PluginError
@@ -27,9 +22,6 @@ from .schema import TuningFile
 
 WILDCARD = "*"
 """A stamped value that matches anything."""
-
-_NVCC_RE = re.compile(r"release\s+([0-9.]+)(?:,\s*V([0-9.]+))?")
-
 
 @functools.cache
 def current_sku() -> dict[str, Any] | None:
@@ -45,36 +37,26 @@ def current_sku() -> dict[str, Any] | None:
             "l2": getattr(props, "L2_cache_size", None)}
 
 
-def _nvcc_path() -> str | None:
-    cuda_home = os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH")
-    if cuda_home:
-        candidate = Path(cuda_home) / "bin" / "nvcc"
-        if candidate.is_file():
-            return str(candidate)
-    return shutil.which("nvcc")
-
-
-@functools.cache
 def nvcc_version() -> str | None:
-    """The nvcc build version (``13.0.88``) via ``CUDA_HOME`` or ``PATH``; None if absent."""
-    nvcc = _nvcc_path()
-    if nvcc is None:
-        return None
+    """The build version (``13.0.88``) of the nvcc the JIT compiles with, found as
+    :func:`oasr_core.jit.compiler.toolchain` finds it (``OASR_NVCC``, ``CUDA_HOME``, ``PATH``,
+    ``/usr/local/cuda``); None when there is none. The toolchain caches it per process for
+    the current values of those variables."""
+    from oasr_core.errors import ToolchainError
+    from oasr_core.jit.compiler import toolchain
+
     try:
-        result = subprocess.run([nvcc, "--version"], capture_output=True, text=True,
-                                timeout=60, check=True)
-    except (OSError, subprocess.SubprocessError):
+        return toolchain().build_version
+    except ToolchainError:
         return None
-    match = _NVCC_RE.search(result.stdout)
-    if match is None:
-        return None
-    return match.group(2) or match.group(1)
 
 
 def reset_caches() -> None:
     """Forget the cached SKU and nvcc version (a new epoch may see a new toolchain)."""
+    from oasr_core.jit.compiler import clear_toolchain_cache
+
     current_sku.cache_clear()
-    nvcc_version.cache_clear()
+    clear_toolchain_cache()
 
 
 def current_soft_validators(family: Family) -> dict[str, Any]:

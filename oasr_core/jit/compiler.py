@@ -97,6 +97,16 @@ class Toolchain:
     release: str
     """The CUDA release, e.g. ``13.0``."""
 
+    @property
+    def build_version(self) -> str:
+        """The compiler's full version (``13.0.88``, from ``V13.0.88``), else the release.
+
+        This is the ``nvcc`` soft stamp of tuning files, so the stamp names the compiler that
+        built the kernels (:func:`toolchain`'s precedence, ``OASR_NVCC`` first).
+        """
+        match = re.search(r"release\s+[0-9.]+,\s*V([0-9.]+)", self.version)
+        return match[1] if match else self.release
+
     def supported_archs(self) -> tuple[str, ...]:
         """The base archs this nvcc compiles for (``--list-gpu-arch``): ``("75", "80", ...)``."""
         return _list_archs(str(self.nvcc))
@@ -151,6 +161,13 @@ def _toolchain(override: str | None, cuda_home: str | None, path: str) -> Toolch
             f"{(proc.stdout + proc.stderr).strip()[-300:]!r}); {_NVCC_HINT}"
         )
     return Toolchain(nvcc=nvcc, version="; ".join(lines), release=release[1])
+
+
+def clear_toolchain_cache() -> None:
+    """Forget every nvcc found and probed (a new epoch may see a new toolchain)."""
+    _toolchain.cache_clear()
+    _list_archs.cache_clear()
+    _arch_accepted.cache_clear()
 
 
 def _find_nvcc(override: str | None, cuda_home: str | None, path: str) -> Path:
