@@ -17,7 +17,6 @@ data sheet peaks. Nothing here imports torch until :meth:`measure` or :meth:`que
 from __future__ import annotations
 
 import json
-import os
 import re
 import statistics
 import time
@@ -241,10 +240,9 @@ def _read_cache(path: Path, queried: Mapping[str, Any]) -> ArchProfile | None:
 
 
 def _write_cache(path: Path, profile: ArchProfile) -> None:
-    path.parent.mkdir(parents=True, exist_ok=True)
-    tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
-    tmp.write_text(json.dumps(profile.to_json(), indent=1, sort_keys=True) + "\n")
-    os.replace(tmp, path)
+    from oasr_core.files import atomic_write
+
+    atomic_write(path, json.dumps(profile.to_json(), indent=1, sort_keys=True) + "\n")
 
 
 def _query(device: Any) -> dict[str, Any]:

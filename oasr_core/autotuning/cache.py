@@ -38,11 +38,9 @@ Version 1 migrates straight to 3: version 2 has no place for the shape version 1
 
 from __future__ import annotations
 
-import datetime
 import enum
 import functools
 import os
-import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Iterator, Mapping
 from pathlib import Path
@@ -53,6 +51,7 @@ import cattrs
 import filelock
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
+from oasr_core import files
 from oasr_core.database import parse_signature_key
 from oasr_core.database.codec import parse_text
 from oasr_core.database.schema import canonical_json
@@ -383,9 +382,7 @@ def load_cache(path: str | os.PathLike[str], arch: str) -> CacheFile:
 
 
 def _move_aside(path: Path, reason: str) -> Path:
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
-    os.rename(path, aside)
+    aside = files.move_aside(path)
     warnings.warn(f"oasr: {reason}; moved it aside to {aside.name} and started a fresh cache",
                   AutotuneWarning, stacklevel=4)
     return aside
@@ -401,25 +398,6 @@ def _reread(path: Path, arch: str) -> CacheFile | None:
     except CacheFileError as exc:
         _move_aside(path, str(exc))
         return None
-
-
-def _sweep_temps(path: Path) -> None:
-    # Under the lock no live writer owns a temp file of this path: these are a killed one's.
-    for leftover in path.parent.glob(f".{path.name}.*.tmp"):
-        leftover.unlink(missing_ok=True)
-
-
-def _replace(path: Path, text: str) -> None:
-    fd, tmp = tempfile.mkstemp(prefix=f".{path.name}.", suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def write_cache(path: str | os.PathLike[str], *, arch: str, results: Iterable[Result],
@@ -438,12 +416,12 @@ def write_cache(path: str | os.PathLike[str], *, arch: str, results: Iterable[Re
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = filelock.FileLock(str(path) + ".lock", timeout=lock_timeout)
         with lock.acquire(poll_interval=_LOCK_POLL_S):
-            _sweep_temps(path)
+            files.sweep_temps(path)
             current = _reread(path, arch)
             merged = {r.identity: r for r in (current.results if current else ())}
             merged.update((r.identity, r) for r in ours)
             cache = CacheFile(arch=arch, results=tuple(merged.values()))
-            _replace(path, dumps(cache))
+            files.atomic_write(path, dumps(cache))
     except filelock.Timeout:
         raise CacheFileError(f"{path}: another writer has held its lock for over "
                              f"{lock_timeout:g} s; is an oasr process stuck?") from None

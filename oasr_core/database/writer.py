@@ -11,10 +11,8 @@ the merge and the write, never while measuring.
 
 from __future__ import annotations
 
-import datetime
 import enum
 import os
-import tempfile
 import warnings
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from pathlib import Path
@@ -23,6 +21,7 @@ from typing import Any, Literal
 import attrs
 import filelock
 
+from oasr_core import files
 from oasr_core.errors import DatabaseError, OasrWarning
 from oasr_core.serialization import Invalid, check_json
 from oasr_core.types import Config, Family, Lane, freeze, thaw
@@ -131,13 +130,7 @@ def _merge(current: TuningFile | None, *, family: Family, arch: str, lane: str,
 
 
 def _move_aside(path: Path, reason: str) -> Path:
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
-    n = 1
-    while aside.exists():
-        aside = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
-        n += 1
-    os.rename(path, aside)
+    aside = files.move_aside(path)
     warnings.warn(f"{reason}; moved it aside to {aside.name} and started a fresh file",
                   TuningDatabaseWarning, stacklevel=4)
     return aside
@@ -165,36 +158,6 @@ def _reread(path: Path, *, family: Family, arch: str, lane: str) -> TuningFile |
         _move_aside(path, str(exc))
         return None
     return current
-
-
-def _temp_prefix(path: Path) -> str:
-    return f".{path.name}."
-
-
-def _sweep_temps(path: Path) -> None:
-    # Under the lock no live writer owns a temp file of this path: these are a killed one's.
-    prefix = _temp_prefix(path)
-    for leftover in path.parent.iterdir():
-        if leftover.name.startswith(prefix) and leftover.name.endswith(".tmp"):
-            try:
-                leftover.unlink()
-            except OSError:
-                pass
-
-
-def _replace(path: Path, text: str) -> None:
-    mode = path.stat().st_mode & 0o777 if path.exists() else 0o644
-    fd, tmp = tempfile.mkstemp(prefix=_temp_prefix(path), suffix=".tmp", dir=path.parent)
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 def _check_arguments(family: Family, lane: str | Lane,
@@ -248,7 +211,7 @@ def write_entries(path: str | os.PathLike[str], *, family: Family, arch: str,
         path.parent.mkdir(parents=True, exist_ok=True)
         lock = filelock.FileLock(str(path) + ".lock", timeout=lock_timeout)
         with lock.acquire(poll_interval=_LOCK_POLL_S):
-            _sweep_temps(path)
+            files.sweep_temps(path)
             current = None if fresh else _reread(path, family=family, arch=arch,
                                                  lane=lane_name)
             new = _merge(current, family=family, arch=arch, lane=lane_name, changes=entries,
@@ -256,7 +219,7 @@ def write_entries(path: str | os.PathLike[str], *, family: Family, arch: str,
                          coverage_basis=coverage_basis, model=model)
             check_tuning_file(new, family=family, arch=arch, lanes=None, origin=str(path),
                               keys=None if current is None else entries.keys())
-            _replace(path, new.dumps())
+            files.atomic_write(path, new.dumps())
     except filelock.Timeout:
         raise DatabaseError(f"{path}: another writer has held its lock for over "
                             f"{lock_timeout:g} s; is an oasr process stuck?") from None

@@ -20,13 +20,13 @@ from __future__ import annotations
 import contextlib
 import json
 import os
-import tempfile
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
 
 import filelock
 
+from oasr_core import files
 from oasr_core.errors import JitBuildError
 
 LOCK_TIMEOUT_S = 1800.0
@@ -78,26 +78,12 @@ def manifest_path(root: Path, name: str, key: str) -> Path:
 
 
 def atomic_write(path: Path, data: bytes | str, *, mode: int = 0o644) -> None:
-    """Write ``data`` to ``path`` through a temporary file and ``os.replace``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
-    try:
-        with os.fdopen(fd, "wb") as f:
-            f.write(data.encode() if isinstance(data, str) else data)
-        os.chmod(tmp, mode)
-        os.replace(tmp, path)
-    except BaseException:
-        with contextlib.suppress(OSError):
-            os.unlink(tmp)
-        raise
+    """Write ``data`` to ``path`` atomically (:func:`oasr_core.files.atomic_write`; no fsync:
+    a lost cache file is rebuilt)."""
+    files.atomic_write(path, data, mode=mode, fsync=False)
 
 
-def temp_path(final: Path) -> Path:
-    """A fresh, empty file beside ``final`` for a tool to write; move it with ``os.replace``."""
-    final.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=f".{final.name}.", suffix=final.suffix)
-    os.close(fd)
-    return Path(tmp)
+temp_path = files.temp_beside
 
 
 def write_json(path: Path, document: dict[str, Any]) -> None:

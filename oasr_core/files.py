@@ -1,0 +1,98 @@
+"""Atomic file replacement, the one way oasr writes a file that others read while it runs.
+
+Tuning files, autotune caches, JIT sources and manifests, and ArchProfile caches are read by
+other processes (or a GPU machine the directory was copied to) while a writer replaces them.
+:func:`atomic_write` writes a temporary file in the target's own directory (``.<name>.*.tmp``,
+so ``os.replace`` never crosses a file system), optionally fsyncs it, and replaces the target:
+a reader sees the old file or the new one, never a torn one, even when the writer is killed.
+A killed writer can leave its temporary behind; a writer that holds the target's lock removes
+them with :func:`sweep_temps`.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime
+import os
+import tempfile
+from pathlib import Path
+
+TEMP_SUFFIX = ".tmp"
+
+
+def temp_prefix(path: Path) -> str:
+    """The name prefix of ``path``'s temporary files (``.<name>.``)."""
+    return f".{path.name}."
+
+
+def atomic_write(path: str | os.PathLike[str], data: bytes | str, *, mode: int | None = None,
+                 fsync: bool = True) -> None:
+    """Replace ``path`` with ``data`` (text is written as UTF-8) atomically.
+
+    ``mode`` defaults to the replaced file's permissions, or ``0o644`` for a new file.
+    ``fsync`` makes the new content durable before the rename (files that must survive a
+    crash: tuning files, caches); scratch a build can redo skips it. Parent directories are
+    created. The temporary file is removed when anything fails.
+    """
+    path = Path(path)
+    path.parent.mkdir(parents=True, exist_ok=True)
+    if mode is None:
+        try:
+            mode = path.stat().st_mode & 0o777
+        except FileNotFoundError:
+            mode = 0o644
+    fd, tmp = tempfile.mkstemp(prefix=temp_prefix(path), suffix=TEMP_SUFFIX, dir=path.parent)
+    try:
+        with os.fdopen(fd, "wb") as handle:
+            handle.write(data.encode("utf-8") if isinstance(data, str) else data)
+            if fsync:
+                handle.flush()
+                os.fsync(handle.fileno())
+        os.chmod(tmp, mode)
+        os.replace(tmp, path)
+    except BaseException:
+        with contextlib.suppress(OSError):
+            os.unlink(tmp)
+        raise
+
+
+def sweep_temps(path: str | os.PathLike[str]) -> None:
+    """Remove temporary files a killed :func:`atomic_write` of ``path`` left behind.
+
+    Call it only while holding ``path``'s lock: then no live writer owns one of them.
+    """
+    path = Path(path)
+    prefix = temp_prefix(path)
+    try:
+        leftovers = [p for p in path.parent.iterdir()
+                     if p.name.startswith(prefix) and p.name.endswith(TEMP_SUFFIX)]
+    except FileNotFoundError:
+        return
+    for leftover in leftovers:
+        with contextlib.suppress(OSError):
+            leftover.unlink()
+
+
+def temp_beside(final: str | os.PathLike[str]) -> Path:
+    """A fresh, empty file beside ``final``, with its suffix (tools such as nvcc judge a file
+    by it), for a tool to write; move it onto ``final`` with ``os.replace`` once the tool
+    succeeded."""
+    final = Path(final)
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=final.parent, prefix=temp_prefix(final), suffix=final.suffix)
+    os.close(fd)
+    return Path(tmp)
+
+
+def move_aside(path: str | os.PathLike[str]) -> Path:
+    """Rename an unreadable ``path`` to ``<name>.corrupt-<UTC time>`` (never over another such
+    file) so a writer can start afresh without losing it; returns the new path."""
+    path = Path(path)
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+    n = 1
+    while aside.exists():
+        aside = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+        n += 1
+    os.rename(path, aside)
+    return aside
