@@ -144,7 +144,7 @@ def test_json_round_trip_and_canonical_text(tmp_path):
     tf = _file(model={"gemm": {"a": 1.5}}, coverage_basis=(C,), provenance={"tool": "t"})
     assert database.TuningFile.from_json(tf.to_json()) == tf
     doc = tf.to_json()
-    assert doc["schema_version"] == database.SCHEMA_VERSION == 1
+    assert doc["schema_version"] == database.SCHEMA_VERSION == 2
     assert doc["configs"][A] == {"lane": "sm90_wgmma", "tile": [32, 64, 64], "stages": 3}
     assert doc["entries"][KEY]["regions"] == [[512, A], [2152, B], [None, "torch"]]
     text = tf.dumps()
@@ -223,7 +223,7 @@ def test_sentinels_the_family_allows_load(tmp_path):
 
 def test_a_newer_schema_is_refused_clearly(tmp_path):
     doc = _doc()
-    doc["schema_version"] = 2
+    doc["schema_version"] = database.SCHEMA_VERSION + 1
     with pytest.raises(database.SchemaTooNewError, match="newer oasr.*upgrade"):
         kit.load(_write_doc(tmp_path, doc))
 
@@ -248,31 +248,42 @@ def test_no_version_at_all(tmp_path):
         kit.load(_write_doc(tmp_path, doc))
 
 
-def test_the_migration_chain_runs_each_step_in_order(monkeypatch):
-    monkeypatch.setattr(migrations, "SCHEMA_VERSION", 3)
+def test_the_migration_chain_runs_each_step_in_order():
+    from oasr_core.versions import Step
+
     steps = []
 
-    def v1_to_v2(raw):
-        steps.append(1)
-        return {**raw, "notes_v2": True}
+    def v2_to_v3(raw, origin):
+        steps.append((2, origin))
+        return {**raw, "notes_v3": True}
 
-    def v2_to_v3(raw):
-        steps.append(2)
-        return {k: v for k, v in raw.items() if k != "notes_v2"}
+    def v3_to_v4(raw, origin):
+        steps.append((3, origin))
+        return {k: v for k, v in raw.items() if k != "notes_v3"}
 
-    monkeypatch.setitem(migrations.MIGRATIONS, 1, v1_to_v2)
+    chain = migrations.MIGRATIONS.with_current(4).register(Step(2, 3, v2_to_v3))
     doc = _doc()
-    with pytest.raises(DatabaseError, match="schema_version 2 has no migration to 3"):
-        migrations.migrate(copy.deepcopy(doc), "f.json")
-    monkeypatch.setitem(migrations.MIGRATIONS, 2, v2_to_v3)
+    with pytest.raises(DatabaseError, match="schema_version 3 has no migration to 4"):
+        migrations.migrate(copy.deepcopy(doc), "f.json", chain)
+    chain = chain.register(Step(3, 4, v3_to_v4))
     steps.clear()
-    out = migrations.migrate(copy.deepcopy(doc), "f.json")
-    assert steps == [1, 2] and "schema_version" not in out
-    doc["schema_version"] = 3
-    assert migrations.migrate(doc, "f.json") == out
+    out = migrations.migrate(copy.deepcopy(doc), "f.json", chain)
+    assert steps == [(2, "f.json"), (3, "f.json")] and "schema_version" not in out
     doc["schema_version"] = 4
-    with pytest.raises(database.SchemaTooNewError, match="reads up to 3"):
-        migrations.migrate(doc, "f.json")
+    assert migrations.migrate(doc, "f.json", chain) == out
+    doc["schema_version"] = 5
+    with pytest.raises(database.SchemaTooNewError, match="reads up to 4"):
+        migrations.migrate(doc, "f.json", chain)
+
+
+def test_a_version_1_file_loads_with_its_sentinels_unstamped(tmp_path):
+    doc = _doc()
+    doc["schema_version"] = 1
+    doc["entries"][KEY]["regions"] = [[128, "default"], [None, "torch"]]
+    tf = kit.load(_write_doc(tmp_path, doc))
+    assert tf.lookup(KEY, 100) == Sentinel.DEFAULT.value
+    assert "default" not in tf.entry_soft(KEY)
+    assert tf.to_json()["schema_version"] == database.SCHEMA_VERSION == 2
 
 
 def test_original_oasr_files_migrate_from_version_0(tmp_path):

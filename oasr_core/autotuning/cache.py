@@ -23,7 +23,7 @@ measured under; a difference from this process's is warned about, never refused.
 
 The arch is the hard validator: a file of another arch family is neither loaded nor written.
 
-Older versions migrate on the raw mapping before structuring (STYLE 16):
+Older versions migrate on the raw mapping before structuring:
 
 - **1** ``{"schema_version": 1, "arch": ..., "configs": {id: {"lane": ..., ...}},
   "results": {"<key>|M=<m>": "<choice>"}}``: exact shapes. Each becomes a result measured at
@@ -42,7 +42,7 @@ import enum
 import functools
 import os
 import warnings
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
 from typing import Any
 
@@ -65,6 +65,7 @@ from oasr_core.serialization import (
 )
 from oasr_core.shapes import bucket
 from oasr_core.types import ARCH_RE, Sentinel, freeze, thaw
+from oasr_core.versions import Migrations, Step
 
 CACHE_SCHEMA_VERSION = 3
 """The ``schema_version`` this code writes."""
@@ -298,9 +299,11 @@ def _migrate_v2_to_v3(raw: dict[str, Any], origin: str) -> dict[str, Any]:
     return {"schema_version": 3, "kind": KIND, "arch": raw.get("arch"), "results": out}
 
 
-MIGRATIONS: Mapping[int, Callable[[dict[str, Any], str], dict[str, Any]]] = {
-    1: _migrate_v1_to_v3, 2: _migrate_v2_to_v3}
-"""Raw-document migrations to the current version, by the version they read."""
+MIGRATIONS = Migrations(kind="autotune cache", current=CACHE_SCHEMA_VERSION,
+                        steps=(Step(1, 3, _migrate_v1_to_v3), Step(2, 3, _migrate_v2_to_v3)),
+                        error=CacheFileError, too_new=CacheTooNewError,
+                        hint="upgrade oasr or use another cache")
+"""Raw-document migrations to the current version (:mod:`oasr_core.versions`)."""
 
 
 # ---------------------------------------------------------------------------- codec
@@ -324,12 +327,7 @@ def decode(raw: Any, *, origin: str) -> CacheFile:
     version = raw.get("schema_version")
     if type(version) is not int or version < 1:
         raise CacheFileError(f"{origin}: no valid schema_version; not an oasr autotune cache")
-    if version > CACHE_SCHEMA_VERSION:
-        raise CacheTooNewError(f"{origin}: autotune cache schema_version {version} was written "
-                               f"by a newer oasr (this one reads up to "
-                               f"{CACHE_SCHEMA_VERSION}); upgrade oasr or use another cache")
-    doc = MIGRATIONS[version](raw, origin) if version < CACHE_SCHEMA_VERSION else dict(raw)
-    doc.pop("schema_version")
+    doc = MIGRATIONS.migrate(raw, version, origin)
     try:
         return _converter().structure(doc, CacheFile)
     except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:

@@ -1,25 +1,34 @@
-"""The migration chain of tuning files, run on the raw mapping before structuring (STYLE 16).
+"""The migration chain of tuning files, run on the raw mapping before structuring.
 
-Each step ``_migrate_vN_to_vN1(raw) -> raw`` rewrites one version's document into the next
-one's; :func:`migrate` runs every step from the document's version up to
-:data:`~oasr_core.database.schema.SCHEMA_VERSION`. A document newer than this code is refused
-with :class:`SchemaTooNewError`, which writers honour by not touching the file.
+The steps are registered in :data:`MIGRATIONS`, an :class:`oasr_core.versions.Migrations`
+(the mechanism every versioned oasr document uses); :func:`migrate` runs every step from the
+document's version up to :data:`~oasr_core.database.schema.SCHEMA_VERSION`. A document newer
+than this code is refused with :class:`SchemaTooNewError`, which writers honour by not
+touching the file.
 
 Versions:
 
 - **0**: the original OASR tuning file (top-level ``"schema": 2``). Arch family is an int
   (``120``), validators carry a ``hard`` section, sentinel choices are configs of kind
   ``default``/``torch``/``fused``, entries may hold an unused ``valid_m`` envelope.
-- **1**: this package's format (see :mod:`oasr_core.database.schema`).
+- **1**: this package's format, sentinels unstamped: a ``default`` region meant whatever the
+  serving process's lane default was.
+- **2**: the soft stamp may say what the sentinels meant when the entries were measured
+  (``default``: the file lane's default config id; a family's own stamps such as
+  ``heuristic``), and a ``default`` region means the file lane's stamped default (see
+  :mod:`oasr_core.sentinels`). A version-1 file has no such stamp, so its ``default`` means
+  the file lane's current default: the step only changes the version, and it is there so
+  that an oasr reading up to version 1 refuses a version-2 file instead of serving its
+  ``default`` regions with another kernel than the one measured.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
 from typing import Any
 
 from oasr_core.errors import DatabaseError
 from oasr_core.types import Sentinel
+from oasr_core.versions import Migrations, Step
 
 from .schema import SCHEMA_VERSION
 
@@ -55,7 +64,7 @@ def _sentinel_kind(params: Any) -> str | None:
     return None
 
 
-def _migrate_v0_to_v1(raw: dict[str, Any]) -> dict[str, Any]:
+def _migrate_v0_to_v1(raw: dict[str, Any], _origin: str) -> dict[str, Any]:
     """OASR schema 2 -> 1: sm ints become ``smNN``, sentinel configs become sentinel names."""
     doc = {k: v for k, v in raw.items() if k != "schema"}
     arch = doc.get("arch")
@@ -106,27 +115,23 @@ def _migrate_v0_to_v1(raw: dict[str, Any]) -> dict[str, Any]:
     return doc
 
 
-MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {0: _migrate_v0_to_v1}
-"""Step from version N to N+1, keyed by N; one per version below SCHEMA_VERSION."""
+def _migrate_v1_to_v2(raw: dict[str, Any], _origin: str) -> dict[str, Any]:
+    """1 -> 2: no sentinel stamp is known for a version-1 file, so none is added (its
+    ``default`` keeps meaning the file lane's current default)."""
+    return {**raw, "schema_version": 2}
 
 
-def migrate(raw: dict[str, Any], origin: str) -> dict[str, Any]:
+MIGRATIONS = Migrations(kind="tuning file", current=SCHEMA_VERSION,
+                        steps=(Step(0, 1, _migrate_v0_to_v1), Step(1, 2, _migrate_v1_to_v2)),
+                        error=DatabaseError, too_new=SchemaTooNewError, hint="upgrade oasr-core")
+"""The tuning file's steps, one per version below SCHEMA_VERSION."""
+
+
+def migrate(raw: dict[str, Any], origin: str,
+            migrations: Migrations | None = None) -> dict[str, Any]:
     """``raw`` rewritten to the current schema, without its ``schema_version`` key.
 
     Raises :class:`SchemaTooNewError` for a newer document and ``DatabaseError`` for one
-    with no usable version.
+    with no usable version. ``migrations`` defaults to :data:`MIGRATIONS`.
     """
-    version = document_version(raw, origin)
-    if version > SCHEMA_VERSION:
-        raise SchemaTooNewError(
-            f"{origin}: schema_version {version} was written by a newer oasr (this one reads "
-            f"up to {SCHEMA_VERSION}); upgrade oasr-core")
-    doc = raw
-    while version < SCHEMA_VERSION:
-        step = MIGRATIONS.get(version)
-        if step is None:
-            raise DatabaseError(f"{origin}: schema_version {version} has no migration to "
-                                f"{version + 1}; rebuild the file")
-        doc = step(doc)
-        version += 1
-    return {k: v for k, v in doc.items() if k != "schema_version"}
+    return (migrations or MIGRATIONS).migrate(raw, document_version(raw, origin), origin)

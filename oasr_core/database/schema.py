@@ -1,11 +1,12 @@
 """The records of a tuning file: :class:`TuningFile`, :class:`Entry` and their parts.
 
 A tuning file holds the measured choices of one kernel family on one arch family. Its JSON
-form (``schema_version`` 1) is::
+form (``schema_version`` 2) is::
 
-    {"schema_version": 1, "family": "gemm", "family_schema_version": 1,
+    {"schema_version": 2, "family": "gemm", "family_schema_version": 1,
      "arch": {"family": "sm90", "lane": "sm90_wgmma"},
-     "validators": {"soft": {"impl_hash": "...", "sku": {...}, "nvcc": "13.0.88"}},
+     "validators": {"soft": {"impl_hash": "...", "sku": {...}, "nvcc": "13.0.88",
+                             "default": "<the lane's default config id>"}},
      "provenance": {...}, "configs": {"<id>": {"lane": "sm90_wgmma", ...params}},
      "coverage_basis": ["<id>", ...], "model": {...},            # model: optional
      "entries": {"gemm|op=gemm|dt=half|N=512|K=256": {
@@ -33,8 +34,9 @@ import attrs
 from oasr_core.serialization import Invalid, JsonObject, JsonValue, check_json
 from oasr_core.types import ARCH_RE, NAME_RE, Config, Sentinel, freeze, thaw
 
-SCHEMA_VERSION = 1
-"""The ``schema_version`` this code writes; older versions are migrated on load."""
+SCHEMA_VERSION = 2
+"""The ``schema_version`` this code writes; older versions are migrated on load
+(:mod:`oasr_core.database.migrations` says what each changed)."""
 
 
 class Source(enum.Enum):
