@@ -98,7 +98,7 @@ class NvMMH:
             _, _, n, k = point.signature
             by_key: dict[tuple, list[str]] = defaultdict(list)
             order = sorted(point.features.items(), key=lambda kv: (
-                _SCHEDULE_ORDER.get(kv[1].schedule, 3), kv[1].stream_k, kv[1].split_k, kv[0]))
+                _SCHEDULE_ORDER.get(kv[1].kind, 3), kv[1].stream_k, kv[1].split_k, kv[0]))
             for cid, f in order:
                 if not f.swap_ab:
                     by_key[self._feature_key(f, exact)].append(cid)
@@ -160,7 +160,7 @@ def _section(lane: str, raw_rows: list[dict], args, profile: ArchProfile) -> lis
              f"default `{default_id}`, profile `{profile.sku}` ({profile.source}).", ""]
     extra, nvmmh = {}, None
     if args.nvmmh:
-        cutlass2 = any(r.features is not None and r.features.schedule == "mma_sync" for r in rows)
+        cutlass2 = any(r.features is not None and r.features.sync_mma for r in rows)
         try:
             nvmmh = NvMMH(args.nvmmh_gpu or NVMMH_GPU.get(profile.arch, "H200_SXM"),
                           args.nvmmh_count, cutlass2)
@@ -216,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
     if args.synthetic:
         from oasr_core.cost_model.synthetic import DEFAULT, synthetic_log
 
-        raw_rows = list(synthetic_log())
+        raw_rows = list(synthetic_log(family="gemm", op="gemm"))
         args.default = args.default or [DEFAULT]
         source = "synthetic log (oasr_core.cost_model.synthetic: tests the machinery only)"
     else:

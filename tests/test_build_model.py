@@ -23,8 +23,8 @@ PROFILE = ArchProfile.synthetic("sm90")
 
 def features(config):
     p = config.params
-    return {"tile": [128, p["tile_n"], p["tile_k"]], "schedule": "mma_sync", "warps": 4,
-            "stages": p["stages"], "split_k": p["split_k"]}
+    return {"tile": [128, p["tile_n"], p["tile_k"]], "kind": "mma_sync", "sync_mma": True,
+            "warps": 4, "stages": p["stages"], "split_k": p["split_k"]}
 
 
 LANE = attrs.evolve(fake_lane_record(), cost_features=features)

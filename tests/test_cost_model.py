@@ -44,8 +44,13 @@ ROUND = dict(sku="round", sms=100, regs_per_sm=65536, max_threads_per_sm=2048,
 3e5 B/us for a lone SM (sm_feed_cap 3); DRAM 1e6 B/us; one graph node 1 us."""
 SM80 = ArchProfile(arch="sm80", smem_per_block=166912, smem_per_sm=167936, **ROUND)
 SM90 = ArchProfile(arch="sm90", smem_per_block=232448, smem_per_sm=233472, **ROUND)
-MMA = CostFeatures(tile_m=64, tile_n=64, tile_k=64, schedule="mma_sync", stages=3, warps=4)
-COOP = CostFeatures(tile_m=128, tile_n=128, tile_k=64, schedule="cooperative")
+WS = {"kind": "ws", "warps": 8, "producer_warps": 4, "epilogue_smem": True, "fp32_partials": True}
+"""A warp-specialized kernel: one producer and one consumer warpgroup (CUTLASS 3.x's ws)."""
+PP = {**WS, "kind": "pingpong", "warps": 12, "persistent": True, "tiles_in_flight": 2}
+COOP_KIND = {**WS, "kind": "cooperative", "warps": 12, "persistent": True}
+MMA = CostFeatures(tile_m=64, tile_n=64, tile_k=64, kind="mma_sync", sync_mma=True, stages=3,
+                   warps=4)
+COOP = CostFeatures(tile_m=128, tile_n=128, tile_k=64, **COOP_KIND)
 
 
 def test_tile_cost_by_hand():
@@ -132,12 +137,18 @@ def test_memory_floor_and_unrunnable_configs():
 def test_features_contract():
     f = CostFeatures.from_mapping({"tile": [128, 64, 32], "warp": [64, 32, 32], "stages": 3,
                                    "unit": "ignored"})
-    assert (f.warps, f.schedule, f.split_k, f.threads) == (4, "mma_sync", 1, 128)
-    g = CostFeatures.from_mapping({"tile": (128, 128, 64), "schedule": "pingpong",
-                                   "cluster": [1, 2]})
-    assert (g.threads, g.persistent, g.cluster_n, g.group) == (384, True, 2, "pingpong_dp")
+    assert (f.warps, f.kind, f.split_k, f.threads, f.persistent) == (4, "tiled", 1, 128, False)
+    assert f.accumulating_threads == 128 and not f.sync_mma and f.group == "tiled_dp"
+    g = CostFeatures.from_mapping({"tile": (128, 128, 64), **PP, "cluster": [1, 2]})
+    assert (g.threads, g.accumulating_threads, g.persistent, g.tiles_in_flight) == \
+        (384, 256, True, 2)
+    assert (g.cluster_n, g.group) == (2, "pingpong_dp")
     for bad, match in (({}, "tile"), ({"tile": [1, 2]}, "tile"),
-                       ({"tile": [64, 64, 64], "schedule": "magic"}, "schedule"),
+                       ({"tile": [64, 64, 64], "kind": "Magic Kernel"}, "kind"),
+                       ({"tile": [64, 64, 64], "warps": 4, "producer_warps": 4},
+                        "producer_warps"),
+                       ({"tile": [64, 64, 64], "persistent": 1}, "persistent"),
+                       ({"tile": [64, 64, 64], "tiles_in_flight": 0}, "tiles_in_flight"),
                        ({"tile": [64, 64, 64], "split_k": 0}, "split_k"),
                        ({"tile": [64, 64, 64], "stream_k": "yes"}, "stream_k")):
         with pytest.raises(ValueError, match=match):
@@ -149,9 +160,9 @@ def _config(cid: str, **params) -> Config:
 
 
 SPACE = [
-    _config("co_128x128x64", tile=[128, 128, 64], schedule="cooperative"),
-    _config("ws_64x32x64", tile=[64, 32, 64], schedule="ws"),
-    _config("ws_128x64x64", tile=[128, 64, 64], schedule="ws"),
+    _config("co_128x128x64", tile=[128, 128, 64], **COOP_KIND),
+    _config("ws_64x32x64", tile=[64, 32, 64], **WS),
+    _config("ws_128x64x64", tile=[128, 64, 64], **WS),
     _config("mma_64x64x64_spk8", tile=[64, 64, 64], warps=4, stages=3, split_k=8),
     _config("opaque", kernel="hand-written"),
 ]
@@ -194,10 +205,11 @@ def _truth_rows(profile, configs, coeffs, widths, ms, noise=0.005, seed=1):
 
 
 CAL_CONFIGS = {
-    "ws_64x64x64": {"tile": [64, 64, 64], "schedule": "ws"},
-    "ws_128x64x64": {"tile": [128, 64, 64], "schedule": "ws"},
-    "pp_128x128x64": {"tile": [128, 128, 64], "schedule": "pingpong"},
-    "mma_64x64x64_spk2": {"tile": [64, 64, 64], "warps": 4, "stages": 3, "split_k": 2},
+    "ws_64x64x64": {"tile": [64, 64, 64], **WS},
+    "ws_128x64x64": {"tile": [128, 64, 64], **WS},
+    "pp_128x128x64": {"tile": [128, 128, 64], **PP},
+    "mma_64x64x64_spk2": {"tile": [64, 64, 64], "kind": "mma_sync", "sync_mma": True,
+                          "warps": 4, "stages": 3, "split_k": 2},
 }
 WIDTHS = ((256, 256), (1024, 512), (512, 2048), (2048, 1024))
 MS = (16, 64, 256, 1024, 4096, 16384)
@@ -281,7 +293,8 @@ def test_model_json_round_trip():
 
 
 def test_loso_quality_on_synthetic_log():
-    rows = parse_rows(synthetic_log(widths=((256, 256), (1024, 256), (512, 2048), (2048, 512)),
+    rows = parse_rows(synthetic_log(family="cmg", op="gemm",
+                                    widths=((256, 256), (1024, 256), (512, 2048), (2048, 512)),
                                     ms=(16, 128, 1024, 4096)), arch="sm90")[0]
     report = evaluate_loso(rows, ArchProfile.synthetic("sm90"), default_id=DEFAULT,
                            extra={"first": lambda p: sorted(p.features)})
@@ -297,12 +310,16 @@ def test_loso_quality_on_synthetic_log():
 
 def test_build_model_chooses_serve_on_held_out_evidence():
     profile = ArchProfile.synthetic("sm90")
-    model = build_model(synthetic_log(widths=((256, 256), (1024, 256), (512, 2048)),
-                                      ms=(16, 256, 4096)), profile, lane="synthetic_wgmma")
+    model = build_model(synthetic_log(family="cmg", op="gemm",
+                                      widths=((256, 256), (1024, 256), (512, 2048)),
+                                      ms=(16, 256, 4096)), profile, lane="synthetic_wgmma",
+                        ops=("gemm",))
+    assert model.ops == ("gemm",) and model.to_json()["ops"] == ["gemm"]
     held = model.evidence["held_out"]
     best = min(("structure", "group", "calibrated"), key=lambda m: held[m]["regret_geomean"])
     assert model.serve in (best, "structure")
-    few = build_model(synthetic_log(widths=((256, 256), (1024, 256)), ms=(16, 256)), profile)
+    few = build_model(synthetic_log(family="cmg", op="gemm", widths=((256, 256), (1024, 256)),
+                                    ms=(16, 256)), profile, ops=("gemm",))
     assert few.serve == "structure" and "held_out" not in few.evidence
 
 
@@ -426,7 +443,8 @@ def test_quality_benchmark_runs_on_a_synthetic_log(tmp_path):
     spec.loader.exec_module(bench)
     log = tmp_path / "log.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in synthetic_log(
-        widths=((256, 256), (1024, 256), (512, 2048)), ms=(16, 1024))))
+        family="cmg", op="gemm", widths=((256, 256), (1024, 256), (512, 2048)),
+        ms=(16, 1024))))
     out = tmp_path / "quality.md"
     assert bench.main(["--log", str(log), "--arch", "sm90", "--default", DEFAULT,
                        "--no-nvmmh", "--out", str(out)]) == 0

@@ -1,5 +1,9 @@
 """The cost model: rank a lane's configs for a GEMM-shaped problem without measuring them.
 
+The model is generic over tiled kernels: it knows tiles, warps, pipelines, clusters and K
+decompositions, never a kernel library's schedule names; a lane describes each config in
+those terms (:mod:`.features`).
+
 ``T = W·r·(a_c + b_c·k_iters) + R_c + launches·L_graph``, ``T >= bytes / BW`` (the spec's
 "The cost model"); :mod:`.structure` derives the terms from an
 :class:`~oasr_core.arch.ArchProfile` and a config's features, :mod:`.features` defines what a
@@ -28,7 +32,6 @@ from oasr_core.cost_model.calibrate import (
 )
 from oasr_core.cost_model.features import (
     FEATURE_KEYS,
-    SCHEDULES,
     CostFeatures,
     dtype_class,
     features_of,
@@ -39,7 +42,7 @@ from oasr_core.cost_model.structure import Geometry, Knobs, TileCost, geometry, 
 from oasr_core.cost_model.tier import ENV, GATE, ModelTier, model_fallback_enabled
 
 __all__ = [
-    "ENV", "FEATURE_KEYS", "GATE", "REQUIRED_FIELDS", "SCHEDULES", "Coeffs", "CostFeatures",
+    "ENV", "FEATURE_KEYS", "GATE", "REQUIRED_FIELDS", "Coeffs", "CostFeatures",
     "CostModel", "Geometry", "Knobs", "LogRow", "ModelTier", "QualityReport", "TileCost",
     "build_model", "config_ranker", "design", "dtype_class", "evaluate_loso", "features_of",
     "fit", "geometry", "model_fallback_enabled", "parse_rows", "points_of", "prune", "rank",

@@ -23,7 +23,7 @@ field           needed    use
 ``sigma_ms``    no        rows noisier than 25 % of their median are skipped
 ==============  ========  ===============================================================
 
-Fit: per calibration group (schedule x K decomposition) three multipliers of the structure's
+Fit: per calibration group (the lane's kernel kind x K decomposition) three multipliers of the structure's
 ``(a, b, rho)``, then per config ``(a, b, rho)`` shrunk toward the group-scaled structure.
 Both are weighted least squares on relative error (rows weighted by ``1/t^2``) with a ridge
 toward the prior, so a config with few rows stays near the structure. Rows pinned at the
@@ -209,9 +209,12 @@ def _ridge(x: Any, y: Any, w: Any, prior: Any, strength: float) -> Any:
 
 
 def fit(rows: Sequence[DesignRow], profile: ArchProfile, *, knobs: Knobs = DEFAULT_KNOBS,
-        lane: str | None = None, ops: Sequence[str] = ("gemm", "gemm_activation"),
+        lane: str | None = None, ops: Sequence[str] = (),
         prior_rows: float = 2.0, group_prior: float = 1.0, min_rows: int = 3) -> CostModel:
     """A calibrated :class:`CostModel` (``serve="calibrated"``) fitted on ``rows``.
+
+    ``lane`` and ``ops`` are what the model is stored for (:attr:`CostModel.ops`); the fit
+    does not read them.
 
     ``prior_rows`` is the ridge strength of a config toward its group-scaled structure, in
     rows (see :func:`_ridge`); ``group_prior`` the same for the group multipliers toward 1;

@@ -7,19 +7,37 @@ and the build always measures them). The mapping uses these keys, JSON types onl
 ``tile`` (required)
     ``[tile_m, tile_n, tile_k]``: the CTA's output tile (rows of A, columns of W) and the K
     depth of one main-loop iteration, in elements.
-``schedule`` (default ``"mma_sync"``)
-    ``"mma_sync"``: CUTLASS 2.x multistage (``cp.async`` + ``mma.sync``), non-persistent;
-    ``"ws"``: 3.x TMA warp-specialized, non-persistent (one producer and one consumer
-    warpgroup); ``"pingpong"``: persistent, two consumer warpgroups on alternate tiles (one
-    tile's epilogue hides under the other's main loop); ``"cooperative"``: persistent, two
-    consumer warpgroups share one tile.
+``kind`` (default ``"tiled"``)
+    The lane's name for the kernel's structure (lower case, digits and ``_``). The model
+    never interprets it: configs of one kind and one K decomposition share a calibration
+    group (:attr:`CostFeatures.group`), so a lane gives one kind per kernel structure it
+    builds (the gemm lanes use their schedule names).
 ``stages`` (default ``0``)
-    Main-loop pipeline depth; ``0`` means "as many as fit" (``StageCountAutoCarveout``): the
-    model then takes the CTA to fill the SM's shared memory, whatever ``smem`` says.
-``warps`` (optional)
-    Warps per CTA of a ``mma_sync`` kernel; derived from a ``warp`` tile when absent.
+    Main-loop pipeline depth; ``0`` means "as many as fit": the model then takes the CTA to
+    fill the SM's shared memory, whatever ``smem`` says.
+``warps`` (default ``4``)
+    Warps per CTA, producers included; derived from a ``warp`` tile when absent.
 ``warp`` (optional)
-    ``[warp_m, warp_n, warp_k]`` of a 2.x config; only used to derive ``warps``.
+    ``[warp_m, warp_n, warp_k]``, the tile of one accumulating warp; only used to derive
+    ``warps``.
+``producer_warps`` (default ``0``)
+    Warps that only load operands (a warp-specialized kernel's producer warpgroup: 4); the
+    others hold the accumulators, which sets their registers.
+``persistent`` (default ``false``)
+    One CTA per SM loops over output tiles (a tile scheduler); otherwise one CTA per tile,
+    as many resident per SM as resources allow.
+``tiles_in_flight`` (default ``1``)
+    Output tiles a persistent CTA works on at once; with ``2`` its consumer groups alternate
+    tiles, so one tile's epilogue hides under the other's main loop.
+``sync_mma`` (default ``false``)
+    The main loop issues the arch's synchronous warp-level MMA (``mma.sync``) rather than its
+    fastest tensor instruction; it reaches only part of the measured rate on archs that
+    have a faster one (:data:`~oasr_core.cost_model.structure.SYNC_MMA_EFFICIENCY`).
+``epilogue_smem`` (default ``false``)
+    The epilogue stages its output through shared memory, reserving
+    ``Knobs.epilogue_smem`` beside the main loop's stages when ``smem`` is not given.
+``fp32_partials`` (default ``false``)
+    Split-K and Stream-K fix-ups exchange fp32 partial tiles (otherwise output-dtype ones).
 ``cluster`` (default ``[1, 1]``)
     Thread-block cluster ``[cluster_m, cluster_n]``; operands are multicast across it.
 ``split_k`` (default ``1``)
@@ -27,8 +45,7 @@ and the build always measures them). The mapping uses these keys, JSON types onl
 ``parallel_split_k`` (default ``false``)
     fp32 partials to a workspace plus a reduction kernel.
 ``stream_k`` (default ``false``)
-    Stream-K decomposition (CUTLASS 3.x: the heuristic hybrid of data-parallel waves and
-    Stream-K units; 2.x: the same model).
+    Stream-K decomposition (the heuristic hybrid of data-parallel waves and Stream-K units).
 ``swap_ab`` (default ``false``)
     The kernel computes ``D^T``: ``tile_m`` runs along N and ``tile_n`` along M.
 ``smem`` (optional)
@@ -50,12 +67,12 @@ from typing import Any
 import attrs
 
 from oasr_core.errors import PluginError
+from oasr_core.types import NAME_RE
 
-SCHEDULES = ("mma_sync", "ws", "pingpong", "cooperative")
-"""Main-loop/kernel schedules the model distinguishes."""
-PERSISTENT = frozenset({"pingpong", "cooperative"})
-FEATURE_KEYS = ("tile", "schedule", "stages", "warps", "warp", "cluster", "split_k",
-                "parallel_split_k", "stream_k", "swap_ab", "smem", "regs_per_thread", "launches")
+FEATURE_KEYS = ("tile", "kind", "stages", "warps", "warp", "producer_warps", "persistent",
+                "tiles_in_flight", "sync_mma", "epilogue_smem", "fp32_partials", "cluster",
+                "split_k", "parallel_split_k", "stream_k", "swap_ab", "smem", "regs_per_thread",
+                "launches")
 """Every key of the contract (see the module docstring)."""
 
 _DTYPE_CLASS = {
@@ -117,9 +134,15 @@ class CostFeatures:
     tile_m: int
     tile_n: int
     tile_k: int
-    schedule: str = "mma_sync"
+    kind: str = "tiled"
     stages: int = 0
-    warps: int | None = None
+    warps: int = 4
+    producer_warps: int = 0
+    persistent: bool = False
+    tiles_in_flight: int = 1
+    sync_mma: bool = False
+    epilogue_smem: bool = False
+    fp32_partials: bool = False
     cluster_m: int = 1
     cluster_n: int = 1
     split_k: int = 1
@@ -138,42 +161,47 @@ class CostFeatures:
         if "tile" not in raw:
             raise ValueError("cost features need 'tile': [tile_m, tile_n, tile_k]")
         tm, tn, tk = _pair(raw, "tile", 3, None)
-        schedule = raw.get("schedule", "mma_sync")
-        if schedule not in SCHEDULES:
-            raise ValueError(f"schedule={schedule!r} is not one of {', '.join(SCHEDULES)}")
+        kind = raw.get("kind", "tiled")
+        if not isinstance(kind, str) or not NAME_RE.match(kind):
+            raise ValueError(f"kind={kind!r} must be lower case, digits and '_'")
         warps = _int(raw, "warps", None, 1)
         warp = _pair(raw, "warp", 3, None)
         if warps is None and warp is not None:
             warps = max(1, (tm // warp[0]) * (tn // warp[1]) * max(1, tk // warp[2]))
+        warps = 4 if warps is None else warps
+        producers = _int(raw, "producer_warps", 0)
+        if producers >= warps:
+            raise ValueError(f"producer_warps={producers} leaves none of the {warps} warps "
+                             "to accumulate")
         cm, cn = _pair(raw, "cluster", 2, (1, 1))
         return cls(
-            tile_m=tm, tile_n=tn, tile_k=tk, schedule=schedule, stages=_int(raw, "stages", 0),
-            warps=warps, cluster_m=cm, cluster_n=cn, split_k=_int(raw, "split_k", 1, 1),
+            tile_m=tm, tile_n=tn, tile_k=tk, kind=kind, stages=_int(raw, "stages", 0),
+            warps=warps, producer_warps=producers, persistent=_bool(raw, "persistent"),
+            tiles_in_flight=_int(raw, "tiles_in_flight", 1, 1), sync_mma=_bool(raw, "sync_mma"),
+            epilogue_smem=_bool(raw, "epilogue_smem"),
+            fp32_partials=_bool(raw, "fp32_partials"), cluster_m=cm, cluster_n=cn,
+            split_k=_int(raw, "split_k", 1, 1),
             parallel_split_k=_bool(raw, "parallel_split_k"), stream_k=_bool(raw, "stream_k"),
             swap_ab=_bool(raw, "swap_ab"), smem=_int(raw, "smem", None, 1),
             regs_per_thread=_int(raw, "regs_per_thread", None, 1),
             launches=_int(raw, "launches", None, 1))
 
     @property
-    def persistent(self) -> bool:
-        """Whether the kernel keeps one CTA per SM and loops over tiles (ping-pong,
-        cooperative; a 2.x Stream-K kernel sizes its grid by occupancy instead)."""
-        return self.schedule in PERSISTENT
-
-    @property
     def group(self) -> str:
-        """The calibration group: configs that share a schedule and a K decomposition."""
-        kind = "sk" if self.stream_k else "pk" if self.parallel_split_k else \
+        """The calibration group: configs that share a kind and a K decomposition."""
+        decomposition = "sk" if self.stream_k else "pk" if self.parallel_split_k else \
             "splitk" if self.split_k > 1 else "dp"
-        return f"{self.schedule}_{kind}"
+        return f"{self.kind}_{decomposition}"
 
     @property
     def threads(self) -> int:
-        """Threads per CTA: 2.x from its warps; 3.x one producer warpgroup plus one (ws) or
-        two (ping-pong, cooperative) consumer warpgroups."""
-        if self.schedule == "mma_sync":
-            return 32 * (self.warps or 4)
-        return 256 if self.schedule == "ws" else 384
+        """Threads per CTA."""
+        return 32 * self.warps
+
+    @property
+    def accumulating_threads(self) -> int:
+        """Threads holding the accumulator tile (all but the producer warps)."""
+        return 32 * (self.warps - self.producer_warps)
 
 
 FeatureSource = Callable[[Any], "Mapping[str, Any] | None"]
@@ -184,7 +212,7 @@ def features_of(config: Any, source: FeatureSource | None = None,
     """The :class:`CostFeatures` of ``config``, or None when the lane cannot describe it.
 
     ``source`` is the lane's ``cost_features``; without one the config's ``params`` are read
-    as features (they follow the contract's names in the gemm lanes). A malformed mapping
+    as features (for logs and lanes whose parameters use the contract's names). A malformed mapping
     raises :class:`PluginError` naming the lane and the config.
     """
     raw = source(config) if source is not None else getattr(config, "params", config)

@@ -10,7 +10,7 @@ The JSON payload is what ``oasr tune build`` writes into a tuning file's ``model
      "configs": {"<config id>": {"a": us, "b": us, "rho": x, "rows": 14}, ...},
      "evidence": {... held-out quality, rows, signatures ...}}
 
-``groups`` are multipliers of the structure's (a, b, rho) shared by a schedule and K
+``groups`` are multipliers of the structure's (a, b, rho) shared by a kernel kind and K
 decomposition (``CostFeatures.group``); ``configs`` are per-config coefficients shrunk toward
 the group-scaled structure. ``serve`` picks the predictor: ``structure`` ignores both,
 ``group`` applies only the multipliers, ``calibrated`` applies both.
@@ -65,7 +65,9 @@ class CostModel:
     profile: ArchProfile
     knobs: Knobs = Knobs()
     lane: str | None = None
-    ops: tuple[str, ...] = attrs.field(default=("gemm", "gemm_activation"), converter=tuple)
+    ops: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    """The family's ops the model is stored for (the build writes the ops of the rows it
+    fitted); the runtime tier serves only calls of these ops. Ranking ignores it."""
     serve: str = attrs.field(default="structure")
     groups: Mapping[str, Coeffs] = attrs.field(factory=dict, converter=MappingProxyType)
     configs: Mapping[str, Coeffs] = attrs.field(factory=dict, converter=MappingProxyType)

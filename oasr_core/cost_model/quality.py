@@ -230,13 +230,16 @@ def evaluate_loso(rows: Sequence[LogRow], profile: ArchProfile, *, knobs: Knobs 
 
 
 def build_model(log_rows: Iterable[Mapping[str, Any]], profile: ArchProfile, *,
-                lane: str | None = None, ops: Sequence[str] = ("gemm", "gemm_activation"),
+                ops: Sequence[str], lane: str | None = None,
                 features: FeatureSource | None = None, knobs: Knobs = DEFAULT_KNOBS,
                 min_signatures: int = 3, margin: float = 0.005) -> CostModel:
     """The model ``oasr tune build`` writes: calibrated on every row of ``log_rows``, serving
     with whichever of structure / group / calibrated had the lowest held-out geomean regret
     (a fitted mode must beat the structure by ``margin``; with fewer than
     ``min_signatures`` signatures there is no held-out evidence and the structure serves).
+
+    ``ops`` are the family's ops the payload serves (the runtime tier answers only for
+    them), ``lane`` the lane it describes; ``features`` is the lane's ``cost_features``.
     """
     rows, skipped = parse_rows(log_rows, arch=profile.arch, lane=lane, features=features)
     model = fit(design(rows, profile, knobs), profile, knobs=knobs, lane=lane, ops=ops)

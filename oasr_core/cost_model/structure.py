@@ -8,7 +8,7 @@ For a config c and a problem (M, N, K) the predicted time in microseconds is::
 - ``b_c``: time of one main-loop iteration of a lone CTA: the slowest of its MMA work at the
   SM's tensor rate, its operand bytes at a lone SM's L2 feed, and the load latency spread
   over ``stages - 1`` iterations in flight;
-- ``W·r``: the sum over waves of the residency effect of the ``n`` CTAs (or ping-pong
+- ``W·r``: the sum over waves of the residency effect of the ``n`` CTAs (or in-flight
   tiles) that share an SM in that wave. They share its tensor cores and, with every other
   active SM, the L2 bandwidth, so ``r = max(1, n · thr / c)``: ``thr`` is one CTA's
   throughput-bound time for the term at its contended share (MMA work or operand bytes for
@@ -36,9 +36,10 @@ from oasr_core.arch import ArchProfile
 from oasr_core.cost_model.features import OUT_BYTES, CostFeatures, dtype_class, operand_bytes
 from oasr_core.errors import ConfigurationError
 
-MMA_SYNC_EFFICIENCY = {"sm90": 0.6, "sm100": 0.5}
-"""Fraction of the measured (wgmma/tcgen05) tensor rate that ``mma.sync`` reaches; 1.0 on
-archs whose fastest tensor instruction is ``mma.sync``."""
+SYNC_MMA_EFFICIENCY = {"sm90": 0.6, "sm100": 0.5}
+"""Fraction of the measured tensor rate (that of the arch's fastest, asynchronous tensor
+instruction) a ``sync_mma`` main loop reaches; 1.0 on archs whose fastest tensor instruction
+is ``mma.sync``."""
 
 
 @attrs.frozen
@@ -56,16 +57,18 @@ class Knobs:
     sm_feed_cap: float = 3.0
     """How many fair shares of L2 bandwidth a lone SM can pull."""
     pingpong_overlap: float = 0.5
-    """Fraction of a ping-pong tile's epilogue hidden under the other tile's main loop."""
+    """Fraction of a tile's epilogue hidden under the other tile's main loop when a persistent
+    CTA has two tiles in flight (``tiles_in_flight=2``, the ping-pong kernels; the name is
+    part of the persisted payload)."""
     reg_overhead: int = 64
     """Registers per thread besides the accumulators (estimate when a lane gives none)."""
     epilogue_smem: int = 8192
-    """Shared memory a 3.x epilogue reserves when a lane gives no ``smem``."""
+    """Shared memory an ``epilogue_smem`` epilogue reserves when a lane gives no ``smem``."""
     smem_reserved: int = 1024
     """Shared memory the system reserves per CTA."""
     max_ctas_per_sm: int = 32
     min_iters_per_sk_unit: int = 8
-    """CUTLASS 3.x Stream-K: fewest K tiles a Stream-K unit takes."""
+    """Stream-K: fewest K tiles a Stream-K unit takes (CUTLASS 3.x's heuristic)."""
 
     def to_json(self) -> dict[str, Any]:
         return attrs.asdict(self)
@@ -103,7 +106,7 @@ class TileCost:
     occupancy: int
     """CTAs resident per SM."""
     slots: int
-    """Tiles in flight per SM (occupancy; 2 for ping-pong, 1 for cooperative)."""
+    """Tiles in flight per SM (occupancy; a persistent kernel's ``tiles_in_flight``)."""
     stages: int
     smem: int
 
@@ -140,10 +143,10 @@ def tile_cost(f: CostFeatures, profile: ArchProfile, dtype: str,
     elem = operand_bytes(dtype)
     tm, tn, tk = f.tile_m, f.tile_n, f.tile_k
     flops_sm = rate * 1e12 / profile.sms
-    if f.schedule == "mma_sync":
-        flops_sm *= MMA_SYNC_EFFICIENCY.get(profile.arch, 1.0)
+    if f.sync_mma:
+        flops_sm *= SYNC_MMA_EFFICIENCY.get(profile.arch, 1.0)
     stage_bytes = (tm + tn) * tk * elem
-    epi_smem = 0 if f.schedule == "mma_sync" else knobs.epilogue_smem
+    epi_smem = knobs.epilogue_smem if f.epilogue_smem else 0
     if f.stages:
         stages, smem = f.stages, f.smem or f.stages * stage_bytes + epi_smem
     else:  # the builder fills shared memory with stages, whatever smem the lane estimated
@@ -154,30 +157,27 @@ def tile_cost(f: CostFeatures, profile: ArchProfile, dtype: str,
     threads = f.threads
     if f.persistent:
         occupancy = 1
-        slots = 2 if f.schedule == "pingpong" else 1
+        slots = f.tiles_in_flight
     else:
-        consumers = threads - (0 if f.schedule == "mma_sync" else 128)
+        consumers = f.accumulating_threads
         regs = f.regs_per_thread or min(255, _cdiv(tm * tn // consumers + knobs.reg_overhead, 8)
                                         * 8)
         occupancy = max(1, min(profile.smem_per_sm // (smem + knobs.smem_reserved),
                                profile.max_threads_per_sm // threads,
                                profile.regs_per_sm // (regs * threads), knobs.max_ctas_per_sm))
         slots = occupancy
-    if f.schedule == "mma_sync":
-        bytes_iter = float(stage_bytes)
-    else:
-        bytes_iter = (tm / f.cluster_n + tn / f.cluster_m) * tk * elem
+    bytes_iter = (tm / f.cluster_n + tn / f.cluster_m) * tk * elem  # multicast in a cluster
     feed_solo = profile.l2_gbps * 1e3 / profile.sms * knobs.sm_feed_cap
     t_mma = 2.0 * tm * tn * tk / flops_sm * 1e6
     t_load = bytes_iter / feed_solo
     b = max(t_mma, t_load, knobs.load_latency_us / max(1, stages - 1))
     out_bytes = 4 if f.parallel_split_k else OUT_BYTES
     epilogue = tm * tn * out_bytes / feed_solo + 0.5 * knobs.load_latency_us
-    if f.schedule == "pingpong":
+    if f.persistent and f.tiles_in_flight > 1:
         epilogue *= 1.0 - knobs.pingpong_overlap
     a = (0.0 if f.persistent else knobs.cta_overhead_us) + knobs.load_latency_us + t_load \
         + epilogue
-    partial_bytes = OUT_BYTES if f.schedule == "mma_sync" else 4
+    partial_bytes = 4 if f.fp32_partials else OUT_BYTES
     t_partial = knobs.sync_latency_us + 2.0 * tm * tn * partial_bytes / feed_solo
     return TileCost(a=a, b=b, t_mma=t_mma, bytes_iter=bytes_iter,
                     bytes_fixed=bytes_iter + tm * tn * out_bytes, t_partial=t_partial,
@@ -249,7 +249,8 @@ def geometry(f: CostFeatures, tc: TileCost, m: int, n: int, k: int, profile: Arc
 
 def _stream_k_split(tiles: int, k_tiles: int, per_wave: int, cluster: int, knobs: Knobs
                     ) -> tuple[int, int, int, int, int, float] | None:
-    """CUTLASS 3.x's heuristic Stream-K decomposition, or None when it runs data-parallel.
+    """The heuristic Stream-K decomposition (CUTLASS 3.x's), or None when it runs
+    data-parallel.
 
     Returns (data-parallel waves, Stream-K tiles, Stream-K units, K tiles per unit, peers per
     tile, tile segments per unit).

@@ -31,10 +31,19 @@ TRUTH_KNOBS = Knobs(load_latency_us=0.7, cta_overhead_us=0.35, persistent_overhe
                     sync_latency_us=0.6, sm_feed_cap=2.5, pingpong_overlap=0.7)
 
 
+_WARP_SPECIALIZED = {"producer_warps": 4, "epilogue_smem": True, "fp32_partials": True}
+_KINDS: dict[str, dict[str, Any]] = {
+    "ws": {"kind": "ws", "warps": 8, **_WARP_SPECIALIZED},
+    "pp": {"kind": "pp", "warps": 12, "persistent": True, "tiles_in_flight": 2,
+           **_WARP_SPECIALIZED},
+    "co": {"kind": "co", "warps": 12, "persistent": True, **_WARP_SPECIALIZED},
+}
+"""The synthetic lane's kernel structures, by config-id tag (``sk``: ``co`` with Stream-K)."""
+
+
 def _params(tag: str, tile: tuple[int, int, int], cluster: tuple[int, int] = (1, 1),
             stages: int = 0, stream_k: bool = False, swap_ab: bool = False) -> dict[str, Any]:
-    schedule = {"ws": "ws", "pp": "pingpong", "co": "cooperative", "sk": "cooperative"}[tag]
-    return {"tile": list(tile), "cluster": list(cluster), "schedule": schedule,
+    return {"tile": list(tile), "cluster": list(cluster), **_KINDS["co" if tag == "sk" else tag],
             "stages": stages, "stream_k": stream_k, "swap_ab": swap_ab, "split_k": 1}
 
 
@@ -113,12 +122,12 @@ class Truth:
         return combine(geo, a, b, 1.0, self.profile.launch_us_graph)
 
 
-def synthetic_log(*, widths: Sequence[tuple[int, int]] = WIDTHS,
+def synthetic_log(*, family: str, op: str, widths: Sequence[tuple[int, int]] = WIDTHS,
                   ms: Sequence[int] = M_LADDER, truth: Truth | None = None, seed: int = 0,
-                  op: str = "gemm", dtype: str = "fp16", torch_arm: bool = True
-                  ) -> Iterator[dict[str, Any]]:
+                  dtype: str = "fp16", torch_arm: bool = True) -> Iterator[dict[str, Any]]:
     """Measurement-log rows (the fields :mod:`.calibrate` reads) of every config at every
-    (width, M), plus a ``torch`` sentinel arm per point."""
+    (width, M), plus a ``torch`` sentinel arm per point, written as rows of ``family``'s
+    ``op`` (a GEMM-shaped op with static dims N and K)."""
     truth = truth or Truth.sm90()
     rng = random.Random(seed)
     space = config_space()
@@ -131,15 +140,16 @@ def synthetic_log(*, widths: Sequence[tuple[int, int]] = WIDTHS,
                     continue
                 t *= math.exp(rng.gauss(0.0, truth.noise))
                 best = min(best, t)
-                yield _row(cid, params, op, dtype, m, n, k, t, truth)
+                yield _row(cid, params, family, op, dtype, m, n, k, t, truth)
             if torch_arm and math.isfinite(best):
                 t = best * math.exp(rng.gauss(0.05, 0.1))
-                yield _row("torch", {"sentinel": "torch"}, op, dtype, m, n, k, t, truth)
+                yield _row("torch", {"sentinel": "torch"}, family, op, dtype, m, n, k, t,
+                           truth)
 
 
-def _row(cid: str, params: dict[str, Any], op: str, dtype: str, m: int, n: int, k: int,
-         t_us: float, truth: Truth) -> dict[str, Any]:
-    return {"family": "gemm", "op": op, "dtype": dtype, "N": n, "K": k, "M": m,
+def _row(cid: str, params: dict[str, Any], family: str, op: str, dtype: str, m: int, n: int,
+         k: int, t_us: float, truth: Truth) -> dict[str, Any]:
+    return {"family": family, "op": op, "dtype": dtype, "N": n, "K": k, "M": m,
             "config": cid, "lane": LANE, "params": params, "median_ms": round(t_us / 1e3, 7),
             "sigma_ms": round(t_us * truth.noise / 1e3, 7), "contended": False,
             "arch": truth.profile.arch, "sku": truth.profile.sku}

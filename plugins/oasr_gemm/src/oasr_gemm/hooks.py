@@ -29,12 +29,12 @@ def oasr_register_lanes():
     from oasr_core.types import Lane
 
     from oasr_gemm import config_space as cs
+    from oasr_gemm import cost, jit, launch
     from oasr_gemm import feasibility as fe
-    from oasr_gemm import jit, launch
 
     common = dict(family="gemm", is_feasible=fe.is_feasible, supports=fe.supports,
                   is_available=launch.is_available, jit_module=jit.GemmKernelModule,
-                  cost_features=fe.cost_features)
+                  cost_features=cost.cost_features)
     return [Lane(name=cs.LANE_SM80, arch_families=fe.SM80_ARCHES, default_on=fe.SM80_DEFAULT_ON,
                  config_space=cs.space(cs.LANE_SM80), default_config=cs.SM80_DEFAULT,
                  jit_specs=functools.partial(jit.lane_specs, cs.LANE_SM80), **common),
