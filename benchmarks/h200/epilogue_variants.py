@@ -1,6 +1,6 @@
 """Which epilogue the sm90 gemm kernels should fuse bias and activation with (H200 probe).
 
-The session-5 benchmark found that the kernels ran 8% faster over the 98 reference points
+The whole-space benchmark of 2026-11-29 found that the kernels ran 8% faster over the 98 reference points
 when a call without bias took a plain ``D = acc`` epilogue instead of CUTLASS's
 ``LinCombPer{Col,Row}BiasEltAct`` EVT (``benchmarks/results/h200_gemm_subset_*.md``). Calls
 with a bias (every Conformer linear) still need a fused epilogue; this probe times, on a few

@@ -1,0 +1,233 @@
+#!/usr/bin/env bash
+# The one entry point for GPU work on the H200 machine (benchmarks/README.md says what it needs
+# and how benchmarks/h200/prepare.sh makes it on a CPU machine). Run from the repository root:
+#
+#   benchmarks/h200/run.sh [OPTIONS] PHASE [PHASE...]
+#
+# Phases run in the order given; each writes under $OUT/<phase>/ (OUT defaults to ./h200-out)
+# and `setup` runs first whatever is asked, so any phase works on a fresh machine.
+#   setup            install .whl/*.whl into .gpu-site (again only when the wheels changed),
+#                    unpack .jit-h200.tgz into .jit-h200, record the GPU (gpu.txt)
+#   prebuild         gemm's sm90 lane whole (or --subset) and scaled_mm's lanes whole, as
+#                    prepare.sh jit makes them (cache hits when the carried cache is complete;
+#                    what is missing compiles here on 16 cores)
+#   gpu-tests        `pytest -m gpu` of both plugins and the integration tests, every sm90
+#                    config (OASR_*_COMPILE_SET=all: the whole-space modules of the cache)
+#   bench-gemm       benchmarks/gemm_vs_torch.py (--pdl, --bias, --subset, --epilogue)
+#   ncu              Nsight Compute of cuBLAS and oasr kernels at --ncu-shape
+#   bench-scaled-mm  scaled_mm sweep of every tile vs torch, ladder fit, the scaled_mm table
+#                    built from the int8 Conformer censuses with the fitted ladder, served vs torch
+#   build-table      the gemm table rebuilt twice (seeds 0 and 1) from the Conformer censuses,
+#                    exhaustively (or --prune: pruned by the shipped cost model), evaluated
+#   profile          the measured ArchProfile of the device (h200_profile.json)
+#   engine           examples/engine_integration.py: prewarm into a temporary user tier, then
+#                    the captured Conformer vs torch linears (--pdl)
+# Options:
+#   --pdl on|off|both   programmatic dependent launch for bench-gemm and engine (default: both
+#                       for bench-gemm, on for engine)
+#   --bias              bench-gemm times calls with a bias
+#   --subset GLOBS      comma list of gemm config-id globs: bench-gemm and ncu use the subset
+#                       module (the whole-space module's objects) instead of the whole space
+#   --epilogue plain|fused|both   bench-gemm's 3.x epilogue for calls without bias (default plain)
+#   --ncu-shape MxNxK   ncu's shape (default 2152x1024x256)
+#   --ncu-oasr IDS      comma list of oasr configs ncu launches beside cuBLAS
+#                       (default co_128x144x64_c1x1_swap,ws_128x96x64_c1x1_swap)
+#   --prune             build-table prunes with the shipped calibrated model (default: exhaustive)
+#   --budget S          build-table's measuring budget per build, seconds (default 250)
+# At most 8 files come back from one device call: ask for one or two phases a call.
+set -uo pipefail
+cd "$(dirname "$0")/../.." || exit 1
+
+usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
+die() { echo "run.sh: $*" >&2; exit 2; }
+
+PDL="" BIAS=0 SUBSET="" EPILOGUE=plain PRUNE=0 BUDGET=250
+NCU_SHAPE=2152x1024x256 NCU_OASR=co_128x144x64_c1x1_swap,ws_128x96x64_c1x1_swap
+PHASES=()
+while (($#)); do
+  case "$1" in
+    --pdl) PDL=${2:?--pdl needs on, off or both}; shift ;;
+    --bias) BIAS=1 ;;
+    --subset) SUBSET=${2:?--subset needs config-id globs}; shift ;;
+    --epilogue) EPILOGUE=${2:?--epilogue needs plain, fused or both}; shift ;;
+    --ncu-shape) NCU_SHAPE=${2:?--ncu-shape needs MxNxK}; shift ;;
+    --ncu-oasr) NCU_OASR=${2:?--ncu-oasr needs config ids}; shift ;;
+    --prune) PRUNE=1 ;;
+    --budget) BUDGET=${2:?--budget needs seconds}; shift ;;
+    -h|--help) usage; exit 0 ;;
+    -*) die "unknown option $1 (see --help)" ;;
+    *) PHASES+=("$1") ;;
+  esac
+  shift
+done
+((${#PHASES[@]})) || { usage >&2; exit 2; }
+case "$PDL" in ""|on|off|both) ;; *) die "--pdl $PDL is not on, off or both" ;; esac
+case "$EPILOGUE" in plain|fused|both) ;; *) die "--epilogue $EPILOGUE is not plain, fused or both" ;; esac
+for phase in "${PHASES[@]}"; do
+  case "$phase" in
+    setup|prebuild|gpu-tests|bench-gemm|ncu|bench-scaled-mm|build-table|profile|engine) ;;
+    *) die "unknown phase $phase (see --help)" ;;
+  esac
+done
+
+OUT=${OUT:-$PWD/h200-out}
+SITE=$PWD/.gpu-site
+export PYTHONUNBUFFERED=1 OASR_TUNE_USER_DB=off OASR_JIT_DIR=${OASR_JIT_DIR:-$PWD/.jit-h200}
+export PYTHONPATH=$SITE${PYTHONPATH:+:$PYTHONPATH}
+GEMM_CENSUS=(--census benchmarks/census/conformer_offline.json
+             --census benchmarks/census/conformer_streaming.json)
+INT8_CENSUS=(--census benchmarks/census/conformer_offline_int8.json
+             --census benchmarks/census/conformer_streaming_int8.json)
+T0=$(date +%s)
+el() { echo "[$(($(date +%s) - T0)) s] $*"; }
+oasr() { python3 -m oasr_core.cli "$@"; }
+pdl_modes() { case "${PDL:-$1}" in both) echo on off ;; *) echo "${PDL:-$1}" ;; esac; }
+tidy() { rm -f "$1"/*.lock; }  # build locks are not results
+
+phase_setup() {
+  local dir=$1 stamp
+  [ -n "$(ls .whl/*.whl 2>/dev/null)" ] || die "no wheels in .whl (benchmarks/h200/prepare.sh wheels)"
+  stamp=$(cat .whl/*.whl | sha256sum | cut -c1-16)
+  if [ "$(cat "$SITE/.wheels" 2>/dev/null)" != "$stamp" ]; then
+    el "installing .whl into $SITE"
+    rm -rf "$SITE"
+    python3 -m pip install -q --no-index --no-deps --no-compile --target "$SITE" .whl/*.whl \
+      || die "pip install of .whl failed"
+    echo "$stamp" > "$SITE/.wheels"
+  fi
+  if [ -f .jit-h200.tgz ]; then
+    el "unpacking .jit-h200.tgz into $OASR_JIT_DIR"
+    mkdir -p "$OASR_JIT_DIR" || die "cannot make $OASR_JIT_DIR"
+    tar -C "$OASR_JIT_DIR" -xzf .jit-h200.tgz || die "bad .jit-h200.tgz"
+  fi
+  nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,power.draw --format=csv \
+    | tee "$dir/gpu.txt"
+  python3 -c "import torch, oasr_core; print('torch', torch.__version__, 'oasr_core', oasr_core.__file__)"
+}
+
+phase_prebuild() {
+  local dir=$1
+  el "prebuild: gemm's sm90 lane ${SUBSET:-whole space}, scaled_mm's lanes (cache hits expected)"
+  timeout 540 python3 benchmarks/gemm_vs_torch.py --prebuild-only --jobs 16 \
+    ${SUBSET:+--configs "$SUBSET"} 2>&1 | tee "$dir/prebuild_gemm.txt" | tail -4
+  timeout 300 python3 -m oasr_core.cli tune prebuild --family scaled_mm --arch 9.0a --all \
+    --jobs 16 --json > "$dir/prebuild_scaled_mm.json" 2>&1
+  echo "scaled_mm prebuild rc=$?"; tail -c 400 "$dir/prebuild_scaled_mm.json"; echo
+}
+
+phase_gpu_tests() {
+  local dir=$1
+  el "GPU tests: every sm90 config of both plugins, graphs, PDL chains, autotune"
+  OASR_GEMM_COMPILE_SET=all OASR_SCALED_MM_COMPILE_SET=all OASR_TUNE_SYSTEM_DB=off \
+    timeout 540 python3 -m pytest -m gpu plugins/oasr_gemm/tests plugins/oasr_scaled_mm/tests \
+    tests/test_integration_autotune_gpu.py -q -p no:cacheprovider 2>&1 \
+    | tee "$dir/gpu_tests.log" | tail -12
+}
+
+phase_bench_gemm() {
+  local dir=$1 pdl epi name args
+  local epilogues=("$EPILOGUE"); [ "$EPILOGUE" = both ] && epilogues=(plain fused)
+  for pdl in $(pdl_modes both); do
+    for epi in "${epilogues[@]}"; do
+      args=() name=h200_gemm
+      [ -n "$SUBSET" ] && { args+=(--configs "$SUBSET"); name+=_subset; }
+      [ "$BIAS" = 1 ] && { args+=(--bias); name+=_bias; }
+      [ "$epi" = fused ] && { args+=(--fused-epilogue); name+=_fused; }
+      # The eager section times the ops as served (PDL on, the whole space).
+      [ "$pdl" = off ] && { args+=(--no-pdl); name+=_nopdl; }
+      { [ "$pdl" = off ] || [ -n "$SUBSET" ]; } && args+=(--no-eager)
+      el "gemm_vs_torch ${args[*]}"
+      timeout 330 python3 benchmarks/gemm_vs_torch.py "${args[@]}" --out "$dir/$name.md" 2>&1 \
+        | grep -E "^- |module|failed" | tail -12
+    done
+  done
+  tidy "$dir"
+}
+
+phase_ncu() {
+  local dir=$1 args=(--shapes "$NCU_SHAPE" --oasr "$NCU_OASR")
+  [ -n "$SUBSET" ] && args+=(--subset "$SUBSET")
+  el "ncu at $NCU_SHAPE: cuBLAS and $NCU_OASR"
+  timeout 300 ncu --clock-control none --section SpeedOfLight --section WarpStateStats \
+    --section SchedulerStats --section Occupancy --section LaunchStats \
+    --section MemoryWorkloadAnalysis python3 benchmarks/h200/cublas_kernels.py "${args[@]}" \
+    > "$dir/ncu_$NCU_SHAPE.txt" 2>&1
+  grep -E "Duration|Warp Cycles Per Issued|No Eligible|Issued Warp|Achieved Occupancy|Stall" \
+    "$dir/ncu_$NCU_SHAPE.txt" | head -40
+}
+
+phase_bench_scaled_mm() {
+  local dir=$1 b=benchmarks/scaled_mm_vs_torch.py
+  el "scaled_mm sweep"
+  timeout 220 python3 $b sweep --out "$dir/h200_scaled_mm_sweep.md" 2>&1 | tail -8
+  el "ladder fit"
+  python3 $b fit --log "$dir/h200_scaled_mm_sweep.jsonl" --out-ladders "$dir/fitted_ladders.json" \
+    --out "$dir/h200_scaled_mm_fit.md" 2>&1 | tail -25
+  # The build and the served run read the fitted ladder where the plugin looks for it.
+  cp "$dir/fitted_ladders.json" "$SITE/oasr_scaled_mm/fitted_ladders.json"
+  el "scaled_mm table from the int8 censuses (fitted ladder)"
+  OASR_TUNE_SYSTEM_DB=off timeout 200 python3 -m oasr_core.cli tune build --family scaled_mm \
+    "${INT8_CENSUS[@]}" --thin --max-points 14 --no-progress --fresh --out "$dir/scaled_mm.json" \
+    --log "$dir/scaled_mm.jsonl" --checkpoint /tmp/oasr_ck_smm.jsonl 2>&1 | tail -8
+  el "served vs torch"
+  timeout 150 python3 $b served "${INT8_CENSUS[@]}" --db "$dir/scaled_mm.json" \
+    --ladders "$dir/fitted_ladders.json" --out "$dir/h200_scaled_mm.md" 2>&1 | tail -14
+  tidy "$dir"
+}
+
+phase_build_table() {
+  local dir=$1 run seed knobs=(--thin --max-points 14 --no-progress --fresh) tier=()
+  # Pruning reads its prior from the system tier (the shipped tables); exhaustive builds see
+  # no tier at all.
+  if [ "$PRUNE" = 1 ]; then tier=(-u OASR_TUNE_SYSTEM_DB)
+  else tier=(OASR_TUNE_SYSTEM_DB=off) knobs+=(--no-prune --budget-s "$BUDGET"); fi
+  for run in a b; do
+    seed=$([ $run = a ] && echo 0 || echo 1)
+    el "gemm build $run (seed $seed; $([ "$PRUNE" = 1 ] && echo pruned || echo exhaustive))"
+    env "${tier[@]}" python3 -m oasr_core.cli tune build --family gemm "${GEMM_CENSUS[@]}" "${knobs[@]}" \
+      --seed "$seed" --out "$dir/gemm_$run.json" --log "$dir/gemm_$run.jsonl" \
+      --checkpoint "/tmp/oasr_ck_$run.jsonl" 2>&1 | tail -3
+  done
+  OASR_TUNE_SYSTEM_DB=off python3 -m oasr_core.cli tune evaluate --log "$dir/gemm_a.jsonl" \
+    --db a="$dir/gemm_a.json" --db b="$dir/gemm_b.json" > "$dir/evaluate.txt" 2>&1
+  head -12 "$dir/evaluate.txt"
+  gzip -9f "$dir/gemm_b.jsonl"
+  tidy "$dir"
+}
+
+phase_profile() {
+  local dir=$1
+  el "ArchProfile.measure"
+  python3 - "$dir/h200_profile.json" <<'PY'
+import json, sys
+from oasr_core.arch import ArchProfile
+profile = ArchProfile.measure(use_cache=False).to_json()
+open(sys.argv[1], "w").write(json.dumps(profile, indent=1))
+print(json.dumps(profile)[:400])
+PY
+}
+
+phase_engine() {
+  local dir=$1 pdl name
+  for pdl in $(pdl_modes on); do
+    name=h200_engine_integration$([ "$pdl" = off ] && echo _nopdl).txt
+    el "engine example, PDL $pdl (user tier in a temporary directory)"
+    env -u OASR_TUNE_USER_DB OASR_GEMM_PDL="$([ "$pdl" = on ] && echo 1 || echo 0)" \
+      OASR_GEMM_COMPILE_SET=all timeout 260 python3 examples/engine_integration.py --budget 60 \
+      --no-system-tier > "$dir/$name" 2>&1
+    grep -E "prewarm:|eager|CUDA graph|max \|" "$dir/$name"
+  done
+}
+
+run_phase() {
+  local dir=$OUT/$1
+  mkdir -p "$dir" || die "cannot write $dir"
+  el "== $1"
+  "phase_${1//-/_}" "$dir"
+}
+
+run_phase setup
+for phase in "${PHASES[@]}"; do
+  [ "$phase" = setup ] || run_phase "$phase"
+done
+el "done"
