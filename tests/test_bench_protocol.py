@@ -160,7 +160,8 @@ def test_self_overlap_is_marked_from_the_single_call_graph():
 
 
 def test_refuses_inside_a_cuda_graph_capture(monkeypatch):
-    torch = pytest.importorskip("torch")
+    import torch
+
     monkeypatch.setattr(torch.cuda, "is_current_stream_capturing", lambda: True)
     timer = ScriptedTimer({"a": 0.001})
     with pytest.raises(BenchError, match="inside a CUDA graph capture"):
@@ -217,7 +218,8 @@ def test_bench_problem_needs_make_bench_and_releases_operands():
 
 
 def test_cuda_timer_refuses_without_a_device():
-    torch = pytest.importorskip("torch")
+    import torch
+
     if torch.cuda.is_available():
         pytest.skip("a CUDA device is present")
     from oasr_core.bench import CudaGraphTimer

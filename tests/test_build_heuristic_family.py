@@ -1,4 +1,4 @@
-"""Building a family whose fallback is a shape heuristic (issue 7), on a scripted device.
+"""Building a family whose fallback is a shape heuristic, on a scripted device.
 
 The fake int8 family of :mod:`oasr_core.testing` has the scaled_mm family's rules: a
 heuristic fallback, keys without ``dt=``, bitwise numerics, a lane without a cost model,

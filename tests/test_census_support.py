@@ -1,32 +1,38 @@
 """Shared pieces of the census tests (no tests here): families with recorder patches.
 
-``gemm_patches()`` are the real gemm family's patches (plugins/oasr_gemm, importable from
-the checkout when the plugin is not installed); ``Conv1dFamily`` is an in-test family whose
-patch records ``torch.nn.functional.conv1d`` at exact points ``"BxT"`` with ``M = B * T_out``.
+``gemm_patches()`` are an in-test gemm family's patches: ``torch.nn.functional.linear`` on
+floating-point operands as op ``gemm``, dims ``(N, K)``, ``M = numel(input) / K`` (what the
+census needs of a family; the real gemm recorder's rules are tested with the plugin in
+``test_integration_census_gemm.py``). ``Conv1dFamily`` is an in-test family whose patch records
+``torch.nn.functional.conv1d`` at exact points ``"BxT"`` with ``M = B * T_out``.
 """
 
 from __future__ import annotations
-
-import sys
-from pathlib import Path
 
 from oasr_core import hookimpl
 from oasr_core.census.recorder import Call, RecorderPatch, dtype_name
 from oasr_core.types import Family
 
-GEMM_SRC = Path(__file__).resolve().parents[1] / "plugins" / "oasr_gemm" / "src"
-
 SMALL_CONFORMER = {"layers": 2, "family_ops": False}
 """The reference Conformer's widths with two layers: the mechanism, at a fraction of the cost."""
 
 
-def gemm_patches() -> list[RecorderPatch]:
-    """The gemm family's recorder patches, from the plugin in this checkout."""
-    if str(GEMM_SRC) not in sys.path:
-        sys.path.insert(0, str(GEMM_SRC))
-    from oasr_gemm.recorder import recorder_patches
+def record_linear(input, weight, bias=None):
+    """An ``F.linear`` call as family ``gemm``; None for non-float operands (a quantized
+    family's) or a weight that is not 2-D."""
+    dtype = dtype_name(input.dtype)
+    if dtype not in ("fp16", "bf16", "fp32") or weight.dim() != 2:
+        return None
+    n, k = int(weight.shape[0]), int(weight.shape[1])
+    m = input.numel() // k
+    return Call(family="gemm", op="gemm", dtype=dtype, dims=(("N", n), ("K", k)), m=m,
+                elements=m * k + n * k + m * n, flops=2 * m * n * k, weight_elements=n * k)
 
-    return recorder_patches()
+
+def gemm_patches() -> list[RecorderPatch]:
+    """The in-test gemm family's recorder patch: ``F.linear``."""
+    return [RecorderPatch(family="gemm", target="torch.nn.functional:linear",
+                          record=record_linear)]
 
 
 def record_conv1d(input, weight, bias=None, stride=1, padding=0, dilation=1, groups=1):
@@ -51,7 +57,7 @@ def conv1d_patches() -> list[RecorderPatch]:
 
 
 class GemmFamily:
-    """The gemm family record with its real recorder patches (what the lead wires in)."""
+    """A gemm family record with the in-test recorder patch."""
 
     @hookimpl
     def oasr_register_families(self):

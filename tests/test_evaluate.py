@@ -130,7 +130,6 @@ def _log(tmp_path, run="r1"):
 
 
 def test_cli_scores_dbs_and_draws_a_plot(tmp_path):
-    pytest.importorskip("matplotlib")
     table(tmp_path, [(64, "n64_k32_s1"), (256, "n64_k64_s1"), (None, "torch")])
     pm = make_plugin_manager(load_entrypoints=False)
     pm.register(FakeFamilyPlugin(), name="fake")

@@ -129,10 +129,11 @@ def test_module_docstring_explains_the_plugin_model() -> None:
 
 
 def test_hookspec_module_is_mostly_documentation() -> None:
-    """STYLE 3: documentation dominates the spec module (at least half its non-blank lines).
+    """Documentation dominates the spec module (at least half its non-blank lines).
 
-    STYLE quotes 50 to 85 % from the anchors; the examples make ours a little denser, and a
-    test should not push anyone to delete documentation, so only the floor is enforced.
+    Comparable spec modules are 50 to 85 % documentation; the examples make ours a little
+    denser, and a test should not push anyone to delete documentation, so only the floor is
+    enforced.
     """
     source = inspect.getsource(hookspecs)
     code_lines = {i for i, line in enumerate(source.splitlines(), 1) if line.strip()}

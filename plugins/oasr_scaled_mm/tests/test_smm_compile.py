@@ -1,9 +1,12 @@
 """Real CUTLASS units through the core JIT: compile, link, exports, cache hits, the C ABI.
 
 Proves the toolchain path on a machine without a GPU (nvcc and the nvidia-cutlass headers are
-enough) with the two smallest units: the 2.x lane's 64x64x128 ``scaled_mm`` unit (fp16 output
-only) and the 3.x lane's 64x32x128 ``scaled_mm_quant`` unit -- one visitor tree of each lane
-and each op. About a minute and a half on two cores; the full lanes compile on the H200.
+enough). The default suite compiles the two smallest units (:data:`SMOKE`), in the suite-wide
+background prebuild (``smoke_builds`` in the root ``conftest.py``): the 2.x lane's 64x64x128
+``scaled_mm`` unit (fp16 output only) and the 3.x lane's 64x32x128 ``scaled_mm_quant`` unit --
+one visitor tree of each lane and each op. ``-m compile`` also compiles both configs as
+production links them (every op, every output dtype), a few minutes on two cores; the full
+lanes compile on the H200.
 """
 
 from __future__ import annotations
@@ -20,22 +23,31 @@ from oasr_scaled_mm import codegen, launch
 from oasr_scaled_mm import config_space as cs
 from oasr_scaled_mm.jit import ScaledMmKernelModule
 
-pytestmark = pytest.mark.compile
+pytestmark = pytest.mark.nvcc
 
-UNITS = ((cs.LANE_SM80, "b64x64x128_w32x32x128_s5", cs.OP_MM, ("fp16",)),
+SMOKE = ((cs.LANE_SM80, "b64x64x128_w32x32x128_s5", cs.OP_MM, ("fp16",)),
          (cs.LANE_SM90, "ws_64x32x128_c1x1", cs.OP_QUANT, None))
+"""Per lane: a small config, the op and the output dtypes its smoke unit compiles."""
+
+
+def _items():
+    return [(cs.config(lane, cid), op, ScaledMmKernelModule(cs.config(lane, cid)).spec(
+        ops=(op,), out_dtypes=dtypes)) for lane, cid, op, dtypes in SMOKE]
+
+
+def SMOKE_UNITS():
+    """The specs the root conftest's background prebuild compiles for this module."""
+    return [spec for _, _, spec in _items()]
 
 
 @pytest.fixture(scope="module")
-def built(tmp_path_factory):
+def built(smoke_builds):
     mp = pytest.MonkeyPatch()
-    mp.setenv("OASR_JIT_DIR", str(tmp_path_factory.mktemp("jit")))
-    items = []
-    for lane, cid, op, dtypes in UNITS:
-        config = cs.config(lane, cid)
-        items.append((config, op, ScaledMmKernelModule(config).spec(ops=(op,), out_dtypes=dtypes)))
+    mp.setenv("OASR_JIT_DIR", str(smoke_builds.jit_dir))
+    items = _items()
     specs = [spec for _, _, spec in items]
-    first = core_jit.prebuild(specs, jobs=2)
+    reports = smoke_builds.wait()
+    first = [reports[s.name] for s in specs]
     second = core_jit.prebuild(specs, jobs=2)
     yield items, first, second
     mp.undo()
@@ -60,12 +72,16 @@ def test_libraries_export_only_the_launchers(built):
         assert symbols == {codegen.symbol(config, op), codegen.workspace_symbol(config, op)}
 
 
-def test_second_build_is_all_cache_hits(built):
+def test_another_process_finds_the_build_in_the_cache(built):
     items, first, second = built
     for a, b in zip(first, second, strict=True):
         assert b.status is BuildStatus.CACHED and b.key == a.key and b.path == a.path
         assert all(u.status is BuildStatus.CACHED for u in b.units.values())
     assert core_jit.build(items[0][2], jobs=1).status is BuildStatus.CACHED
+
+
+def _call(kernel, args) -> int:
+    return kernel.fn(ctypes.addressof(args), 0, 0, 0, 0, 0, 0, 1.0, 0, 0)
 
 
 def test_the_c_abi_binds_and_answers_without_a_gpu(built):
@@ -81,11 +97,32 @@ def test_the_c_abi_binds_and_answers_without_a_gpu(built):
         with pytest.raises(launch.LaunchError, match="workspace query refused"):
             kernel.prepare(out_name, 64, 256, 512)
         args = launch.CallArgs(m=64, n=256, k=512, out_dtype=codegen.OUT_CODES[out_name])
-        status = kernel.fn(ctypes.addressof(args), 0, 0, 0, 0, 0, 0, 1.0, 0, 0)
-        assert launch.status_text(status) == "no CUDA device"
+        assert launch.status_text(_call(kernel, args)) == "no CUDA device"
         args.n = 248
-        assert kernel.fn(ctypes.addressof(args), 0, 0, 0, 0, 0, 0, 1.0, 0, 0) == 2
+        assert _call(kernel, args) == 2
         args.n, args.out_dtype = 256, 1 if op == cs.OP_MM else 0
-        assert launch.status_text(kernel.fn(ctypes.addressof(args), 0, 0, 0, 0, 0, 0, 1.0, 0,
-                                            0)) == "output dtype not compiled in"
+        assert launch.status_text(_call(kernel, args)) == "output dtype not compiled in"
         assert kernel.fn(0, 0, 0, 0, 0, 0, 0, 1.0, 0, 0) == 2
+
+
+@pytest.mark.compile
+def test_the_configs_compile_every_op_and_dtype_as_production_links_them(tmp_path, monkeypatch):
+    import torch
+
+    monkeypatch.setenv("OASR_JIT_DIR", str(tmp_path))
+    configs = [cs.config(lane, cid) for lane, cid, _, _ in SMOKE]
+    modules = [ScaledMmKernelModule(c) for c in configs]
+    specs = [m.spec() for m in modules]
+    for module, spec, report in zip(modules, specs, core_jit.prebuild(specs, jobs=2),
+                                    strict=True):
+        assert report.status is BuildStatus.BUILT, (spec.name, report.error, dict(report.failed))
+        assert set(module.ops) == set(cs.OPS), f"{module.config.id} serves both ops"
+        if torch.cuda.is_available():
+            continue  # the GPU tests run every op's kernels
+        library = core_jit.load(spec, build_missing=False)
+        for op in module.ops:
+            kernel = launch.Kernel.bind(library, module.config, op)
+            for out_name in codegen.OP_OUT_DTYPES[op]:
+                args = launch.CallArgs(m=64, n=256, k=512, out_dtype=codegen.OUT_CODES[out_name])
+                assert launch.status_text(_call(kernel, args)) == "no CUDA device", (
+                    module.config.id, op, out_name)

@@ -1,4 +1,5 @@
-"""The shipped sm90 tables are what their committed H200 measurement logs rebuild to.
+"""Integration: the shipped sm90 tables are what their committed H200 measurement logs rebuild
+to, with the real gemm and scaled_mm plugins.
 
 `oasr tune build --from-log` runs the same decision code as the live build on the H200, so a
 CPU machine can reproduce (and re-score) the shipped table byte for byte.
@@ -18,10 +19,10 @@ REPO = Path(__file__).resolve().parent.parent
 TABLE = REPO / "db" / "sm90" / "gemm.json"
 LOG = REPO / "db" / "sm90" / "measurements" / "gemm.jsonl"
 KNOBS = ("--thin", "--max-points", "14")
-"""The knobs the shipped tables were built with (benchmarks/h200/build_session.sh,
-session3.sh)."""
-SHIPPED = {"gemm": "oasr_gemm", "scaled_mm": "oasr_scaled_mm"}
-"""Family (its table and log stem) -> the plugin that must be installed to replay it."""
+"""The knobs the shipped tables were built with (``benchmarks/h200/run.sh build-table`` and
+``bench-scaled-mm``)."""
+SHIPPED = ("gemm", "scaled_mm")
+"""The families with a shipped table and log (their plugins are in the setup command)."""
 
 
 def _oasr(*args: str, cwd: Path) -> subprocess.CompletedProcess:
@@ -31,9 +32,8 @@ def _oasr(*args: str, cwd: Path) -> subprocess.CompletedProcess:
                           capture_output=True, text=True, timeout=600)
 
 
-@pytest.mark.parametrize("family", sorted(SHIPPED))
+@pytest.mark.parametrize("family", SHIPPED)
 def test_committed_log_rebuilds_the_committed_table(tmp_path, family):
-    pytest.importorskip(SHIPPED[family], reason="the family plugins are in the setup command")
     out = tmp_path / f"{family}.json"
     log = REPO / "db" / "sm90" / "measurements" / f"{family}.jsonl"
     res = _oasr("tune", "build", "--from-log", str(log), "--out", str(out), "--fresh", *KNOBS,
@@ -43,7 +43,6 @@ def test_committed_log_rebuilds_the_committed_table(tmp_path, family):
 
 
 def test_shipped_int8_table_beats_its_heuristic(tmp_path):
-    pytest.importorskip("oasr_scaled_mm", reason="the family plugins are in the setup command")
     table = REPO / "db" / "sm90" / "scaled_mm.json"
     log = REPO / "db" / "sm90" / "measurements" / "scaled_mm.jsonl"
     res = _oasr("tune", "evaluate", "--log", str(log), "--db", f"shipped={table}", "--json",
@@ -57,7 +56,6 @@ def test_shipped_int8_table_beats_its_heuristic(tmp_path):
 
 
 def test_shipped_table_scores_within_the_targets(tmp_path):
-    pytest.importorskip("oasr_gemm", reason="the gemm family plugin is part of the setup command")
     res = _oasr("tune", "evaluate", "--log", str(LOG), "--db", f"shipped={TABLE}", "--json",
                 cwd=tmp_path)
     assert res.returncode == 0, res.stderr
@@ -68,7 +66,6 @@ def test_shipped_table_scores_within_the_targets(tmp_path):
 
 
 def test_status_reports_the_int8_census_covered_by_the_shipped_table(tmp_path):
-    pytest.importorskip("oasr_scaled_mm", reason="the family plugins are in the setup command")
     census = REPO / "benchmarks" / "census" / "conformer_offline_int8.json"
     env = {k: v for k, v in os.environ.items() if not k.startswith("OASR_")}
     env.update(OASR_TUNE_USER_DB="off", OASR_TUNE_SYSTEM_DB=str(REPO / "db"))
