@@ -1,4 +1,4 @@
-"""Held-out quality of the cost model on a measurement log (issue 6), as markdown tables.
+"""Held-out quality of the cost model on a measurement log, as markdown tables.
 
 Leave-one-signature-out (fit on every other (op, dtype, N, K), score the held-out one point by
 point; :mod:`oasr_core.cost_model.quality`) for the structure, the group-calibrated and the

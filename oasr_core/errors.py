@@ -1,4 +1,4 @@
-"""One error vocabulary for oasr (STYLE 18).
+"""One error vocabulary for oasr.
 
 Every message names what is wrong and where (plugin, distribution, file, field) and how to fix
 it. The CLI maps :class:`OasrError` to exit code 2 and a one-line message.

@@ -3,7 +3,7 @@
 :meth:`Registry.from_plugin_manager` calls each plugin's registration hooks on their own, so
 every record is attributed to the plugin and distribution that returned it, and one broken
 plugin costs only its own records. Conflicts are never resolved silently: a family or lane name
-registered twice drops every record of that name and says so (STYLE 7).
+registered twice drops every record of that name and says so.
 """
 
 from __future__ import annotations

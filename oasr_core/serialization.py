@@ -1,4 +1,4 @@
-"""The one cattrs converter oasr persists documents with (STYLE 15).
+"""The one cattrs converter oasr persists documents with.
 
 :func:`make_converter` builds a JSON converter that is strict where cattrs' defaults are
 lenient: ``"12"`` is not an int, ``true`` is not an int, ``"abc"`` is not a list of

@@ -151,8 +151,8 @@ def tune_signature(sig: Signature, source: MeasurementSource, family: Family,
     for pp in timed:
         main = mains[pp.m]
         survivors = main.survivors()
-        # A finalist a sentinel arm stood for here is already timed, as that arm (issue 7:
-        # the heuristic's pick at this size is measured once, as "heuristic").
+        # A finalist a sentinel arm stood for here is already timed, as that arm
+        # (the heuristic's pick at this size is measured once, as "heuristic").
         stood = {c: s for c, s in stand_ins(main).items() if c in fin and s in survivors}
         missing = [n for n in fin if n not in survivors and n not in stood]
         cross, anchor = None, []

@@ -7,7 +7,7 @@ the rows to the log as it goes and returns them parsed back from the rows, so it
 are exactly those a :class:`LogSource` replay of the same log takes.
 
 What a point's main run measures follows the family's and the lane's records, never their
-names (issue 7):
+names:
 
 * the forced sentinels (the family's fallback, then default, torch, fused where the family
   names them) are arms of their own, launched through ``make_bench`` as the sentinel; the
@@ -75,7 +75,7 @@ def resolve_choice(family: Family, lane: Lane, choice: Any, problem: Any) -> Any
 def exhaustive(lane: Lane) -> bool:
     """Whether a build times every candidate of ``lane`` fully at every point (no successive
     halving): true for a lane without a cost model (no ``cost_features``), whose small,
-    unranked space is measured whole (issue 7).
+    unranked space is measured whole.
     """
     return lane.cost_features is None
 

@@ -9,8 +9,8 @@ through it instead, the activation of a fused one in torch after it; convolution
 attention products and the subsampling projection stay full precision.
 
 The subsampling projection calls a ``linear`` this module imported from torch before any
-recorder exists, on purpose: the original census missed a whole layer called that way
-(issue 5), and the recorder must see it.
+recorder exists, on purpose: the original census missed a whole layer called that way,
+and the recorder must see it.
 
 The op *mix* is faithful to the published models, including what is not a GEMM here: the
 Conformer's pointwise convolutions are linears over ``[B, T, C]`` (what an optimised engine

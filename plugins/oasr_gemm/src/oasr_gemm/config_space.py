@@ -32,9 +32,9 @@ _SM90_TAG = {"ws": "ws", "pingpong": "pp", "cooperative": "co"}
 
 SM80_DEFAULT = "b128x128x64_w64x64x64_s3"
 SM90_DEFAULT = "ws_64x128x64_c1x1_s4"
-"""The best single sm90 config measured on an H200 over 98 shapes (session 1 screening, fp16):
+"""The best single sm90 config measured on an H200 over 98 shapes (the first screening, fp16):
 geomean 0.72x torch and never below 0.59x, where the 128x128x64 ping-pong tile that wins at
-M >= 8192 falls to 0.35x at small M. With the plain epilogue (session 5,
+M >= 8192 falls to 0.35x at small M. With the plain epilogue (2026-11-29,
 benchmarks/results/h200_gemm_nopdl.jsonl): 0.84x, never below 0.63x."""
 
 
