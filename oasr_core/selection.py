@@ -205,7 +205,10 @@ def _from_file(rt, fam: Family, lane: Lane, tier: Tier, tf, problem: Problem) ->
             continue
         sentinel = Sentinel.parse(choice_id)
         if sentinel is not None:
-            return _from_sentinel(fam, lane, tier, sentinel, problem)
+            sel = _from_file_sentinel(rt, fam, lane, tier, tf, key, sentinel, problem)
+            if sel is not None:
+                return sel
+            continue
         config = tf.configs[choice_id]
         why = unusable_reason(lane, config, problem)
         if why is None:
@@ -238,6 +241,22 @@ def _from_sentinel(fam: Family, lane: Lane | None, tier: Tier, sentinel: Sentine
 
     return Selection(choice=sentinel, tier=tier, lane=lane.name if lane is not None else None,
                      config=sentinel_config(fam, lane, sentinel, problem))
+
+
+def _from_file_sentinel(rt, fam: Family, lane: Lane, tier: Tier, tf, key: str,
+                        sentinel: Sentinel, problem: Problem) -> Selection | None:
+    """A file's sentinel region on ``lane`` (:func:`oasr_core.sentinels.file_sentinel_config`);
+    None, after one warning, when it cannot serve here."""
+    from oasr_core.sentinels import file_sentinel_config
+
+    config, why = file_sentinel_config(fam, lane, sentinel, problem, file_lane=tf.lane,
+                                       stamp=tf.entry_soft(key))
+    if why is None:
+        return Selection(choice=sentinel, tier=tier, lane=lane.name, config=config)
+    rt.warn_once(f"{tier.value}:{tf.lane}:{sentinel.value}:{why}",
+                 f"oasr: {tier.value} tier entry {key} names {sentinel.value!r} ({tf.lane}), "
+                 f"which {why}; skipped, the next tier serves")
+    return None
 
 
 def _from_model(rt, fam: Family, lane: Lane, tiers, problem: Problem) -> Selection | None:

@@ -24,6 +24,7 @@ import attrs
 from oasr_core import database
 from oasr_core.database import Entry, Region, Source
 from oasr_core.errors import UnknownFamilyError
+from oasr_core.sentinels import stamp_sentinels
 from oasr_core.types import Config, Family, Sentinel, thaw
 
 from .cache import AutotuneWarning, Result
@@ -176,7 +177,8 @@ def publish(results: Iterable[Result], *, arch: str, registry: Any) -> PublishRe
         try:
             database.write_entries(path, family=family, arch=arch, lane=lane, entries=changes,
                                    configs=configs,
-                                   soft=database.current_soft_validators(family))
+                                   soft=stamp_sentinels(
+                                       database.current_soft_validators(family), lane))
         except database.SchemaTooNewError as exc:
             skipped.append(f"{path}: {exc}")
             continue

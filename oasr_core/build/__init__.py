@@ -31,6 +31,7 @@ from oasr_core.measurements import (
     utc_now,
 )
 from oasr_core.selection import unusable_reason
+from oasr_core.sentinels import DEFAULT_STAMP, stamp_sentinels
 from oasr_core.types import Family, Lane, Sentinel
 
 from . import model
@@ -68,6 +69,7 @@ __all__ = [
     "default_paths",
     "exhaustive",
     "log_families",
+    "logged_default",
     "merge_censuses",
     "plan",
     "read_census",
@@ -173,8 +175,8 @@ def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Pa
     bench = attrs.evolve(bench, working_set_bytes=census.working_set_bytes,
                          l2_bytes=timer.l2_bytes, lane=lane.name,
                          resolve=functools.partial(resolve_choice, family, lane))
-    if soft is None:
-        soft = database.current_soft_validators(family)
+    soft = stamp_sentinels(database.current_soft_validators(family) if soft is None else soft,
+                           lane)
     default_log, default_ckpt = default_paths(out, family)
     log = MeasurementLog(log_path or default_log)
     run = new_run_id()
@@ -256,6 +258,9 @@ def build_from_log(paths: Sequence[str | os.PathLike[str]], *, registry: Any, ou
     headers = rows_by_run(runs)
     used_runs = [str(r.get("run")) for r in arms]
     soft = dict(headers.get(used_runs[-1], {}).get("soft") or {})
+    logged = logged_default(arms)
+    if logged is not None:
+        soft.setdefault(DEFAULT_STAMP, logged)
     source = LogSource(arms)
     profile = model.profile_of(headers[r] for r in dict.fromkeys(used_runs) if r in headers)
     lane_rec = _registered_lane(registry, lane_name)
@@ -264,6 +269,18 @@ def build_from_log(paths: Sequence[str | os.PathLike[str]], *, registry: Any, ou
                      options=options or BuildOptions(), progress=progress,
                      fit_model=lambda: model.fit_payload(arms, profile, fam, lane_rec,
                                                          soft.get("impl_hash")))
+
+
+def logged_default(arm_rows: Sequence[Any]) -> str | None:
+    """The config the ``default`` arms of a log's rows launched (their ``params.config``),
+    when they all name the same one: the evidence of what ``default`` meant when measured,
+    for a log whose run header predates the sentinel stamps. None when no row says or the
+    rows disagree."""
+    seen = {r["params"].get("config") for r in arm_rows
+            if isinstance(r.get("params"), dict)
+            and r["params"].get("kind") == Sentinel.DEFAULT.value}
+    seen.discard(None)
+    return next(iter(seen)) if len(seen) == 1 else None
 
 
 def _registered_lane(registry: Any, name: str) -> Lane | None:
