@@ -12,26 +12,22 @@ Engine-facing API:
 - :class:`TuningConfig` and :class:`Tuner` — what an engine holds to prewarm the user tier
   and check coverage before it captures graphs.
 
-The last three load their modules on first access.
+Every name but ``hookimpl`` loads its module on first access (then it is a plain module
+attribute: ``oasr_core.select`` costs what a module global costs). ``from oasr_core import
+hookimpl`` imports only :mod:`oasr_core.markers`, so a plugin's hooks module loads no runtime.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-import pluggy
-
-from oasr_core.report import tuning_report
-from oasr_core.runtime import reload
-from oasr_core.selection import select
+from oasr_core.markers import hookimpl
 
 __version__ = "0.1.0"
 
-hookimpl = pluggy.HookimplMarker("oasr")
-"""Decorator for plugin hook implementations: ``from oasr_core import hookimpl``."""
-
 _LAZY = {"autotune": "oasr_core.autotuning.session", "TuningConfig": "oasr_core.tuner",
-         "Tuner": "oasr_core.tuner"}
+         "Tuner": "oasr_core.tuner", "reload": "oasr_core.runtime",
+         "select": "oasr_core.selection", "tuning_report": "oasr_core.report"}
 
 __all__ = ["__version__", "TuningConfig", "Tuner", "autotune", "hookimpl", "reload", "select",
            "tuning_report"]
@@ -43,4 +39,6 @@ def __getattr__(name: str) -> Any:
         raise AttributeError(f"module 'oasr_core' has no attribute {name!r}")
     import importlib
 
-    return getattr(importlib.import_module(module), name)
+    value = getattr(importlib.import_module(module), name)
+    globals()[name] = value  # later lookups skip this function
+    return value

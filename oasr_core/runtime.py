@@ -6,6 +6,13 @@ epoch (and tells registered listeners, e.g. an engine releasing captured graphs)
 changes a selection inside a process, so a captured graph and an eager call always run the
 same kernel.
 
+Everything an epoch must forget hangs off the runtime: its :class:`~oasr_core.kit.epoch.Epoch`
+(``Runtime.state``: the selection memo, every family's call plans, warn-once keys), the tier
+snapshots, and the active autotune session. A reload replaces the epoch (the old one is closed,
+which empties its tables); :func:`install_runtime` closes the outgoing runtime's epoch and
+swaps. Families bind to it through :mod:`oasr_core.kit`; nothing reaches into other modules.
+Per-process facts that never change (a device's arch and SM count) are cached here too.
+
 One runtime per process is deliberate: an engine's op calls reach selection through
 :func:`oasr_core.select` with no handle to pass around. Tests install their own with
 :func:`install_runtime` (a fresh plugin manager, no autoload).
@@ -18,11 +25,12 @@ import warnings
 from collections import Counter
 from collections.abc import Callable
 from pathlib import Path
-from typing import TYPE_CHECKING
+from typing import TYPE_CHECKING, Any
 
 import attrs
 
 from oasr_core.errors import DatabaseError, OasrWarning
+from oasr_core.kit.epoch import Epoch
 
 if TYPE_CHECKING:
     from oasr_core.database import TuningFile
@@ -56,11 +64,17 @@ class Runtime:
     epoch: int = 0
     counts: Counter = attrs.field(factory=Counter)
     """Resolutions per (family, op, tier value); memoised calls are not recounted."""
+    state: Epoch = attrs.field(factory=Epoch)
+    """This epoch's forgettable state: memo tables (selection, call plans), warn-once keys."""
+    session: Any = None
+    """The active autotune session, asked on a selection memo miss (None: none)."""
     _registry: Registry | None = None
     _tiers: dict[tuple[str, str], TierFiles] = attrs.field(factory=dict)
     _warned: set[str] = attrs.field(factory=set)
     _listeners: list[Callable[[int], None]] = attrs.field(factory=list)
-    _device_arch: str | None | bool = False
+    devices: dict[int | None, DeviceFacts | None] = attrs.field(factory=dict)
+    """What each CUDA device was found to be (by index; None: the current one), asked once;
+    a test may seed it to stand for a GPU."""
 
     def __attrs_post_init__(self) -> None:
         # The core's own cost-model tier answers oasr_model_select last (trylast), after any
@@ -85,15 +99,19 @@ class Runtime:
 
     def device_arch(self) -> str | None:
         """Arch family of the current CUDA device (``sm90``), or None without one."""
-        if self._device_arch is False:
-            import torch
+        facts = self.device(None)
+        return facts.arch if facts is not None else None
 
-            arch = None
-            if torch.cuda.is_available():
-                major, minor = torch.cuda.get_device_capability()
-                arch = f"sm{major}{minor}"
-            self._device_arch = arch
-        return self._device_arch  # type: ignore[return-value]
+    def device(self, index: int | None) -> DeviceFacts | None:
+        """Arch family and SM count of CUDA device ``index`` (None: the device current at the
+        first ask), asked of torch once per runtime; None without a CUDA device."""
+        try:
+            return self.devices[index]
+        except KeyError:
+            pass
+        facts = DeviceFacts.query(index)
+        self.devices[index] = facts
+        return facts
 
     def warn_once(self, key: str, message: str) -> None:
         """Emit ``message`` as an :class:`OasrWarning` the first time ``key`` is seen."""
@@ -167,15 +185,19 @@ class Runtime:
             self._listeners.remove(listener)
 
     def reload(self) -> int:
-        """Start a new epoch: files are re-read and every selection is resolved anew."""
+        """Start a new epoch: files are re-read and every selection is resolved anew.
+
+        The epoch state is swapped for a fresh one (the old is closed: its memo tables empty),
+        then each reload listener is told the new epoch's number.
+        """
         from oasr_core import database
-        from oasr_core import selection as _select
 
         with _LOCK:
             self.epoch += 1
+            old, self.state = self.state, Epoch(number=self.epoch)
+            old.close()
             self._tiers.clear()
-            database.reset_caches()
-            _select.clear_memo()
+            database.reset_caches()  # the SKU and nvcc stamps: a new epoch may see new ones
             listeners = list(self._listeners)
         for listener in listeners:
             listener(self.epoch)
@@ -199,15 +221,19 @@ def get_runtime() -> Runtime:
 def install_runtime(runtime: Runtime | None) -> Runtime | None:
     """Make ``runtime`` the process runtime (None: build anew on next use); returns the old one.
 
-    The memo is cleared, so no selection of the previous runtime survives.
+    The outgoing runtime's epoch is closed, so no selection or call plan of it survives.
     """
     global _RUNTIME
-    from oasr_core import selection as _select
-
     with _LOCK:
         old, _RUNTIME = _RUNTIME, runtime
-        _select.clear_memo()
+        if old is not None and old is not runtime:
+            old.state.close()
     return old
+
+
+def current_runtime() -> Runtime | None:
+    """The process runtime if one exists (never builds one)."""
+    return _RUNTIME
 
 
 def current_epoch() -> int:
@@ -246,15 +272,34 @@ class ReloadHook:
                     self._bound = rt
 
 
-_DEVICE_ARCH: dict[int, str] = {}
+@attrs.frozen
+class DeviceFacts:
+    """What selection and the families' heuristics ask of a CUDA device, asked once."""
+
+    index: int
+    arch: str
+    """Arch family, e.g. ``sm90``."""
+    sm_count: int
+
+    @classmethod
+    def query(cls, index: int | None) -> DeviceFacts | None:
+        """Ask torch about device ``index`` (None: the current one); None without CUDA."""
+        import torch
+
+        try:
+            if not torch.cuda.is_available():
+                return None
+            index = torch.cuda.current_device() if index is None else index
+            props = torch.cuda.get_device_properties(index)
+        except (RuntimeError, AssertionError):
+            return None
+        return cls(index=index, arch=f"sm{props.major}{props.minor}",
+                   sm_count=int(props.multi_processor_count))
 
 
 def device_arch_of(index: int) -> str:
-    """The arch family (``sm90``) of CUDA device ``index``, asked of torch once per device."""
-    arch = _DEVICE_ARCH.get(index)
-    if arch is None:
-        import torch
-
-        major, minor = torch.cuda.get_device_capability(index)
-        arch = _DEVICE_ARCH[index] = f"sm{major}{minor}"
-    return arch
+    """The arch family (``sm90``) of CUDA device ``index``, asked of torch once per runtime."""
+    facts = get_runtime().device(index)
+    if facts is None:
+        raise RuntimeError(f"no CUDA device {index} in this process")
+    return facts.arch

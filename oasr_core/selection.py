@@ -17,7 +17,8 @@ While an autotune session is active (:func:`oasr_core.autotune`, installed with
 :func:`set_session`), a memo miss asks the session first: it serves a result it holds for the
 shape, or measures the shape and serves the winner (counted under the user tier, where it is
 published); when it cannot, the tiers answer as usual. Outside a session the memoised path is
-unchanged: one dict lookup.
+unchanged: one dict lookup. The memo table and the session belong to the process runtime
+(:mod:`oasr_core.runtime`): a reload or a new runtime starts with an empty table.
 """
 
 from __future__ import annotations
@@ -26,15 +27,16 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from oasr_core.errors import ConfigurationError, UnknownFamilyError
+from oasr_core.kit.epoch import EpochMemo
 from oasr_core.types import Config, Family, Lane, Problem, Selection, Sentinel, Tier
 
-_MEMO: dict[tuple, Selection] = {}
-_session: Any = None
-"""The active autotune session, or None; consulted on a memo miss only (issue #8)."""
+_MEMO = EpochMemo("oasr_core.selection")
+"""Selections of the current epoch by call key; the table lives on the runtime's epoch."""
 
 
 def clear_memo() -> None:
-    """Forget every memoised selection (called by reload and runtime installs)."""
+    """Forget every memoised selection of the current epoch (the epoch goes on)."""
+    _MEMO.bind()
     _MEMO.clear()
 
 
@@ -43,18 +45,24 @@ def set_session(session: Any) -> Any:
     previous one.
 
     ``session.resolve(runtime, family, lane, arch, problem)`` returns a :class:`Selection`
-    or None (the tiers answer). The memo is cleared both ways, so a selection made outside a
-    session never hides a miss inside one, and a session's answer never outlives it.
+    or None (the tiers answer). The session is held by the process runtime; the memo is
+    cleared both ways, so a selection made outside a session never hides a miss inside one,
+    and a session's answer never outlives it.
     """
-    global _session
-    old, _session = _session, session
-    _MEMO.clear()
+    from oasr_core.runtime import get_runtime
+
+    rt = get_runtime()
+    old, rt.session = rt.session, session
+    clear_memo()
     return old
 
 
 def active_session() -> Any:
     """The installed autotune session, or None."""
-    return _session
+    from oasr_core.runtime import current_runtime
+
+    rt = current_runtime()
+    return rt.session if rt is not None else None
 
 
 def select(
@@ -76,7 +84,7 @@ def select(
     (conv1d's ``"1x3000"``); ``lane`` overrides the arch's active lane.
     """
     try:
-        return _MEMO[(family, op, dtype, dims, m, arch, point, lane)]
+        return _MEMO.table[(family, op, dtype, dims, m, arch, point, lane)]
     except (KeyError, TypeError):
         pass
     return _resolve_and_memoise(family, op, dtype, dims, m, arch, point, lane)
@@ -86,10 +94,11 @@ def _resolve_and_memoise(family, op, dtype, dims, m, arch, point, lane) -> Selec
     from oasr_core.runtime import get_runtime
 
     rt = get_runtime()
+    epoch = _MEMO.bind(rt.state)
     registry = rt.registry
     fam = registry.family(family)
     dims_t = _normalise_dims(fam, dims)
-    hit = _MEMO.get((family, op, dtype, dims_t, m, arch, point, lane))
+    hit = _MEMO.table.get((family, op, dtype, dims_t, m, arch, point, lane))
     if hit is not None:
         return hit
     if op not in fam.ops:
@@ -103,16 +112,16 @@ def _resolve_and_memoise(family, op, dtype, dims, m, arch, point, lane) -> Selec
     active = _lane_for(registry, fam, arch_f, lane)
     problem = Problem(family=family, op=op, dtype=dtype,
                       dims=tuple(zip(fam.dims, dims_t, strict=True)), m=m, point=point)
-    session = _session
+    session = rt.session
     sel = None if session is None else session.resolve(rt, fam, active, arch_f, problem)
     if sel is None:
         sel = _resolve(rt, fam, active, arch_f, problem)
     rt.count(family, op, sel.tier)
     key = (family, op, dtype, dims, m, arch, point, lane)
     try:
-        _MEMO[key] = sel
+        _MEMO.store(key, sel, epoch)
     except TypeError:  # a mapping of dims: memoise under the tuple form
-        _MEMO[(family, op, dtype, dims_t, m, arch, point, lane)] = sel
+        _MEMO.store((family, op, dtype, dims_t, m, arch, point, lane), sel, epoch)
     return sel
 
 

@@ -614,12 +614,21 @@ class FamilyContract:
     ``requires`` lists plugins the records depend on (a lane package needs its family's
     plugin), ``problems`` the shapes to probe predicates with (default: a grid over the
     family's dims), ``modules`` further modules whose import must compile nothing.
+    ``entry_point`` (``("gemm", "oasr_gemm.hooks")``) adds a check that the distribution
+    declares it, in its installed metadata or in ``pyproject`` (the plugin's pyproject.toml).
     """
 
     plugin: ClassVar[object]
     requires: ClassVar[Sequence[object]] = ()
     problems: ClassVar[Sequence[Problem]] = ()
     modules: ClassVar[Sequence[str]] = ()
+    entry_point: ClassVar[tuple[str, str] | None] = None
+    pyproject: ClassVar[Path | None] = None
+
+    def test_entry_point_is_declared(self) -> None:
+        if self.entry_point is None:
+            pytest.skip("no entry_point named for this plugin")
+        check_entry_point(*self.entry_point, pyproject=self.pyproject)
 
     @pytest.fixture(scope="class")
     def contract(self, request: pytest.FixtureRequest) -> Contract:
@@ -630,3 +639,81 @@ class FamilyContract:
     @pytest.mark.parametrize("check", CONTRACT_CHECKS, ids=lambda c: c.__name__[6:])
     def test_contract(self, contract: Contract, check: Callable[[Contract], None]) -> None:
         check(contract)
+
+
+def check_entry_point(name: str, value: str, *, pyproject: Path | None = None) -> None:
+    """The ``oasr`` entry point ``name = "value"`` is installed, or declared in ``pyproject``
+    when the package is not installed with metadata."""
+    from importlib import metadata
+
+    declared = [ep for ep in metadata.entry_points(group="oasr") if ep.name == name]
+    if declared:
+        assert declared[0].value == value, (
+            f"entry point {name!r} is {declared[0].value!r}, expected {value!r}")
+        return
+    assert pyproject is not None, f"entry point {name!r} is not installed"
+    text = pyproject.read_text()
+    assert f'[project.entry-points.oasr]\n{name} = "{value}"' in text, (
+        f"{pyproject} does not declare the oasr entry point {name} = {value!r}")
+
+
+def register_family_markers(config: pytest.Config) -> None:
+    """Register the markers a family plugin's tests use (``gpu``, ``compile``)."""
+    config.addinivalue_line("markers", "gpu: needs a CUDA GPU; run on the H200 with -m gpu")
+    config.addinivalue_line(
+        "markers", "compile: runs nvcc on real CUTLASS units (a minute or two on 2 cores)")
+
+
+def isolated_plugin_runtime(monkeypatch: pytest.MonkeyPatch,
+                            tmp_path_factory: pytest.TempPathFactory, hooks: object, name: str,
+                            serving: Sequence[Any] = ()) -> Iterator[Any]:
+    """A family plugin test's setting, as a generator for an autouse fixture to ``yield
+    from``: the user tier off, an empty system tier, a fresh runtime holding only ``hooks``
+    (registered as ``name``), and each :class:`oasr_core.kit.Serving` in ``serving`` with its
+    counters zeroed and its libraries forgotten (before and after). Yields the runtime.
+    """
+    from oasr_core import runtime
+
+    monkeypatch.setenv("OASR_TUNE_USER_DB", "off")
+    monkeypatch.setenv("OASR_TUNE_SYSTEM_DB", str(tmp_path_factory.mktemp("empty-system")))
+    pm = make_plugin_manager(load_entrypoints=False)
+    pm.register(hooks, name=name)
+    rt = runtime.Runtime(pm=pm)
+    runtime.install_runtime(rt)
+    for s in serving:
+        s.reset_stats()
+        s.libraries.forget()
+    yield rt
+    runtime.install_runtime(None)
+    for s in serving:
+        s.libraries.forget()
+
+
+def pretend_cuda_device(index: int = 0, arch: str = "sm90", sm_count: int = 132) -> None:
+    """Make the process runtime take CUDA device ``index`` for an ``arch`` GPU with
+    ``sm_count`` SMs (selection and heuristics ask the runtime, which asks torch once)."""
+    from oasr_core.runtime import DeviceFacts, get_runtime
+
+    get_runtime().devices[index] = DeviceFacts(index=index, arch=arch, sm_count=sm_count)
+
+
+def check_reload_refreshes(serving: Any, lane: str, arch: str, held: Mapping[Any, Any],
+                           reference_more: Callable[[], None]) -> None:
+    """A family's production module is kept across a reload while the tiers want nothing it
+    lacks, and dropped by the reload after ``reference_more()`` makes the tiers reference a
+    config that ``held`` (the module's kernels) lacks; a harness's library is never dropped.
+    """
+    from oasr_core import runtime
+
+    serving.bind()
+    serving.libraries.adopt(lane, arch, held)
+    runtime.reload()
+    assert (lane, arch) in dict(serving.libraries.items()), (
+        "a reload with unchanged tiers dropped the production module")
+    reference_more()
+    runtime.reload()
+    assert (lane, arch) not in dict(serving.libraries.items()), (
+        "a reload whose tiers reference a config the module lacks kept the module")
+    serving.libraries.install(lane, arch, held)
+    runtime.reload()
+    assert (lane, arch) in dict(serving.libraries.items()), "a harness's library was dropped"

@@ -23,14 +23,15 @@ Key = tuple[str, str]
 class Libraries:
     """Loaded kernels per ``(lane, arch)``; see the module docstring.
 
-    ``load(lane, arch)`` returns the production module's kernels or None; ``ids(kernels)``
-    the config ids they hold; ``wanted(lane, arch)`` the ids the current epoch's production
-    set must hold (checked by :meth:`refresh`).
+    ``load(lane, arch)`` returns the production module's kernels or None (or raises, which
+    the caller sees and nothing is kept); ``ids(kernels)`` the config ids they hold;
+    ``wanted(lane, arch)`` the ids the current epoch's production set must hold (checked by
+    :meth:`refresh`; None: what is loaded is never refreshed, e.g. a whole-space module).
     """
 
     def __init__(self, load: Callable[[str, str], Kernels | None],
-                 ids: Callable[[Kernels], Iterable[str]],
-                 wanted: Callable[[str, str], Iterable[str]]) -> None:
+                 ids: Callable[[Kernels], Iterable[str]] | None = None,
+                 wanted: Callable[[str, str], Iterable[str]] | None = None) -> None:
         self._load, self._ids, self._wanted = load, ids, wanted
         self._loaded: dict[Key, Kernels | None] = {}
         self._production: set[Key] = set()
@@ -54,13 +55,23 @@ class Libraries:
             self._loaded[(lane, arch)] = kernels
             self._production.discard((lane, arch))
 
+    def adopt(self, lane: str, arch: str, kernels: Kernels | None) -> None:
+        """Hold ``kernels`` as ``lane``'s production module on ``arch``, as :meth:`get` would
+        after loading it (so :meth:`refresh` may drop it); for tests and harnesses that
+        built the production module themselves."""
+        with self._lock:
+            self._loaded[(lane, arch)] = kernels
+            self._production.add((lane, arch))
+
     def items(self) -> Iterator[tuple[Key, Kernels | None]]:
         """``((lane, arch), kernels)`` of everything loaded or installed."""
         return iter(list(self._loaded.items()))
 
     def refresh(self) -> list[Key]:
         """Drop the production modules lacking a wanted config; returns the keys dropped."""
-        dropped = []
+        dropped: list[Key] = []
+        if self._wanted is None or self._ids is None:
+            return dropped
         with self._lock:
             for key in sorted(self._production):
                 kernels = self._loaded.get(key)

@@ -7,8 +7,8 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
-from oasr_core import runtime
 from oasr_core.errors import ToolchainError
+from oasr_core.testing import pretend_cuda_device
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import oasr_gemm
@@ -92,7 +92,7 @@ def test_a_shape_the_tiers_gave_to_torch_skips_the_operand_checks(monkeypatch):
     with FakeTensorMode():
         a = torch.empty(64, 4, device="cuda", dtype=torch.float16).t()  # non-contiguous
         w = torch.empty(128, 64, device="cuda", dtype=torch.float16)
-        ops._MEMO[("gemm", None, torch.float16, 128, 64, 4, a.get_device())] = ops._TORCH
+        ops._PLANS.store(("gemm", None, torch.float16, 128, 64, 4, a.get_device()), ops.TORCH)
         assert ops.gemm(a, w).shape == (4, 128)
         # K = 0 is an empty product, never a division by zero
         assert ops.gemm(torch.empty(4, 0, device="cuda", dtype=torch.float16),
@@ -122,7 +122,7 @@ def test_torch_compile_traces_through_the_custom_op():
 
 
 def _pretend_gpu(monkeypatch, arch="sm90"):
-    monkeypatch.setitem(runtime._DEVICE_ARCH, 0, arch)
+    pretend_cuda_device(arch=arch)
 
 
 def test_unbuildable_module_falls_back_to_torch_with_one_warning(monkeypatch):
@@ -134,12 +134,12 @@ def test_unbuildable_module_falls_back_to_torch_with_one_warning(monkeypatch):
     monkeypatch.setattr(jit, "production_spec", broken)
     key = ("gemm", None, torch.float16, 256, 512, 64, 0)
     with pytest.warns(RuntimeWarning, match="unavailable.*nvcc not found"):
-        assert ops._plan(key) is ops._TORCH
-    assert ops._MEMO[key] is ops._TORCH
+        assert ops._plan(key) is ops.TORCH
+    assert ops._PLANS.table[key] is ops.TORCH
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         assert ops._plan(("gemm_activation", "gelu", torch.bfloat16, 256, 512, 8, 0)) \
-            is ops._TORCH
+            is ops.TORCH
     assert launch.library(cs.LANE_SM90, "sm90") is None
 
 
@@ -149,14 +149,14 @@ def test_config_missing_from_the_loaded_module_is_served_by_torch(monkeypatch):
     default = cs.config(cs.LANE_SM90, cs.SM90_DEFAULT)
     assert launch.is_available(default) is False
     with pytest.warns(RuntimeWarning, match="not in this process"):
-        assert ops._plan(("gemm", None, torch.float16, 256, 512, 64, 0)) is ops._TORCH
+        assert ops._plan(("gemm", None, torch.float16, 256, 512, 64, 0)) is ops.TORCH
 
 
 def test_torch_sentinel_selection_needs_no_module(monkeypatch):
     _pretend_gpu(monkeypatch, "sm75")
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert ops._plan(("gemm", None, torch.float16, 256, 512, 64, 0)) is ops._TORCH
+        assert ops._plan(("gemm", None, torch.float16, 256, 512, 64, 0)) is ops.TORCH
     assert (cs.LANE_SM80, "sm75") not in dict(launch.LIBRARIES.items())
 
 
@@ -231,26 +231,6 @@ def test_call_record_matches_the_c_layout():
     assert ctypes.sizeof(launch.CallArgs) == 72
 
 
-def test_refused_launch_turns_the_shape_to_torch():
-    config = cs.config(cs.LANE_SM90, cs.SM90_DEFAULT)
-    args = launch.CallArgs()
-    prepared = launch.Prepared(lambda *a: 2, args, 0, 0, 0, config)
-    key = ("gemm", None, torch.float16, 256, 512, 64, 0)
-    ops._MEMO[key] = prepared
-    with pytest.warns(RuntimeWarning, match="shape not implementable"):
-        ops._refused(key, prepared, 2)
-    assert ops._MEMO[key] is ops._TORCH
-
-
-def test_reload_clears_the_memo():
-    from oasr_core import runtime
-
-    ops._RELOAD.bind()
-    ops._MEMO[("gemm", None, torch.float16, 8, 8, 1, 0)] = ops._TORCH
-    runtime.reload()
-    assert ops._MEMO == {}
-
-
 def test_a_selection_error_is_warned_and_served_by_torch(monkeypatch):
     import oasr_core
     from oasr_core.errors import ConfigurationError
@@ -262,4 +242,4 @@ def test_a_selection_error_is_warned_and_served_by_torch(monkeypatch):
 
     monkeypatch.setattr(oasr_core, "select", refuse)
     with pytest.warns(RuntimeWarning, match="selection failed.*bad tuning setup"):
-        assert ops._plan(("gemm", None, torch.float16, 256, 512, 64, 0)) is ops._TORCH
+        assert ops._plan(("gemm", None, torch.float16, 256, 512, 64, 0)) is ops.TORCH

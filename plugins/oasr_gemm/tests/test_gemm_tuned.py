@@ -4,8 +4,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from oasr_core import database, runtime
+from oasr_core import database
 from oasr_core.runtime import get_runtime
+from oasr_core.testing import pretend_cuda_device
 
 from oasr_gemm import config_space as cs
 from oasr_gemm import jit, launch, ops
@@ -25,7 +26,7 @@ def system_tier(tmp_path, monkeypatch):
                            arch="sm90", lane=lane, entries={key: entry},
                            configs={c.id: c for c in lane.config_space},
                            soft=database.current_soft_validators(family))
-    monkeypatch.setitem(runtime._DEVICE_ARCH, 0, "sm90")
+    pretend_cuda_device()
     return tmp_path
 
 
@@ -44,7 +45,7 @@ def test_regions_choose_the_kernel_or_torch(system_tier):
     launch.install_library(cs.LANE_SM90, "sm90", _fake_library())
     small = ops._plan(("gemm", None, torch.float16, 512, 256, 48, 0))
     assert small.config.id == TUNED and small.args.dtype == 0 and small.args.act == 0
-    assert ops._plan(("gemm", None, torch.float16, 512, 256, 4096, 0)) is ops._TORCH
+    assert ops._plan(("gemm", None, torch.float16, 512, 256, 4096, 0)) is ops.TORCH
     other = ops._plan(("gemm_activation", "silu", torch.bfloat16, 512, 256, 48, 0))
     assert other.config.id == cs.SM90_DEFAULT and other.args.act == 3 and other.args.dtype == 1
     counts = get_runtime().counts

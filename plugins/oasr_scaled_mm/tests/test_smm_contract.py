@@ -40,7 +40,7 @@ def test_family_record():
     assert family.fallback is Sentinel.HEURISTIC and family.sentinel_heuristic is not None
     assert family.make_bench is not None and family.recorder_patches is not None
     soft = family.soft_validators()
-    assert set(soft) == {"impl_hash", "cutlass"} and len(soft["impl_hash"]) == 16
+    assert set(soft) == {"impl_hash", "cutlass", "heuristic"} and len(soft["impl_hash"]) == 16
     assert soft["cutlass"] == "4.2.0"
 
 

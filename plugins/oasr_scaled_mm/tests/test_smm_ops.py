@@ -8,9 +8,10 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from oasr_core import database, runtime
+from oasr_core import database
 from oasr_core.errors import OasrWarning, ToolchainError
 from oasr_core.runtime import get_runtime
+from oasr_core.testing import pretend_cuda_device
 from oasr_core.types import Selection, Tier
 from torch._subclasses.fake_tensor import FakeTensorMode
 
@@ -208,7 +209,7 @@ def test_torch_compile_traces_through_the_custom_ops():
 # --- selection and the CUDA plan, with the GPU faked ---------------------------------------
 
 def _pretend_gpu(monkeypatch, arch="sm90"):
-    monkeypatch.setitem(runtime._DEVICE_ARCH, 0, arch)
+    pretend_cuda_device(arch=arch)
     monkeypatch.setattr("oasr_scaled_mm.heuristic._device_index", lambda: None)
 
 
@@ -219,7 +220,7 @@ def _fake_library(lane=cs.LANE_SM90):
 
 def test_untuned_shapes_take_the_heuristic_and_bind_a_prepared_call(monkeypatch):
     _pretend_gpu(monkeypatch)
-    launch.install_library(cs.LANE_SM90, "sm90", _fake_library())
+    launch.LIBRARIES.install(cs.LANE_SM90, "sm90", _fake_library())
     assert ops.select_config(768, 256, 11 * 128, "sm90").id == "ws_128x128x128_c1x1"
     plan = ops._plan((cs.OP_MM, torch.bfloat16, 768, 256, 11 * 128, 0))
     assert plan.config.id == "ws_128x128x128_c1x1" and plan.op == cs.OP_MM
@@ -289,43 +290,24 @@ def test_unbuildable_module_falls_back_to_torch_with_one_warning(monkeypatch):
 
     monkeypatch.setattr(jit, "production_spec", broken)
     key = (cs.OP_MM, torch.float16, 768, 256, 64, 0)
-    with pytest.warns(RuntimeWarning, match="unavailable.*nvcc not found"):
-        assert ops._plan(key) is ops._TORCH
+    with pytest.warns(OasrWarning, match="unavailable.*nvcc not found"):
+        assert ops._plan(key) is ops.TORCH
     with warnings.catch_warnings():
         warnings.simplefilter("error")
-        assert ops._plan((cs.OP_QUANT, torch.int8, 768, 256, 8, 0)) is ops._TORCH
-    assert launch.library(cs.LANE_SM90, "sm90") is None
+        assert ops._plan((cs.OP_QUANT, torch.int8, 768, 256, 8, 0)) is ops.TORCH
+    assert launch.LIBRARIES.get(cs.LANE_SM90, "sm90") is None
 
 
 def test_a_config_missing_from_the_module_is_served_by_torch(monkeypatch):
     _pretend_gpu(monkeypatch)
     kernels = _fake_library()
     del kernels[(cs.OP_QUANT, "ws_64x32x128_c1x1")]
-    launch.install_library(cs.LANE_SM90, "sm90", kernels)
+    launch.LIBRARIES.install(cs.LANE_SM90, "sm90", kernels)
     assert launch.is_available(cs.config(cs.LANE_SM90, "ws_64x32x128_c1x1"))
     with pytest.warns(OasrWarning, match="not in this process"):
-        assert ops._plan((cs.OP_QUANT, torch.int8, 768, 256, 1, 0)) is ops._TORCH
-    launch.install_library(cs.LANE_SM90, "sm90", {})
+        assert ops._plan((cs.OP_QUANT, torch.int8, 768, 256, 1, 0)) is ops.TORCH
+    launch.LIBRARIES.install(cs.LANE_SM90, "sm90", {})
     assert not launch.is_available(cs.config(cs.LANE_SM90, cs.SM90_DEFAULT))
-
-
-def test_a_refused_launch_turns_the_shape_to_torch():
-    config = cs.config(cs.LANE_SM90, cs.SM90_DEFAULT)
-    prepared = launch.Prepared(lambda *a: 2, launch.CallArgs(), 0, 0, config, cs.OP_MM)
-    key = (cs.OP_MM, torch.float16, 768, 256, 64, 0)
-    ops._MEMO[key] = prepared
-    with pytest.warns(OasrWarning, match="shape not implementable"):
-        ops._refused(key, prepared, 2)
-    assert ops._MEMO[key] is ops._TORCH
-
-
-def test_reload_clears_the_memo():
-    from oasr_core import runtime
-
-    ops._RELOAD.bind()
-    ops._MEMO[(cs.OP_MM, torch.float16, 16, 16, 1, 0)] = ops._TORCH
-    runtime.reload()
-    assert ops._MEMO == {}
 
 
 def test_prepared_call_passes_every_pointer_and_the_out_scale():

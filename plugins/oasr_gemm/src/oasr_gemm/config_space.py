@@ -16,9 +16,9 @@ fewer stages for two or three CTAs per SM, 1x2 and 2x1 clusters, deeper K tiles)
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable
 
+from oasr_core.kit.lanes import LaneSpaces
 from oasr_core.types import Config
 
 FAMILY = "gemm"
@@ -247,28 +247,23 @@ def _sm90_swapped_wide() -> Iterable[Config]:
         yield sm90_config((256, 128, 64), cluster, "cooperative", swap_ab=True)
     # Clusters along N (the kernel's M) multicast one tile of A to two or four CTAs: at
     # K = 512-2048 and N = 512 (four tiles of 128) that cuts A's L2 traffic by 2-4x. Measured
-    # (session 5): within 3-8% of the best at N = 512, M = 2152, first nowhere yet.
+    # on the H200: within 3-8% of the best at N = 512, M = 2152, first nowhere yet.
     for tn, cluster in ((80, (2, 1)), (80, (4, 1)), (96, (4, 1))):
         yield sm90_config((128, tn, 64), cluster, swap_ab=True)
     yield sm90_config((128, 80, 64), (4, 1), "cooperative", swap_ab=True)
 
 
-@functools.cache
-def full_space(lane: str) -> tuple[Config, ...]:
-    """Every config listed for ``lane``, before feasibility."""
-    if lane == LANE_SM80:
-        return tuple(_sm80_all())
-    if lane == LANE_SM90:
-        return tuple(_sm90_all())
-    raise KeyError(f"lane {lane!r} is not a gemm lane ({LANE_SM80}, {LANE_SM90})")
-
-
-@functools.cache
-def space(lane: str) -> tuple[Config, ...]:
-    """The registered config space of ``lane``: the listed configs that are feasible."""
+def _is_feasible():
     from oasr_gemm.feasibility import is_feasible
 
-    return tuple(c for c in full_space(lane) if is_feasible(c))
+    return is_feasible
+
+
+SPACES = LaneSpaces("gemm", {LANE_SM80: _sm80_all, LANE_SM90: _sm90_all}, _is_feasible)
+"""The lanes' listed and feasible spaces (cached once per process)."""
+full_space = SPACES.full
+space = SPACES.space
+config = SPACES.config
 
 
 BASIS = {
@@ -291,14 +286,6 @@ space. sm80 (not yet measured): small tiles for small M, one Stream-K and one pa
 split-K unit."""
 
 DEFAULTS = {LANE_SM80: SM80_DEFAULT, LANE_SM90: SM90_DEFAULT}
-
-
-def config(lane: str, config_id: str) -> Config:
-    """The config ``config_id`` of ``lane`` (``KeyError`` when the space has none)."""
-    for c in space(lane):
-        if c.id == config_id:
-            return c
-    raise KeyError(f"lane {lane!r} has no config {config_id!r}")
 
 
 def units(configs: Iterable[Config]) -> tuple[str, ...]:

@@ -25,6 +25,8 @@ The static rules encode failures that were seen, not guessed:
 
 from __future__ import annotations
 
+from oasr_core.kit.lanes import by_lane
+from oasr_core.kit.lanes import fits_arch as _fits
 from oasr_core.types import Config, Problem
 
 from oasr_gemm.config_space import LANE_SM80, LANE_SM90
@@ -145,20 +147,13 @@ def _sm90_static(config: Config) -> bool:
 
 def is_feasible(config: Config) -> bool:
     """Static predicate: the config builds and computes the right thing on some arch of its lane."""
-    if config.lane == LANE_SM80:
-        return _sm80_static(config)
-    if config.lane == LANE_SM90:
-        return _sm90_static(config)
-    return False
+    return by_lane({LANE_SM80: _sm80_static, LANE_SM90: _sm90_static}, config)
 
 
 def fits_arch(config: Config, arch: str) -> bool:
     """Whether ``config`` runs on arch family ``arch`` (``sm90``): lane arches and shared memory."""
-    if config.lane == LANE_SM90:
-        return arch in SM90_ARCHES
-    if config.lane == LANE_SM80:
-        return arch in SM80_ARCHES and sm80_smem(config) <= SMEM_LIMIT.get(arch, 0)
-    return False
+    return _fits(config, arch, arches={LANE_SM80: SM80_ARCHES, LANE_SM90: SM90_ARCHES},
+                 smem={LANE_SM80: sm80_smem}, limits=SMEM_LIMIT)
 
 
 def aligned(n: int, k: int) -> bool:

@@ -1,11 +1,11 @@
 """JIT specs of the gemm lanes: one translation unit per compiled config, one library per lane.
 
-A lane's **production module** links its production set: the configs the loaded tuning tiers
-reference for this arch and lane (``oasr_core.runtime.get_runtime().referenced_configs``), the
-lane's default and its coverage basis (:data:`oasr_gemm.config_space.BASIS`), filtered to what
-fits the arch. ``OASR_GEMM_COMPILE_SET=all`` links the lane's whole space instead. Objects are
-cached per unit by the core JIT (:mod:`oasr_core.jit`), so a production module that gains a
-config compiles one unit and relinks.
+A lane's **production module** links its production set (:data:`PRODUCTION`, the kit's
+:class:`oasr_core.kit.ProductionSet`): the configs the loaded tuning tiers reference for this
+arch and lane, the lane's default and its coverage basis (:data:`oasr_gemm.config_space.BASIS`),
+filtered to what fits the arch. ``OASR_GEMM_COMPILE_SET=all`` links the lane's whole space
+instead. Objects are cached per unit by the core JIT (:mod:`oasr_core.jit`), so a production
+module that gains a config compiles one unit and relinks.
 
 Nothing here runs at import; building happens in :func:`oasr_core.jit.build`/``prebuild``/
 ``load`` calls made by :mod:`oasr_gemm.launch`, the benchmark and ``oasr tune prebuild``.
@@ -16,6 +16,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from oasr_core import jit as core_jit
+from oasr_core.kit import ProductionSet, cutlass_stamps
+from oasr_core.kit import lane_specs as _lane_specs
 from oasr_core.types import Config
 
 from oasr_gemm import codegen
@@ -34,37 +36,18 @@ LANE_FLAGS = {LANE_SM80: (), LANE_SM90: ("-DCUTLASS_ENABLE_GDC_FOR_SM90",)}
 launched with programmatic dependent launch (``oasr_gemm.launch``, ``OASR_GEMM_PDL``)."""
 
 
-def compile_set() -> str:
-    """``tuned`` (default: production set) or ``all`` (whole space), from ``COMPILE_SET_ENV``."""
-    return core_jit.compile_set(COMPILE_SET_ENV)
+PRODUCTION = ProductionSet(family="gemm", compile_set_env=COMPILE_SET_ENV, space=space,
+                           fits_arch=fits_arch,
+                           always=lambda lane, arch: (DEFAULTS[lane], *BASIS[lane]))
+"""The gemm lanes' production sets: default, coverage basis, and what the tiers reference."""
+compile_set = PRODUCTION.compile_set
+lane_configs = PRODUCTION.lane_configs
+production_ids = PRODUCTION.ids
 
 
 def jit_arch(arch_family: str) -> str:
     """The nvcc target of an arch family: ``sm90`` -> ``90a`` (wgmma needs the ``a`` target)."""
     return core_jit.family_target(arch_family)
-
-
-def lane_configs(lane: str, arch: str) -> tuple[Config, ...]:
-    """The configs of ``lane`` that run on arch family ``arch``."""
-    return tuple(c for c in space(lane) if fits_arch(c, arch))
-
-
-def production_ids(lane: str, arch: str, referenced: Iterable[str] = ()) -> tuple[str, ...]:
-    """The production set of ``lane`` on ``arch``: referenced ids, the default and the basis.
-
-    Ids that are not in the lane's space or do not fit the arch are dropped (a stale tuning
-    file cannot break the module); the default comes first.
-    """
-    fitting = {c.id for c in lane_configs(lane, arch)}
-    wanted = [DEFAULTS[lane], *BASIS[lane], *sorted(referenced)]
-    return tuple(i for i in dict.fromkeys(wanted) if i in fitting)
-
-
-def runtime_referenced(lane: str, arch: str) -> frozenset[str]:
-    """What this process's tuning tiers reference on ``lane`` (empty when nothing is loaded)."""
-    from oasr_core.runtime import get_runtime
-
-    return get_runtime().referenced_configs("gemm", arch, lane)
 
 
 def unit(config: Config, dtypes: Sequence[str] = ALL_DTYPES):
@@ -95,12 +78,7 @@ def production_spec(lane: str, arch: str, referenced: Iterable[str] | None = Non
 
     ``referenced`` defaults to what the runtime's tuning tiers reference.
     """
-    if compile_set() == "all":
-        return module_spec(lane, arch, lane_configs(lane, arch))
-    if referenced is None:
-        referenced = runtime_referenced(lane, arch)
-    by_id = {c.id: c for c in lane_configs(lane, arch)}
-    return module_spec(lane, arch, [by_id[i] for i in production_ids(lane, arch, referenced)])
+    return module_spec(lane, arch, PRODUCTION.configs(lane, arch, referenced))
 
 
 def full_spec(lane: str, arch: str, dtypes: Sequence[str] = ALL_DTYPES):
@@ -123,16 +101,10 @@ def subset_spec(lane: str, arch: str, patterns: Iterable[str]):
 
 
 def lane_specs(lane: str, arch: str, scope: str) -> list:
-    """``Lane.jit_specs``: the modules ``lane`` loads on arch family ``arch``.
-
-    ``scope="production"`` is the production module (:func:`production_spec`), ``"all"`` the
-    whole space (:func:`full_spec`); an arch the lane has no config for gets none.
-    """
-    if scope not in ("production", "all"):
-        raise ValueError(f"scope {scope!r} is not 'production' or 'all'")
-    if not lane_configs(lane, arch):
-        return []
-    return [full_spec(lane, arch) if scope == "all" else production_spec(lane, arch)]
+    """``Lane.jit_specs``: the production module (``scope="production"``) or the whole space
+    (``"all"``) of ``lane`` on ``arch``; none for an arch the lane has no config for."""
+    return _lane_specs(lane, arch, scope, production=PRODUCTION, production_spec=production_spec,
+                       full_spec=full_spec)
 
 
 class GemmKernelModule:
@@ -165,16 +137,5 @@ class GemmKernelModule:
 
 
 def soft_validators() -> dict[str, str | None]:
-    """The family's soft stamps: the generator/headers hash and the CUTLASS version.
-
-    A stamp that cannot be known here (no CUTLASS wheel) is None, which never marks an entry
-    stale.
-    """
-    from oasr_core.errors import ToolchainError
-    from oasr_core.jit import cutlass_version
-
-    try:
-        cutlass = cutlass_version()
-    except ToolchainError:
-        cutlass = None
-    return {"impl_hash": codegen.impl_hash(), "cutlass": cutlass}
+    """The family's soft stamps: the generator/headers hash and the CUTLASS version."""
+    return cutlass_stamps(codegen.impl_hash())

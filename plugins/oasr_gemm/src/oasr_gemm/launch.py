@@ -7,25 +7,23 @@ launch. Launches go to torch's current stream through
 ``torch._C._cuda_getCurrentRawStream`` (about 0.1 us, where ``current_stream().cuda_stream``
 costs several).
 
-Workspaces are grow-only buffers per (device, stream), owned here: scratch (any content) and
-semaphores (zero-filled once; every kernel leaves them zero). Buffers that are outgrown are
-kept alive, because a captured CUDA graph may still use them. Allocation happens on the first
-call that needs more; call :func:`reserve_workspace` before capturing graphs to keep it out of
-the capture.
+Workspaces come from the kit's grow-only pool per (device, stream)
+(:class:`oasr_core.kit.WorkspacePool`): scratch (any content) and semaphores (zero-filled once;
+every kernel leaves them zero). Allocation happens on the first call that needs more; call
+:func:`reserve_workspace` before capturing graphs to keep it out of the capture. The loaded
+production libraries and the call plans are the kit's :class:`oasr_core.kit.Serving`
+(:data:`SERVING`).
 """
 
 from __future__ import annotations
 
 import ctypes
 import os
-import threading
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
-from oasr_core.errors import OasrError
-from oasr_core.jit.libraries import Libraries
+from oasr_core.kit import BufferKind, LaunchError, Serving, WorkspacePool
 from oasr_core.types import Config
 
 from oasr_gemm import codegen
@@ -55,10 +53,6 @@ _WORKSPACE_ARGTYPES = (
     ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32,
     ctypes.POINTER(ctypes.c_int64),
 )
-
-
-class LaunchError(OasrError):
-    """A launcher returned a non-zero status (the message names the config and the status)."""
 
 
 def pdl_enabled() -> bool:
@@ -164,63 +158,14 @@ class Prepared:
             return self.fn(self.address, a_ptr, w_ptr, bias_ptr, d_ptr, stream)
         args = CallArgs.from_buffer_copy(self.args)
         (args.workspace, args.workspace_bytes, args.semaphores,
-         args.semaphore_bytes) = workspace(device, stream, self.scratch_bytes,
-                                           self.semaphore_bytes)
+         args.semaphore_bytes) = WORKSPACES.get(device, stream, (self.scratch_bytes,
+                                                                 self.semaphore_bytes))
         return self.fn(ctypes.addressof(args), a_ptr, w_ptr, bias_ptr, d_ptr, stream)
 
 
 def status_text(status: int) -> str:
     """What a launcher status code means."""
     return codegen.STATUS.get(status, f"unknown status {status}")
-
-
-@attrs.define(eq=False)
-class _Buffers:
-    scratch: Any = None
-    semaphores: Any = None
-    retired: list = attrs.field(factory=list)
-
-
-_WORKSPACES: dict[tuple[int, int], _Buffers] = {}
-_WS_LOCK = threading.Lock()
-_MIN_SCRATCH = 1 << 20
-_MIN_SEMAPHORES = 1 << 16
-
-
-def workspace(device: int, stream: int, scratch_bytes: int,
-              semaphore_bytes: int) -> tuple[int, int, int, int]:
-    """Pointers and sizes of the (device, stream) buffers, grown to at least these sizes."""
-    bufs = _WORKSPACES.get((device, stream))
-    if (bufs is None or bufs.scratch is None or bufs.scratch.numel() < scratch_bytes
-            or bufs.semaphores is None or bufs.semaphores.numel() * 4 < semaphore_bytes):
-        bufs = _grow(device, stream, scratch_bytes, semaphore_bytes)
-    return (bufs.scratch.data_ptr(), bufs.scratch.numel(), bufs.semaphores.data_ptr(),
-            bufs.semaphores.numel() * 4)
-
-
-def _grow(device: int, stream: int, scratch_bytes: int, semaphore_bytes: int) -> _Buffers:
-    import torch
-
-    with _WS_LOCK:
-        bufs = _WORKSPACES.setdefault((device, stream), _Buffers())
-        if torch.cuda.is_current_stream_capturing():
-            _warn_once("capture-alloc", "oasr_gemm: a gemm workspace was allocated during CUDA "
-                       "graph capture; call oasr_gemm.reserve_workspace() (or run the shape "
-                       "once eagerly on the capture stream) before capturing")
-        dev = torch.device("cuda", device)
-        if bufs.scratch is None or bufs.scratch.numel() < scratch_bytes:
-            size = max(scratch_bytes, _MIN_SCRATCH, 2 * (bufs.scratch.numel() if bufs.scratch
-                                                          is not None else 0))
-            if bufs.scratch is not None:
-                bufs.retired.append(bufs.scratch)
-            bufs.scratch = torch.empty(size, dtype=torch.uint8, device=dev)
-        if bufs.semaphores is None or bufs.semaphores.numel() * 4 < semaphore_bytes:
-            old = bufs.semaphores.numel() * 4 if bufs.semaphores is not None else 0
-            size = max(semaphore_bytes, _MIN_SEMAPHORES, 2 * old)
-            if bufs.semaphores is not None:
-                bufs.retired.append(bufs.semaphores)
-            bufs.semaphores = torch.zeros((size + 3) // 4, dtype=torch.int32, device=dev)
-        return bufs
 
 
 def reserve_workspace(scratch_bytes: int = 64 << 20, semaphore_bytes: int = 1 << 20,
@@ -230,80 +175,23 @@ def reserve_workspace(scratch_bytes: int = 64 << 20, semaphore_bytes: int = 1 <<
     ``stream`` is a ``torch.cuda.Stream`` or a raw handle; capture with
     ``torch.cuda.graph(g, stream=s)`` and reserve for ``s``.
     """
-    import torch
-
-    device = torch.cuda.current_device() if device is None else int(device)
-    if stream is None:
-        raw = torch._C._cuda_getCurrentRawStream(device)
-    else:
-        raw = int(getattr(stream, "cuda_stream", stream))
-    workspace(device, raw, scratch_bytes, semaphore_bytes)
+    WORKSPACES.reserve((scratch_bytes, semaphore_bytes), device, stream)
 
 
-_WARNED: set[str] = set()
+def _load(lane: str, arch: str) -> Mapping[str, Kernel] | None:
+    from oasr_gemm import jit
 
+    def bind(module: Any) -> dict[str, Kernel]:
+        return {c.id: Kernel.bind(module, c) for c in jit.PRODUCTION.lane_configs(lane, arch)
+                if codegen.symbol(c) in module.exports}
 
-def _warn_once(key: str, message: str) -> None:
-    if key not in _WARNED:
-        _WARNED.add(key)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
-
-
-def library(lane: str, arch: str) -> Mapping[str, Kernel] | None:
-    """The kernels of ``lane``'s production module on ``arch`` by config id (None: unusable).
-
-    Loaded once per process (until a reload refreshes it, :func:`refresh_production`); a
-    module that cannot be built or loaded is warned about once and reported as None, so
-    callers serve from torch instead.
-    """
-    return LIBRARIES.get(lane, arch)
-
-
-def refresh_production() -> list[tuple[str, str]]:
-    """After a reload: drop each production module lacking a config the new epoch's tiers
-    reference, so the next call loads the new production set (see
-    :class:`oasr_core.jit.libraries.Libraries`). Returns the (lane, arch) pairs dropped."""
-    return LIBRARIES.refresh()
+    return SERVING.load(lane, arch, jit.production_spec, bind)
 
 
 def _wanted(lane: str, arch: str) -> tuple[str, ...]:
     from oasr_gemm import jit
 
-    if jit.compile_set() == "all":
-        return ()
-    return jit.production_ids(lane, arch, jit.runtime_referenced(lane, arch))
-
-
-def _load(lane: str, arch: str) -> Mapping[str, Kernel] | None:
-    from oasr_core import jit as core_jit
-
-    from oasr_gemm import jit
-
-    try:
-        spec = jit.production_spec(lane, arch)
-        module = core_jit.load(spec)
-    except Exception as exc:  # a broken toolchain or library must never take the op down
-        _warn_once(f"load:{lane}:{arch}", f"oasr_gemm: the {lane} module for {arch} is "
-                   f"unavailable ({exc}); gemm calls take the torch path")
-        return None
-    kernels: dict[str, Kernel] = {}
-    for config in jit.lane_configs(lane, arch):
-        if codegen.symbol(config) in module.exports:
-            kernels[config.id] = Kernel.bind(module, config)
-    if module.failed:
-        _warn_once(f"failed:{lane}:{arch}", f"oasr_gemm: {len(module.failed)} unit(s) of "
-                   f"{spec.name} failed to compile ({', '.join(sorted(module.failed)[:5])}); "
-                   "their configs are served by the next tier")
-    return kernels
-
-
-def install_library(lane: str, arch: str, kernels: Mapping[str, Kernel] | None) -> None:
-    """Serve ``lane`` on ``arch`` from ``kernels`` instead of the production module.
-
-    For harnesses that already loaded a module holding the configs they need (the benchmark
-    loads the whole space); ``None`` marks the lane unavailable.
-    """
-    LIBRARIES.install(lane, arch, kernels)
+    return jit.PRODUCTION.wanted(lane, arch)
 
 
 def is_available(config: Config) -> bool:
@@ -312,16 +200,20 @@ def is_available(config: Config) -> bool:
     Before the lane's module is loaded (and on machines without a GPU) every config counts as
     available; selection re-checks at call time and serves a missing one from torch.
     """
-    for (lane, arch), kernels in LIBRARIES.items():
-        if lane == config.lane and kernels is not None and fits_arch(config, arch):
-            return config.id in kernels
-    return True
+    return SERVING.holds(config, config.id, fits_arch)
 
 
-def forget_libraries() -> None:
-    """Drop loaded-library bookkeeping (tests; a new production set on the next call)."""
-    LIBRARIES.forget()
-
-
-LIBRARIES = Libraries(load=_load, ids=lambda kernels: kernels.keys(), wanted=_wanted)
-"""This process's gemm kernel libraries (production modules, or a harness's)."""
+SERVING = Serving("gemm", load=_load, ids=lambda kernels: kernels.keys(), wanted=_wanted,
+                  category=RuntimeWarning)
+"""The gemm ops' plans per epoch, fallback counters, warnings and production libraries."""
+WORKSPACES = WorkspacePool(
+    (BufferKind("scratch", 1 << 20), BufferKind("semaphores", 1 << 16, zeroed=True)),
+    warn=lambda message: SERVING.warn_once("capture-alloc", f"oasr_gemm: {message} "
+                                           "(oasr_gemm.reserve_workspace())"))
+"""Scratch and semaphores per (device, stream)."""
+LIBRARIES = SERVING.libraries
+"""This process's gemm kernel libraries by (lane, arch): production modules, or a harness's
+(``install``, as the benchmark does with the whole space; ``forget`` drops them all)."""
+library = LIBRARIES.get
+install_library = LIBRARIES.install
+forget_libraries = LIBRARIES.forget

@@ -4,7 +4,8 @@
 (leading dims flattened into M), ``w`` is ``[N, K]``. ``gemm_activation`` adds a ReLU, GELU
 (erf) or SiLU in the kernel's epilogue. A call shape resolves once per tuning epoch through
 ``oasr_core.select("gemm", op, dtype, (N, K), M)``; the answer (a prepared launcher, or the
-torch path) is memoised here per (op, activation, dtype, N, K, M, device), so a repeated call
+torch path) is memoised per (op, activation, dtype, N, K, M, device) in the current epoch (the
+kit's :class:`oasr_core.kit.Serving`, :data:`oasr_gemm.launch.SERVING`), so a repeated call
 is one dict lookup, a few tensor checks, one ctypes call and the launch.
 
 Inputs the kernels do not take (CPU tensors, fp32, N or K not a multiple of 8, non-contiguous
@@ -19,33 +20,33 @@ CUDA graphs; the Python functions route to them while compiling.
 
 from __future__ import annotations
 
-import warnings
-from collections import Counter
 from typing import Any
 
 import torch
 import torch.nn.functional as F
-from oasr_core.errors import OasrError
-from oasr_core.runtime import ReloadHook, device_arch_of
+from oasr_core.kit import TORCH
+from oasr_core.kit.launching import into_out, launch_on
+from oasr_core.runtime import device_arch_of
 
 from oasr_gemm import launch
-from oasr_gemm.launch import reserve_workspace
+from oasr_gemm.launch import SERVING, reserve_workspace
 from oasr_gemm.numerics import ACTIVATIONS, apply_activation
 
 __all__ = ["gemm", "gemm_activation", "reserve_workspace", "stats", "reset_stats", "clear_memo"]
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
-_TORCH = "torch"
-_MEMO: dict[tuple, Any] = {}
-_STATS: Counter = Counter()
-_WARNED: set[str] = set()
+_PLANS = SERVING.plans
+_FALLBACKS = SERVING.fallbacks
+stats = SERVING.stats
+reset_stats = SERVING.reset_stats
+clear_memo = SERVING.clear
 
 
 def gemm(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
          out: torch.Tensor | None = None) -> torch.Tensor:
     """``a @ w.T (+ bias)``, like ``F.linear``; written into ``out`` when given."""
     if torch.compiler.is_compiling():
-        return _via_custom_op(torch.ops.oasr.gemm(a, w, bias), out)
+        return into_out(torch.ops.oasr.gemm(a, w, bias), out)
     return _run("gemm", None, a, w, bias, out)
 
 
@@ -55,38 +56,8 @@ def gemm_activation(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation {activation!r} is not one of {ACTIVATIONS}")
     if torch.compiler.is_compiling():
-        return _via_custom_op(torch.ops.oasr.gemm_activation(a, w, bias, activation), out)
+        return into_out(torch.ops.oasr.gemm_activation(a, w, bias, activation), out)
     return _run("gemm_activation", activation, a, w, bias, out)
-
-
-def stats() -> dict[str, int]:
-    """Calls served by the torch path, by reason (``torch:cpu``, ``torch:selected``, ...)."""
-    return dict(_STATS)
-
-
-def reset_stats() -> None:
-    """Zero the counters of :func:`stats`."""
-    _STATS.clear()
-
-
-def clear_memo(epoch: int | None = None) -> None:
-    """Forget every memoised shape; on ``oasr_core.reload`` (``epoch`` given) also drop a
-    production module that lacks a config the new epoch's tiers reference (an entry
-    ``autotune()`` just published), so the next call loads one that has it."""
-    _MEMO.clear()
-    if epoch is not None:
-        launch.refresh_production()
-
-
-_RELOAD = ReloadHook(clear_memo)
-"""Clears the memo when a runtime is installed, and on every reload (``clear_memo``)."""
-
-
-def _via_custom_op(result: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
-    if out is None:
-        return result
-    out.copy_(result)
-    return out
 
 
 def _unsupported(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, n: int,
@@ -115,14 +86,11 @@ def _unsupported(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, n:
 
 def _torch_path(reason: str, activation: str | None, a: torch.Tensor, w: torch.Tensor,
                 bias: torch.Tensor | None, out: torch.Tensor | None) -> torch.Tensor:
-    _STATS["torch:" + reason] += 1
+    _FALLBACKS["torch:" + reason] += 1
     result = F.linear(a, w, bias)
     if activation is not None:
         result = apply_activation(result, activation)
-    if out is None:
-        return result
-    out.copy_(result)
-    return out
+    return into_out(result, out)
 
 
 def _check_out(out: torch.Tensor, a: torch.Tensor, n: int) -> None:
@@ -147,8 +115,8 @@ def _run(op: str, activation: str | None, a: torch.Tensor, w: torch.Tensor,
     if m == 0:
         return _torch_path("empty", activation, a, w, bias, out)
     key = (op, activation, a.dtype, n, k, m, dev)
-    plan = _MEMO.get(key)
-    if plan is _TORCH:
+    plan = _PLANS.table.get(key)
+    if plan is TORCH:
         # The tiers chose torch for this shape: no operand checks, torch takes anything.
         return _torch_path("selected", activation, a, w, bias, out)
     reason = _unsupported(a, w, bias, n, k)
@@ -156,7 +124,7 @@ def _run(op: str, activation: str | None, a: torch.Tensor, w: torch.Tensor,
         return _torch_path(reason, activation, a, w, bias, out)
     if plan is None:
         plan = _plan(key)
-    if plan is _TORCH:
+    if plan is TORCH:
         return _torch_path("selected", activation, a, w, bias, out)
     if out is None:
         out = a.new_empty((m, n) if len(ashape) == 2 else (*ashape[:-1], n))
@@ -166,14 +134,10 @@ def _run(op: str, activation: str | None, a: torch.Tensor, w: torch.Tensor,
     b_ptr = bias.data_ptr() if bias is not None else 0
     if (a_ptr | w_ptr | d_ptr | b_ptr) & 15:
         return _torch_path("misaligned", activation, a, w, bias, out)
-    stream = torch._C._cuda_getCurrentRawStream(dev)
-    if torch._C._cuda_getDevice() == dev:
-        status = plan.launch(a_ptr, w_ptr, b_ptr, d_ptr, dev, stream)
-    else:
-        with torch.cuda.device(dev):
-            status = plan.launch(a_ptr, w_ptr, b_ptr, d_ptr, dev, stream)
+    status = launch_on(dev, plan, a_ptr, w_ptr, b_ptr, d_ptr)
     if status:
-        _refused(key, plan, status)
+        SERVING.refused(key, plan.config, launch.status_text(status),
+                        f"op={op} N={n} K={k} M={m}")
         return _torch_path("refused", activation, a, w, bias, out)
     return out
 
@@ -183,45 +147,13 @@ def _plan(key: tuple) -> Any:
     import oasr_core
 
     op, activation, tdtype, n, k, m, dev = key
-    _RELOAD.bind()
-    dtype = _DTYPES[tdtype]
-    arch = device_arch_of(dev)
-    plan: Any = _TORCH
-    try:
-        sel = oasr_core.select("gemm", op, dtype, (n, k), m, arch)
-    except OasrError as exc:
-        _warn_once(f"select:{op}:{dtype}:{n}:{k}", f"oasr_gemm: selection failed for op={op} "
-                   f"{dtype} N={n} K={k} ({exc}); the torch path serves this signature")
-        _MEMO[key] = plan
-        return plan
-    if sel.config is not None and sel.lane is not None:
-        kernels = launch.library(sel.lane, arch)
-        kernel = kernels.get(sel.config.id) if kernels is not None else None
-        if kernel is None and kernels is not None:
-            _warn_once(f"missing:{sel.lane}:{sel.config.id}",
-                       f"oasr_gemm: config {sel.config.id} ({sel.tier.value} tier) is not in "
-                       f"this process's {sel.lane} module; the torch path serves it")
-        elif kernel is not None:
-            try:
-                plan = kernel.prepare(dtype, m, n, k, activation)
-            except launch.LaunchError as exc:
-                _warn_once(f"prepare:{sel.config.id}", f"oasr_gemm: {exc}; torch serves")
-    _MEMO[key] = plan
-    return plan
-
-
-def _refused(key: tuple, plan: Any, status: int) -> None:
-    _MEMO[key] = _TORCH
-    _warn_once(f"refused:{plan.config.id}:{status}",
-               f"oasr_gemm: {plan.config.lane}/{plan.config.id} refused op={key[0]} "
-               f"N={key[3]} K={key[4]} M={key[5]} ({launch.status_text(status)}); the torch "
-               "path serves this shape")
-
-
-def _warn_once(key: str, message: str) -> None:
-    if key not in _WARNED:
-        _WARNED.add(key)
-        warnings.warn(message, RuntimeWarning, stacklevel=4)
+    dtype, arch = _DTYPES[tdtype], device_arch_of(dev)
+    return SERVING.plan(
+        key, arch,
+        select=lambda: oasr_core.select("gemm", op, dtype, (n, k), m, arch).config,
+        kernel_key=lambda config: config.id,
+        prepare=lambda kernel: kernel.prepare(dtype, m, n, k, activation),
+        what=f"op={op} {dtype} N={n} K={k}")
 
 
 @torch.library.custom_op("oasr::gemm", mutates_args=(),

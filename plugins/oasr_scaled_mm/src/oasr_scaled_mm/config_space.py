@@ -20,9 +20,9 @@ which only a measured entry can pick.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable
 
+from oasr_core.kit.lanes import LaneSpaces
 from oasr_core.types import Config
 
 FAMILY = "scaled_mm"
@@ -108,30 +108,17 @@ def _sm90_all() -> Iterable[Config]:
     yield sm90_config((128, 128, 128), (1, 1), "cooperative", stream_k=True)
 
 
-@functools.cache
-def full_space(lane: str) -> tuple[Config, ...]:
-    """Every config listed for ``lane``, before feasibility."""
-    if lane == LANE_SM80:
-        return tuple(_sm80_all())
-    if lane == LANE_SM90:
-        return tuple(_sm90_all())
-    raise KeyError(f"lane {lane!r} is not a scaled_mm lane ({LANE_SM80}, {LANE_SM90})")
-
-
-@functools.cache
-def space(lane: str) -> tuple[Config, ...]:
-    """The registered config space of ``lane``: the listed configs that are feasible."""
+def _is_feasible():
     from oasr_scaled_mm.feasibility import is_feasible
 
-    return tuple(c for c in full_space(lane) if is_feasible(c))
+    return is_feasible
 
 
-def config(lane: str, config_id: str) -> Config:
-    """The config ``config_id`` of ``lane`` (``KeyError`` when the space has none)."""
-    for c in space(lane):
-        if c.id == config_id:
-            return c
-    raise KeyError(f"lane {lane!r} has no config {config_id!r}")
+SPACES = LaneSpaces(FAMILY, {LANE_SM80: _sm80_all, LANE_SM90: _sm90_all}, _is_feasible)
+"""The lanes' listed and feasible spaces (cached once per process)."""
+full_space = SPACES.full
+space = SPACES.space
+config = SPACES.config
 
 
 def serves(config: Config, op: str) -> bool:

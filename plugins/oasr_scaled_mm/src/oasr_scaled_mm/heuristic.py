@@ -406,6 +406,27 @@ def sentinel_heuristic(problem: Problem, lane: Lane) -> Config:
     return heuristic_config(problem, lane)
 
 
+def ladder_digest() -> str:
+    """16 hex digits naming every table the heuristic reads: :data:`LADDERS` and the fitted
+    :data:`ARCH_LADDERS` loaded from :data:`FITTED_FILE`. Tuning files carry it as the soft
+    stamp ``heuristic`` (the SM count it also reads is the ``sku`` stamp's ``sms``), so an
+    entry measured against other tables is reported stale."""
+    import hashlib
+
+    tables = {"unfitted": {name: ladder.to_json() for name, ladder in sorted(LADDERS.items())},
+              "fitted": [{"arch": arch, **ladder.to_json()}
+                         for (_lane, arch), ladder in sorted(ARCH_LADDERS.items())]}
+    text = json.dumps(tables, sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:16]
+
+
+def soft_validators() -> dict[str, Any]:
+    """``Family.soft_validators``: the JIT's stamps plus ``heuristic`` (:func:`ladder_digest`)."""
+    from oasr_scaled_mm import jit
+
+    return {**jit.soft_validators(), "heuristic": ladder_digest()}
+
+
 def device_sms(lane: str, arch_families: Sequence[str],
                default_on: Sequence[str] = ()) -> tuple[str, int]:
     """``(arch family, SM count)`` the heuristic uses for ``lane`` in this process."""

@@ -15,14 +15,14 @@ from oasr_core import hookimpl
 def oasr_register_families():
     from oasr_core.types import Family, Sentinel
 
-    from oasr_scaled_mm import bench, heuristic, jit, numerics, recorder
+    from oasr_scaled_mm import bench, heuristic, numerics, recorder
     from oasr_scaled_mm.config_space import FAMILY, OPS
 
     return [Family(
         name=FAMILY, ops=OPS, dims=("N", "K"), dtypes=("int8",), key_dtype=False,
         sentinels={Sentinel.HEURISTIC, Sentinel.TORCH}, fallback=Sentinel.HEURISTIC,
         sentinel_heuristic=heuristic.sentinel_heuristic, numerics_gate=numerics.numerics_gate,
-        soft_validators=jit.soft_validators, recorder_patches=recorder.recorder_patches,
+        soft_validators=heuristic.soft_validators, recorder_patches=recorder.recorder_patches,
         make_bench=bench.make_bench,
         description="int8 W8A8 A W^T with per-token / per-channel scales (+bias, +int8 out)")]
 

@@ -1,10 +1,10 @@
 """JIT specs of the scaled_mm lanes: one translation unit per (config, op), one library per lane.
 
-A lane's **production module** links its production set on an arch: the configs the loaded
-tuning tiers reference for this arch and lane
-(``oasr_core.runtime.get_runtime().referenced_configs``), the lane's default and every rung of
-its heuristic ladder (:mod:`oasr_scaled_mm.heuristic`), filtered to what fits the arch, each
-with its ``scaled_mm`` unit and (data-parallel configs) its ``scaled_mm_quant`` unit.
+A lane's **production module** links its production set on an arch (:data:`PRODUCTION`, the
+kit's :class:`oasr_core.kit.ProductionSet`): the configs the loaded tuning tiers reference for
+this arch and lane, the lane's default and every rung of its heuristic ladder
+(:mod:`oasr_scaled_mm.heuristic`), filtered to what fits the arch, each with its ``scaled_mm``
+unit and (data-parallel configs) its ``scaled_mm_quant`` unit.
 ``OASR_SCALED_MM_COMPILE_SET=all`` links the lane's whole space (what a build measures).
 Objects are cached per unit by content (:mod:`oasr_core.jit`; no device in the key), so a
 production module that gains a config compiles its units and relinks.
@@ -19,6 +19,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Sequence
 
 from oasr_core import jit as core_jit
+from oasr_core.kit import ProductionSet, cutlass_stamps
+from oasr_core.kit import lane_specs as _lane_specs
 from oasr_core.types import Config
 
 from oasr_scaled_mm import codegen
@@ -41,19 +43,9 @@ EXTRA_FLAGS = ("--fmad=false", "-Xcompiler", "-fvisibility-inlines-hidden")
 module exports only its launchers (libstdc++ inlines would otherwise be weak exports)."""
 
 
-def compile_set() -> str:
-    """``tuned`` (default: production set) or ``all`` (whole space), from ``COMPILE_SET_ENV``."""
-    return core_jit.compile_set(COMPILE_SET_ENV)
-
-
 def jit_arch(arch_family: str) -> str:
     """The nvcc target of an arch family: ``sm90`` -> ``90a`` (wgmma needs the ``a`` target)."""
     return core_jit.family_target(arch_family)
-
-
-def lane_configs(lane: str, arch: str) -> tuple[Config, ...]:
-    """The configs of ``lane`` that run on arch family ``arch``."""
-    return tuple(c for c in space(lane) if fits_arch(c, arch))
 
 
 def ladder_ids(lane: str, arch: str) -> tuple[str, ...]:
@@ -63,22 +55,13 @@ def ladder_ids(lane: str, arch: str) -> tuple[str, ...]:
     return ladder_for(lane, arch).rungs
 
 
-def production_ids(lane: str, arch: str, referenced: Iterable[str] = ()) -> tuple[str, ...]:
-    """The production set of ``lane`` on ``arch``: the default, the ladder, what is referenced.
-
-    Ids that are not in the lane's space or do not fit the arch are dropped (a stale tuning
-    file cannot break the module); the default comes first.
-    """
-    fitting = {c.id for c in lane_configs(lane, arch)}
-    wanted = [DEFAULTS[lane], *ladder_ids(lane, arch), *sorted(referenced)]
-    return tuple(i for i in dict.fromkeys(wanted) if i in fitting)
-
-
-def runtime_referenced(lane: str, arch: str) -> frozenset[str]:
-    """What this process's tuning tiers reference on ``lane`` (empty when nothing is loaded)."""
-    from oasr_core.runtime import get_runtime
-
-    return get_runtime().referenced_configs(FAMILY, arch, lane)
+PRODUCTION = ProductionSet(family=FAMILY, compile_set_env=COMPILE_SET_ENV, space=space,
+                           fits_arch=fits_arch,
+                           always=lambda lane, arch: (DEFAULTS[lane], *ladder_ids(lane, arch)))
+"""The scaled_mm lanes' production sets: default, heuristic ladder, what the tiers reference."""
+compile_set = PRODUCTION.compile_set
+lane_configs = PRODUCTION.lane_configs
+production_ids = PRODUCTION.ids
 
 
 def unit(config: Config, op: str, out_dtypes: Sequence[str] | None = None):
@@ -101,16 +84,11 @@ def module_spec(lane: str, arch: str, configs: Iterable[Config], *, name: str | 
 
 
 def production_spec(lane: str, arch: str, referenced: Iterable[str] | None = None):
-    """The lane's production module on ``arch`` (the whole space under ``COMPILE_SET=all``).
-
-    ``referenced`` defaults to what the runtime's tuning tiers reference.
-    """
+    """The lane's production module on ``arch`` (the whole space under ``COMPILE_SET=all``;
+    ``referenced`` defaults to what the runtime's tuning tiers reference)."""
     if compile_set() == "all":
         return full_spec(lane, arch)
-    if referenced is None:
-        referenced = runtime_referenced(lane, arch)
-    by_id = {c.id: c for c in lane_configs(lane, arch)}
-    return module_spec(lane, arch, [by_id[i] for i in production_ids(lane, arch, referenced)])
+    return module_spec(lane, arch, PRODUCTION.configs(lane, arch, referenced))
 
 
 def full_spec(lane: str, arch: str):
@@ -119,16 +97,10 @@ def full_spec(lane: str, arch: str):
 
 
 def lane_specs(lane: str, arch: str, scope: str) -> list:
-    """``Lane.jit_specs``: the modules ``lane`` loads on arch family ``arch``.
-
-    ``scope="production"`` is the production module, ``"all"`` the whole space; an arch the
-    lane has no config for gets none.
-    """
-    if scope not in ("production", "all"):
-        raise ValueError(f"scope {scope!r} is not 'production' or 'all'")
-    if not lane_configs(lane, arch):
-        return []
-    return [full_spec(lane, arch) if scope == "all" else production_spec(lane, arch)]
+    """``Lane.jit_specs``: ``lane``'s production module on ``arch`` (``scope="production"``)
+    or its whole space (``"all"``); none where the lane has no config."""
+    return _lane_specs(lane, arch, scope, production=PRODUCTION, production_spec=production_spec,
+                       full_spec=full_spec)
 
 
 class ScaledMmKernelModule:
@@ -174,23 +146,13 @@ class ScaledMmKernelModule:
 
 
 def soft_validators() -> dict[str, str | None]:
-    """The family's soft stamps: the generator/headers hash and the CUTLASS version.
-
-    A stamp that cannot be known here (no CUTLASS wheel) is None, which never marks an entry
-    stale.
-    """
-    from oasr_core.errors import ToolchainError
-    from oasr_core.jit import cutlass_version
-
-    try:
-        cutlass = cutlass_version()
-    except ToolchainError:
-        cutlass = None
-    return {"impl_hash": codegen.impl_hash(), "cutlass": cutlass}
+    """The family's soft stamps: the generator/headers hash and the CUTLASS version."""
+    return cutlass_stamps(codegen.impl_hash())
 
 
 __all__ = [
-    "COMPILE_SET_ENV", "EXTRA_FLAGS", "MODULE_PREFIX", "ScaledMmKernelModule", "compile_set",
+    "COMPILE_SET_ENV", "EXTRA_FLAGS", "MODULE_PREFIX", "PRODUCTION", "ScaledMmKernelModule",
+    "compile_set",
     "full_spec", "jit_arch", "lane_configs", "lane_specs", "module_spec", "production_ids",
     "production_spec", "soft_validators", "unit", "unit_name",
 ]

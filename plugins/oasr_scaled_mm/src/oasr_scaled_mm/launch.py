@@ -7,22 +7,20 @@ Launches go to torch's current stream through ``torch._C._cuda_getCurrentRawStre
 0.1 us, where ``current_stream().cuda_stream`` costs several).
 
 Only Stream-K configs need scratch (int32 partials and barrier flags, which the launcher zeroes
-before each launch). It lives in grow-only buffers per (device, stream), owned here; outgrown
-buffers are kept alive because a captured CUDA graph may still use them. Call
-:func:`reserve_workspace` before capturing graphs to keep the allocation out of the capture.
+before each launch). It comes from the kit's grow-only pool per (device, stream)
+(:class:`oasr_core.kit.WorkspacePool`); call :func:`reserve_workspace` before capturing graphs
+to keep the allocation out of the capture. The loaded production libraries and the call plans
+are the kit's :class:`oasr_core.kit.Serving` (:data:`SERVING`).
 """
 
 from __future__ import annotations
 
 import ctypes
-import threading
-import warnings
 from collections.abc import Mapping
 from typing import Any
 
 import attrs
-from oasr_core.errors import OasrError
-from oasr_core.jit.libraries import Libraries
+from oasr_core.kit import BufferKind, LaunchError, Serving, WorkspacePool
 from oasr_core.types import Config
 
 from oasr_scaled_mm import codegen
@@ -43,10 +41,6 @@ class CallArgs(ctypes.Structure):
 _LAUNCH_ARGTYPES = (*(ctypes.c_void_p,) * 7, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p)
 _WORKSPACE_ARGTYPES = (ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32)
 OUT_DTYPE_OF_OP = {OP_QUANT: "int8"}
-
-
-class LaunchError(OasrError):
-    """A launcher returned a non-zero status (the message names the config and the status)."""
 
 
 @attrs.define(eq=False)
@@ -142,7 +136,8 @@ class Prepared:
             return self.fn(self.address, a_ptr, w_ptr, a_scale_ptr, w_scale_ptr, bias_ptr,
                            out_scale_ptr, out_scale, d_ptr, stream)
         args = CallArgs.from_buffer_copy(self.args)
-        args.workspace, args.workspace_bytes = workspace(device, stream, self.scratch_bytes)
+        args.workspace, args.workspace_bytes = WORKSPACES.get(device, stream,
+                                                              (self.scratch_bytes,))
         return self.fn(ctypes.addressof(args), a_ptr, w_ptr, a_scale_ptr, w_scale_ptr, bias_ptr,
                        out_scale_ptr, out_scale, d_ptr, stream)
 
@@ -152,44 +147,6 @@ def status_text(status: int) -> str:
     return codegen.STATUS.get(status, f"unknown status {status}")
 
 
-@attrs.define(eq=False)
-class _Buffer:
-    scratch: Any = None
-    retired: list = attrs.field(factory=list)
-
-
-_WORKSPACES: dict[tuple[int, int], _Buffer] = {}
-_WS_LOCK = threading.Lock()
-_MIN_SCRATCH = 1 << 20
-
-
-def workspace(device: int, stream: int, scratch_bytes: int) -> tuple[int, int]:
-    """Pointer and size of the (device, stream) scratch buffer, grown to ``scratch_bytes``."""
-    buf = _WORKSPACES.get((device, stream))
-    if buf is None or buf.scratch is None or buf.scratch.numel() < scratch_bytes:
-        buf = _grow(device, stream, scratch_bytes)
-    return buf.scratch.data_ptr(), buf.scratch.numel()
-
-
-def _grow(device: int, stream: int, scratch_bytes: int) -> _Buffer:
-    import torch
-
-    with _WS_LOCK:
-        buf = _WORKSPACES.setdefault((device, stream), _Buffer())
-        if buf.scratch is not None and buf.scratch.numel() >= scratch_bytes:
-            return buf
-        if torch.cuda.is_current_stream_capturing():
-            _warn_once("capture-alloc", "oasr_scaled_mm: a Stream-K workspace was allocated "
-                       "during CUDA graph capture; call oasr_scaled_mm.reserve_workspace() (or "
-                       "run the shape once eagerly on the capture stream) before capturing")
-        old = buf.scratch.numel() if buf.scratch is not None else 0
-        if buf.scratch is not None:
-            buf.retired.append(buf.scratch)
-        size = max(scratch_bytes, _MIN_SCRATCH, 2 * old)
-        buf.scratch = torch.empty(size, dtype=torch.uint8, device=torch.device("cuda", device))
-        return buf
-
-
 def reserve_workspace(scratch_bytes: int = 64 << 20, device: int | None = None,
                       stream: Any = None) -> None:
     """Grow the Stream-K scratch of ``device``/``stream`` (default: current) before capture.
@@ -197,24 +154,11 @@ def reserve_workspace(scratch_bytes: int = 64 << 20, device: int | None = None,
     ``stream`` is a ``torch.cuda.Stream`` or a raw handle; capture with
     ``torch.cuda.graph(g, stream=s)`` and reserve for ``s``.
     """
-    import torch
-
-    device = torch.cuda.current_device() if device is None else int(device)
-    raw = (torch._C._cuda_getCurrentRawStream(device) if stream is None
-           else int(getattr(stream, "cuda_stream", stream)))
-    workspace(device, raw, scratch_bytes)
+    WORKSPACES.reserve((scratch_bytes,), device, stream)
 
 
 Kernels = Mapping[tuple[str, str], Kernel]
 """Loaded kernels by ``(op, config id)``."""
-
-_WARNED: set[str] = set()
-
-
-def _warn_once(key: str, message: str) -> None:
-    if key not in _WARNED:
-        _WARNED.add(key)
-        warnings.warn(message, RuntimeWarning, stacklevel=3)
 
 
 def bind_all(module: Any, configs: Any) -> dict[tuple[str, str], Kernel]:
@@ -227,72 +171,32 @@ def bind_all(module: Any, configs: Any) -> dict[tuple[str, str], Kernel]:
     return kernels
 
 
-def library(lane: str, arch: str) -> Kernels | None:
-    """The kernels of ``lane``'s production module on ``arch`` (None: unusable).
+def _load(lane: str, arch: str) -> Kernels | None:
+    from oasr_scaled_mm import jit
 
-    Loaded once per process (until a reload refreshes it, :func:`refresh_production`); a
-    module that cannot be built or loaded is warned about once and reported as None, so
-    callers serve from torch instead.
-    """
-    return LIBRARIES.get(lane, arch)
-
-
-def refresh_production() -> list[tuple[str, str]]:
-    """After a reload: drop each production module lacking a config the new epoch's tiers
-    reference (see :class:`oasr_core.jit.libraries.Libraries`); returns the pairs dropped."""
-    return LIBRARIES.refresh()
+    return SERVING.load(lane, arch, jit.production_spec,
+                        lambda module: bind_all(module, jit.PRODUCTION.lane_configs(lane, arch)))
 
 
 def _wanted(lane: str, arch: str) -> tuple[str, ...]:
     from oasr_scaled_mm import jit
 
-    if jit.compile_set() == "all":
-        return ()
-    return jit.production_ids(lane, arch, jit.runtime_referenced(lane, arch))
-
-
-def _load(lane: str, arch: str) -> Kernels | None:
-    from oasr_core import jit as core_jit
-
-    from oasr_scaled_mm import jit
-
-    try:
-        spec = jit.production_spec(lane, arch)
-        module = core_jit.load(spec)
-    except Exception as exc:  # a broken toolchain or library must never take the op down
-        _warn_once(f"load:{lane}:{arch}", f"oasr_scaled_mm: the {lane} module for {arch} is "
-                   f"unavailable ({exc}); scaled_mm calls take the torch path")
-        return None
-    if module.failed:
-        _warn_once(f"failed:{lane}:{arch}", f"oasr_scaled_mm: {len(module.failed)} unit(s) of "
-                   f"{spec.name} failed to compile ({', '.join(sorted(module.failed)[:5])}); "
-                   "their configs are served by the next tier")
-    return bind_all(module, jit.lane_configs(lane, arch))
-
-
-def install_library(lane: str, arch: str, kernels: Kernels | None) -> None:
-    """Serve ``lane`` on ``arch`` from ``kernels`` instead of the production module (harnesses
-    that loaded a module with the configs they need; ``None`` marks the lane unavailable)."""
-    LIBRARIES.install(lane, arch, kernels)
+    return jit.PRODUCTION.wanted(lane, arch)
 
 
 def is_available(config: Config) -> bool:
-    """``Lane.is_available``: False only for a config this process's loaded module lacks.
-
-    Before the lane's module is loaded (and on machines without a GPU) every config counts as
-    available; the ops re-check at call time and serve a missing one from torch.
-    """
-    for (lane, arch), kernels in LIBRARIES.items():
-        if lane == config.lane and kernels is not None and fits_arch(config, arch):
-            return (OP_MM, config.id) in kernels
-    return True
+    """``Lane.is_available``: False only for a config this process's loaded module lacks
+    (before it is loaded, and without a GPU, every config counts as available)."""
+    return SERVING.holds(config, (OP_MM, config.id), fits_arch)
 
 
-def forget_libraries() -> None:
-    """Drop loaded-library bookkeeping (tests; a new production set on the next call)."""
-    LIBRARIES.forget()
-
-
-LIBRARIES = Libraries(load=_load, ids=lambda kernels: {cid for _op, cid in kernels},
-                      wanted=_wanted)
-"""This process's scaled_mm kernel libraries (production modules, or a harness's)."""
+SERVING = Serving("scaled_mm", load=_load, ids=lambda kernels: {cid for _op, cid in kernels},
+                  wanted=_wanted)
+"""The scaled_mm ops' plans per epoch, fallback counters, warnings and production libraries."""
+WORKSPACES = WorkspacePool((BufferKind("scratch", 1 << 20),), warn=lambda message: (
+    SERVING.warn_once("capture-alloc", f"oasr_scaled_mm: {message} "
+                      "(oasr_scaled_mm.reserve_workspace())")))
+"""Stream-K scratch per (device, stream)."""
+LIBRARIES = SERVING.libraries
+"""This process's scaled_mm kernel libraries by (lane, arch) (production modules, or a
+harness's: ``install``; ``forget`` drops them all)."""

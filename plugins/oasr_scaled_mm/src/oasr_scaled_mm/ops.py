@@ -16,7 +16,8 @@ follows its updates).
 
 A call shape resolves once per tuning epoch through ``oasr_core.select("scaled_mm", op,
 "int8", (N, K), M)`` (:func:`select_config`, :func:`select_quant_config`); the answer (a
-prepared launcher, or the torch path) is memoised here per (op, out dtype, N, K, M, device),
+prepared launcher, or the torch path) is memoised per (op, out dtype, N, K, M, device) in the
+current epoch (the kit's :class:`oasr_core.kit.Serving`, :data:`oasr_scaled_mm.launch.SERVING`),
 so a repeated call is one dict lookup, the tensor checks, one ctypes call and the launch on
 torch's current stream (CUDA-graph capturable). The quant op never serves a Stream-K config:
 such a selection is warned about once and the shape heuristic's config serves.
@@ -35,19 +36,18 @@ Python functions route to them while compiling.
 
 from __future__ import annotations
 
-import warnings
-from collections import Counter
 from typing import Any
 
 import torch
-from oasr_core.errors import OasrError, OasrWarning
-from oasr_core.runtime import ReloadHook, device_arch_of
+from oasr_core.kit import TORCH
+from oasr_core.kit.launching import into_out, launch_on
+from oasr_core.runtime import device_arch_of
 from oasr_core.types import Config, Problem
 
 from oasr_scaled_mm import heuristic, launch, reference
 from oasr_scaled_mm.config_space import FAMILY, OP_MM, OP_QUANT, serves
 from oasr_scaled_mm.feasibility import ALIGN
-from oasr_scaled_mm.launch import reserve_workspace
+from oasr_scaled_mm.launch import SERVING, reserve_workspace
 
 __all__ = ["scaled_mm", "scaled_mm_quant", "select_config", "select_quant_config",
            "reserve_workspace", "stats", "reset_stats", "clear_memo"]
@@ -55,10 +55,11 @@ __all__ = ["scaled_mm", "scaled_mm_quant", "select_config", "select_quant_config
 DTYPE = "int8"
 _OUT_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.int8: "int8"}
 _BIAS_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
-_TORCH = "torch"
-_MEMO: dict[tuple, Any] = {}
-_STATS: Counter = Counter()
-_WARNED: set[str] = set()
+_PLANS = SERVING.plans
+_FALLBACKS = SERVING.fallbacks
+stats = SERVING.stats
+reset_stats = SERVING.reset_stats
+clear_memo = SERVING.clear
 
 
 def scaled_mm(a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor, w_scale: torch.Tensor,
@@ -66,8 +67,7 @@ def scaled_mm(a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor, w_scale: 
               out: torch.Tensor | None = None) -> torch.Tensor:
     """``(a @ w.T) * a_scale * w_scale (+ bias)`` in ``out_dtype``; into ``out`` when given."""
     if torch.compiler.is_compiling():
-        return _via_custom_op(torch.ops.oasr.scaled_mm(a, w, a_scale, w_scale, bias, out_dtype),
-                              out)
+        return into_out(torch.ops.oasr.scaled_mm(a, w, a_scale, w_scale, bias, out_dtype), out)
     return _run(OP_MM, a, w, a_scale, w_scale, bias, out_dtype, None, out)
 
 
@@ -79,8 +79,8 @@ def scaled_mm_quant(a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor,
     if torch.compiler.is_compiling():
         tensor, value = (out_scale, 1.0) if isinstance(out_scale, torch.Tensor) \
             else (None, float(out_scale))
-        return _via_custom_op(torch.ops.oasr.scaled_mm_quant(a, w, a_scale, w_scale, tensor,
-                                                             value, bias), out)
+        return into_out(torch.ops.oasr.scaled_mm_quant(a, w, a_scale, w_scale, tensor, value,
+                                                       bias), out)
     return _run(OP_QUANT, a, w, a_scale, w_scale, bias, torch.int8, out_scale, out)
 
 
@@ -116,35 +116,6 @@ def select_quant_config(n: int, k: int, m: int, arch: str | None = None) -> Conf
     lane = rt.registry.lane(config.lane)
     problem = Problem(family=FAMILY, op=OP_QUANT, dtype=DTYPE, dims=(("N", n), ("K", k)), m=m)
     return heuristic.sentinel_heuristic(problem, lane)
-
-
-def stats() -> dict[str, int]:
-    """Calls served by the torch path, by reason (``torch:cpu``, ``torch:unaligned``, ...)."""
-    return dict(_STATS)
-
-
-def reset_stats() -> None:
-    """Zero the counters of :func:`stats`."""
-    _STATS.clear()
-
-
-def clear_memo(epoch: int | None = None) -> None:
-    """Forget every memoised shape; on ``oasr_core.reload`` (``epoch`` given) also drop a
-    production module lacking a config the new epoch's tiers reference."""
-    _MEMO.clear()
-    if epoch is not None:
-        launch.refresh_production()
-
-
-_RELOAD = ReloadHook(clear_memo)
-"""Clears the memo when a runtime is installed, and on every reload (``clear_memo``)."""
-
-
-def _via_custom_op(result: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
-    if out is None:
-        return result
-    out.copy_(result)
-    return out
 
 
 def _check(op: str, a: Any, w: Any, a_scale: Any, w_scale: Any, bias: Any, out_dtype: Any,
@@ -212,15 +183,12 @@ def _unsupported(a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor,
 def _torch_path(reason: str, op: str, a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor,
                 w_scale: torch.Tensor, bias: torch.Tensor | None, out_dtype: torch.dtype,
                 out_scale: Any, out: torch.Tensor | None) -> torch.Tensor:
-    _STATS["torch:" + reason] += 1
+    _FALLBACKS["torch:" + reason] += 1
     if op == OP_QUANT:
         result = reference.scaled_mm_quant(a, w, a_scale, w_scale, out_scale, bias)
     else:
         result = reference.scaled_mm(a, w, a_scale, w_scale, bias, out_dtype)
-    if out is None:
-        return result
-    out.copy_(result)
-    return out
+    return into_out(result, out)
 
 
 def _run(op: str, a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor,
@@ -236,14 +204,14 @@ def _run(op: str, a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor,
         return out if out is not None else a.new_empty((*a.shape[:-1], n), dtype=out_dtype)
     dev = a.get_device()
     key = (op, out_dtype, n, k, m, dev)
-    plan = _MEMO.get(key)
+    plan = _PLANS.table.get(key)
     if plan is None:
         if torch._C._cuda_getDevice() == dev:
             plan = _plan(key)
         else:  # the heuristic reads the SM count of the current device
             with torch.cuda.device(dev):
                 plan = _plan(key)
-    if plan is _TORCH:
+    if plan is TORCH:
         return _torch_path("selected", op, a, w, a_scale, w_scale, bias, out_dtype, out_scale,
                            out)
     if bias is not None and bias.dtype != torch.float32:
@@ -260,16 +228,10 @@ def _run(op: str, a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor,
     if (a_ptr | w_ptr | d_ptr | as_ptr | ws_ptr | b_ptr) & 15 or os_ptr & 3:
         return _torch_path("misaligned", op, a, w, a_scale, w_scale, bias, out_dtype,
                            out_scale, out)
-    stream = torch._C._cuda_getCurrentRawStream(dev)
-    if torch._C._cuda_getDevice() == dev:
-        status = plan.launch(a_ptr, w_ptr, as_ptr, ws_ptr, b_ptr, os_ptr, os_val, d_ptr, dev,
-                             stream)
-    else:
-        with torch.cuda.device(dev):
-            status = plan.launch(a_ptr, w_ptr, as_ptr, ws_ptr, b_ptr, os_ptr, os_val, d_ptr,
-                                 dev, stream)
+    status = launch_on(dev, plan, a_ptr, w_ptr, as_ptr, ws_ptr, b_ptr, os_ptr, os_val, d_ptr)
     if status:
-        _refused(key, plan, status)
+        SERVING.refused(key, plan.config, launch.status_text(status),
+                        f"op={op} N={n} K={k} M={m}")
         return _torch_path("refused", op, a, w, a_scale, w_scale, bias, out_dtype, out_scale,
                            out)
     return out
@@ -278,44 +240,12 @@ def _run(op: str, a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor,
 def _plan(key: tuple) -> Any:
     """Resolve one call shape: select a config, bind its launcher, size its scratch."""
     op, out_dtype, n, k, m, dev = key
-    _RELOAD.bind()
     arch = device_arch_of(dev)
-    plan: Any = _TORCH
-    try:
-        config = (select_quant_config if op == OP_QUANT else select_config)(n, k, m, arch)
-    except OasrError as exc:
-        _warn_once(f"select:{op}:{n}:{k}", f"oasr_scaled_mm: selection failed for op={op} "
-                   f"N={n} K={k} ({exc}); the torch path serves this signature")
-        _MEMO[key] = plan
-        return plan
-    if config is not None:
-        kernels = launch.library(config.lane, arch)
-        kernel = kernels.get((op, config.id)) if kernels is not None else None
-        if kernel is None and kernels is not None:
-            _warn_once(f"missing:{op}:{config.lane}:{config.id}",
-                       f"oasr_scaled_mm: config {config.id} ({op}) is not in this process's "
-                       f"{config.lane} module; the torch path serves it")
-        elif kernel is not None:
-            try:
-                plan = kernel.prepare(_OUT_NAMES[out_dtype], m, n, k)
-            except launch.LaunchError as exc:
-                _warn_once(f"prepare:{op}:{config.id}", f"oasr_scaled_mm: {exc}; torch serves")
-    _MEMO[key] = plan
-    return plan
-
-
-def _refused(key: tuple, plan: Any, status: int) -> None:
-    _MEMO[key] = _TORCH
-    _warn_once(f"refused:{plan.op}:{plan.config.id}:{status}",
-               f"oasr_scaled_mm: {plan.config.lane}/{plan.config.id} refused op={key[0]} "
-               f"N={key[2]} K={key[3]} M={key[4]} ({launch.status_text(status)}); the torch "
-               "path serves this shape")
-
-
-def _warn_once(key: str, message: str) -> None:
-    if key not in _WARNED:
-        _WARNED.add(key)
-        warnings.warn(message, OasrWarning, stacklevel=4)
+    select = select_quant_config if op == OP_QUANT else select_config
+    return SERVING.plan(key, arch, select=lambda: select(n, k, m, arch),
+                        kernel_key=lambda config: (op, config.id),
+                        prepare=lambda kernel: kernel.prepare(_OUT_NAMES[out_dtype], m, n, k),
+                        what=f"op={op} N={n} K={k}")
 
 
 @torch.library.custom_op(

@@ -1,0 +1,42 @@
+"""The plugin kit: what every kernel family's Python needs and is not the family's own.
+
+A family plugin is its config space, feasibility, kernels, numerics and recorder; the kit
+serves its ops and keeps its per-epoch state:
+
+- :mod:`oasr_core.kit.epoch`: the runtime's per-epoch state (:class:`Epoch`) and memo tables
+  that follow it (:class:`EpochMemo`): a reload or a new runtime empties them, no call needed;
+- :mod:`oasr_core.kit.serving`: :class:`Serving`, one family's call plans per epoch, counted
+  torch fallbacks, warn-once per epoch, its loaded production libraries, refresh on reload;
+- :mod:`oasr_core.kit.launching`: launching a prepared call on the operands' device and
+  torch's current stream (imports torch; for ops modules);
+- :mod:`oasr_core.kit.workspace`: :class:`WorkspacePool`, grow-only buffers per (device,
+  stream);
+- :mod:`oasr_core.kit.production`: :class:`ProductionSet`, the production compile set of a
+  family's lanes from the tiers, and the ``Lane.jit_specs`` / soft-stamp helpers;
+- :mod:`oasr_core.kit.lanes`: :class:`LaneSpaces` and per-lane predicates.
+
+Importing the kit (all but :mod:`~oasr_core.kit.launching`) imports no torch and builds no
+runtime; the names above load their module on first access.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+_NAMES = {"Epoch": "epoch", "EpochMemo": "epoch", "LaneSpaces": "lanes", "by_lane": "lanes",
+          "fits_arch": "lanes", "ProductionSet": "production", "cutlass_stamps": "production",
+          "lane_specs": "production", "TORCH": "serving", "LaunchError": "serving",
+          "Serving": "serving", "BufferKind": "workspace", "WorkspacePool": "workspace"}
+
+__all__ = sorted(_NAMES)
+
+
+def __getattr__(name: str) -> Any:
+    module = _NAMES.get(name)
+    if module is None:
+        raise AttributeError(f"module 'oasr_core.kit' has no attribute {name!r}")
+    import importlib
+
+    value = getattr(importlib.import_module(f"oasr_core.kit.{module}"), name)
+    globals()[name] = value
+    return value

@@ -1,0 +1,104 @@
+"""A lane's production compile set, from its space, its always-linked ids and the tiers.
+
+A family's production module for a lane on an arch links: the lane's default, the ids the
+family always wants there (a coverage basis, a heuristic's ladder), and every config of the
+lane that this epoch's tuning tiers reference, filtered to what fits the arch; with
+``OASR_<FAMILY>_COMPILE_SET=all`` it links the lane's whole space instead. A family's
+``jit.py`` keeps one :class:`ProductionSet` and builds its module specs from its answers, and
+its launcher uses :meth:`ProductionSet.wanted` to refresh a loaded module after a reload.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Sequence
+
+import attrs
+
+from oasr_core.types import Config
+
+
+@attrs.frozen
+class ProductionSet:
+    """The production set of one family's lanes (see the module docstring)."""
+
+    family: str
+    compile_set_env: str
+    """The variable choosing ``tuned`` (default) or ``all``, e.g. ``OASR_GEMM_COMPILE_SET``."""
+    space: Callable[[str], Sequence[Config]]
+    """``space(lane)``: the lane's registered (feasible) configs."""
+    fits_arch: Callable[[Config, str], bool]
+    """``fits_arch(config, arch)``: the config runs on arch family ``arch``."""
+    always: Callable[[str, str], Iterable[str]]
+    """``always(lane, arch)``: ids linked whatever the tiers say, the default first."""
+
+    def compile_set(self) -> str:
+        """``tuned`` or ``all``, from :attr:`compile_set_env` (a bad value raises)."""
+        from oasr_core import jit as core_jit
+
+        return core_jit.compile_set(self.compile_set_env)
+
+    def lane_configs(self, lane: str, arch: str) -> tuple[Config, ...]:
+        """The configs of ``lane`` that run on arch family ``arch``."""
+        return tuple(c for c in self.space(lane) if self.fits_arch(c, arch))
+
+    def ids(self, lane: str, arch: str, referenced: Iterable[str] = ()) -> tuple[str, ...]:
+        """The production ids of ``lane`` on ``arch``: :attr:`always`, then ``referenced``.
+
+        Ids not in the lane's space or not fitting the arch are dropped (a stale tuning file
+        cannot break the module); the order is stable, the default first.
+        """
+        fitting = {c.id for c in self.lane_configs(lane, arch)}
+        wanted = [*self.always(lane, arch), *sorted(referenced)]
+        return tuple(i for i in dict.fromkeys(wanted) if i in fitting)
+
+    def referenced(self, lane: str, arch: str) -> frozenset[str]:
+        """What this process's tuning tiers reference on ``lane`` for ``arch``."""
+        from oasr_core.runtime import get_runtime
+
+        return get_runtime().referenced_configs(self.family, arch, lane)
+
+    def configs(self, lane: str, arch: str,
+                referenced: Iterable[str] | None = None) -> tuple[Config, ...]:
+        """The configs the production module links (the whole fitting space under ``all``).
+
+        ``referenced`` defaults to what the runtime's tiers reference.
+        """
+        if self.compile_set() == "all":
+            return self.lane_configs(lane, arch)
+        if referenced is None:
+            referenced = self.referenced(lane, arch)
+        by_id = {c.id: c for c in self.lane_configs(lane, arch)}
+        return tuple(by_id[i] for i in self.ids(lane, arch, referenced))
+
+    def wanted(self, lane: str, arch: str) -> tuple[str, ...]:
+        """What a loaded production module must hold in this epoch (``()`` under ``all``:
+        the whole space never lacks anything); :class:`~oasr_core.jit.libraries.Libraries`'
+        ``wanted``."""
+        if self.compile_set() == "all":
+            return ()
+        return self.ids(lane, arch, self.referenced(lane, arch))
+
+
+def lane_specs(lane: str, arch: str, scope: str, *, production: ProductionSet,
+               production_spec: Callable[[str, str], object],
+               full_spec: Callable[[str, str], object]) -> list:
+    """``Lane.jit_specs``: the modules ``lane`` loads on ``arch``; ``scope`` is
+    ``production`` or ``all``. An arch the lane has no config for gets none."""
+    if scope not in ("production", "all"):
+        raise ValueError(f"scope {scope!r} is not 'production' or 'all'")
+    if not production.lane_configs(lane, arch):
+        return []
+    return [full_spec(lane, arch) if scope == "all" else production_spec(lane, arch)]
+
+
+def cutlass_stamps(impl_hash: str) -> dict[str, str | None]:
+    """``Family.soft_validators`` of a CUTLASS family: its generator/headers hash and the
+    CUTLASS version (None when no CUTLASS wheel is installed, which marks nothing stale)."""
+    from oasr_core.errors import ToolchainError
+    from oasr_core.jit import cutlass_version
+
+    try:
+        cutlass = cutlass_version()
+    except ToolchainError:
+        cutlass = None
+    return {"impl_hash": impl_hash, "cutlass": cutlass}
