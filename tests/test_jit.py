@@ -22,7 +22,7 @@ import pytest
 
 from oasr_core import jit
 from oasr_core.errors import ConfigurationError, JitBuildError, ToolchainError
-from oasr_core.jit import cache, compiler
+from oasr_core.jit import cache, compiler, kit
 
 REAL_NVCC = shutil.which("nvcc")
 pytestmark = pytest.mark.skipif(REAL_NVCC is None, reason="needs nvcc on PATH")
@@ -427,7 +427,7 @@ def test_cutlass_headers_found_without_importing_and_stamped(env, monkeypatch) -
     assert jit.cutlass_version() == "4.2.0"
     spec = jit.JitSpec(name="t_cut", arch="90a", units=(small_unit("x", 1),))
     key = spec.key
-    assert jit.plan(spec).include_dirs == jit.cutlass_include_dirs()
+    assert jit.plan(spec).include_dirs == (str(kit.INCLUDE_DIR), *jit.cutlass_include_dirs())
     version_h.write_text(version_h.read_text() + "// patched\n")
     assert spec.key != key
     assert "cutlass_library" not in sys.modules

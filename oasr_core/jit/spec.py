@@ -37,6 +37,7 @@ from oasr_core.jit.compiler import (
     normalize_arch,
     toolchain,
 )
+from oasr_core.jit.kit import INCLUDE_DIR as KIT_INCLUDE_DIR
 from oasr_core.types import NAME_RE
 
 KEY_VERSION = 1
@@ -208,11 +209,15 @@ class Plan:
 def plan(spec: JitSpec) -> Plan:
     """Resolve ``spec``: find the toolchain (and CUTLASS if asked), hash units and headers.
 
+    Every module's include path ends with the plugin kit's headers (``oasr_kit/*.cuh``,
+    :data:`oasr_core.jit.kit.INCLUDE_DIR`); those a unit includes enter its key like its own.
+
     Raises :class:`ToolchainError` when nvcc or CUTLASS is missing and
     :class:`ConfigurationError` when an include dir or listed header does not exist.
     """
     tc = toolchain()
-    own_dirs = tuple(str(Path(d).resolve()) for d in spec.include_dirs)
+    own_dirs = tuple(dict.fromkeys(
+        (*(str(Path(d).resolve()) for d in spec.include_dirs), str(KIT_INCLUDE_DIR))))
     for d in own_dirs:
         if not Path(d).is_dir():
             raise ConfigurationError(f"module {spec.name}: include dir {d} does not exist")

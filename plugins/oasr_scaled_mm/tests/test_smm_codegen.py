@@ -41,7 +41,7 @@ def test_out_dtype_subsets():
     c = cs.config(cs.LANE_SM90, "ws_64x32x128_c1x1")
     text = codegen.unit_source(c, cs.OP_MM, ("bf16",))
     assert "using K1 =" in text and "using K0 =" not in text
-    assert "case 1: return K1::run(o, *c, s);" in text
+    assert "case 1: return K1::run(o, *c, static_cast<cudaStream_t>(stream));" in text
 
 
 def test_module_spec_units_flags_and_exports():

@@ -96,11 +96,11 @@ def test_the_c_abi_binds_and_answers_without_a_gpu(built):
         out_name = "int8" if op == cs.OP_QUANT else "fp16"
         with pytest.raises(launch.LaunchError, match="workspace query refused"):
             kernel.prepare(out_name, 64, 256, 512)
-        args = launch.CallArgs(m=64, n=256, k=512, out_dtype=codegen.OUT_CODES[out_name])
+        args = launch.CallArgs(m=64, n=256, k=512, dtype=codegen.OUT_CODES[out_name], split=1)
         assert launch.status_text(_call(kernel, args)) == "no CUDA device"
         args.n = 248
         assert _call(kernel, args) == 2
-        args.n, args.out_dtype = 256, 1 if op == cs.OP_MM else 0
+        args.n, args.dtype = 256, 1 if op == cs.OP_MM else 0
         assert launch.status_text(_call(kernel, args)) == "output dtype not compiled in"
         assert kernel.fn(0, 0, 0, 0, 0, 0, 0, 1.0, 0, 0) == 2
 
@@ -123,6 +123,7 @@ def test_the_configs_compile_every_op_and_dtype_as_production_links_them(tmp_pat
         for op in module.ops:
             kernel = launch.Kernel.bind(library, module.config, op)
             for out_name in codegen.OP_OUT_DTYPES[op]:
-                args = launch.CallArgs(m=64, n=256, k=512, out_dtype=codegen.OUT_CODES[out_name])
+                args = launch.CallArgs(m=64, n=256, k=512, dtype=codegen.OUT_CODES[out_name],
+                                       split=1)
                 assert launch.status_text(_call(kernel, args)) == "no CUDA device", (
                     module.config.id, op, out_name)

@@ -23,28 +23,17 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
+from oasr_core.jit import kit
+from oasr_core.jit.kit import CallArgs
 from oasr_core.kit import BufferKind, LaunchError, Serving, WorkspacePool
 from oasr_core.types import Config
 
 from oasr_gemm import codegen
 from oasr_gemm.feasibility import fits_arch
 
-
-class CallArgs(ctypes.Structure):
-    """The per-shape call record of the C ABI (``oasr_gemm::CallArgs`` in common.cuh)."""
-
-    _fields_ = [
-        ("m", ctypes.c_int64), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
-        ("dtype", ctypes.c_int32), ("act", ctypes.c_int32), ("split", ctypes.c_int32),
-        ("flags", ctypes.c_int32), ("workspace", ctypes.c_void_p),
-        ("workspace_bytes", ctypes.c_int64), ("semaphores", ctypes.c_void_p),
-        ("semaphore_bytes", ctypes.c_int64),
-    ]
-
-
-FLAG_PDL = 1
+FLAG_PDL = kit.FLAG_PDL
 """``CallArgs.flags`` bit: launch with programmatic dependent launch (``kFlagPdl``)."""
-FLAG_FUSED = 2
+FLAG_FUSED = kit.FLAG_FAMILY
 """``CallArgs.flags`` bit: a 3.x call without bias and activation runs the fused-epilogue
 kernel rather than the plain one (``kFlagFused``; benchmarks and tests compare the two)."""
 PDL_ENV = "OASR_GEMM_PDL"

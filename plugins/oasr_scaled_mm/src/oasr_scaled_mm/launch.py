@@ -20,23 +20,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import attrs
+from oasr_core.jit.kit import CallArgs
 from oasr_core.kit import BufferKind, LaunchError, Serving, WorkspacePool
 from oasr_core.types import Config
 
 from oasr_scaled_mm import codegen
 from oasr_scaled_mm.config_space import OP_MM, OP_QUANT, OPS, serves
 from oasr_scaled_mm.feasibility import fits_arch
-
-
-class CallArgs(ctypes.Structure):
-    """The per-shape call record of the C ABI (``oasr_smm::CallArgs`` in common.cuh)."""
-
-    _fields_ = [
-        ("m", ctypes.c_int64), ("n", ctypes.c_int64), ("k", ctypes.c_int64),
-        ("out_dtype", ctypes.c_int32), ("reserved", ctypes.c_int32),
-        ("workspace", ctypes.c_void_p), ("workspace_bytes", ctypes.c_int64),
-    ]
-
 
 _LAUNCH_ARGTYPES = (*(ctypes.c_void_p,) * 7, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p)
 _WORKSPACE_ARGTYPES = (ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32)
@@ -68,7 +58,7 @@ class Kernel:
         if scratch < 0:
             raise LaunchError(f"{self.config.lane}/{self.config.id} ({self.op}): workspace "
                               f"query refused m={m} n={n} k={k} {out_dtype}")
-        args = CallArgs(m=m, n=n, k=k, out_dtype=code)
+        args = CallArgs(m=m, n=n, k=k, dtype=code, split=1)
         return Prepared(self.fn, args, ctypes.addressof(args), int(scratch), self.config, self.op)
 
     def run(self, a: Any, w: Any, a_scale: Any, w_scale: Any, bias: Any = None, *,

@@ -14,7 +14,6 @@
 
 #include <type_traits>
 
-#include "cutlass/device_kernel.h"
 #include "cutlass/epilogue/thread/linear_combination.h"
 #include "cutlass/epilogue/thread/linear_combination_generic.h"
 #include "cutlass/gemm/device/gemm_universal.h"
@@ -22,6 +21,7 @@
 #include "cutlass/gemm/threadblock/threadblock_swizzle.h"
 #include "cutlass/gemm/threadblock/threadblock_swizzle_streamk.h"
 #include "oasr_gemm/common.cuh"
+#include "oasr_kit/sm80.cuh"
 
 namespace oasr_gemm {
 namespace sm80 {
@@ -69,30 +69,9 @@ struct Kernel {
       cutlass::gemm::GemmShape<BM, BN, BK>, cutlass::gemm::GemmShape<WM, WN, WK>,
       cutlass::gemm::GemmShape<16, 8, 16>, Op, Swizzle, Stages,
       cutlass::arch::OpMultiplyAdd>::GemmKernel;
+  using Launch = oasr_kit::sm80::Launch<GemmKernel, kStreamK>;
   using Arguments = typename GemmKernel::Arguments;
   using Params = typename GemmKernel::Params;
-  static constexpr int kSmem = int(sizeof(typename GemmKernel::SharedStorage));
-
-  static const void* entry() {
-    return reinterpret_cast<const void*>(cutlass::Kernel2<GemmKernel>);
-  }
-
-  static int occupancy(int dev) {
-    static std::atomic<int> cache[64] = {};
-    int v = cache[dev & 63].load(std::memory_order_relaxed);
-    if (v <= 0) {
-      ensure_smem_attribute<GemmKernel>(entry(), kSmem, dev);
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, cutlass::Kernel2<GemmKernel>,
-                                                        GemmKernel::kThreadCount,
-                                                        kSmem) != cudaSuccess) {
-        cudaGetLastError();
-        return 1;
-      }
-      v = v > 0 ? v : 1;
-      cache[dev & 63].store(v, std::memory_order_relaxed);
-    }
-    return v;
-  }
 
   static Arguments make_args(const void* a, const void* w, const void* bias, void* d, void* ws,
                              int m, int n, int k, int act, int split) {
@@ -135,7 +114,7 @@ struct Kernel {
     }
     Arguments args = make_args(nullptr, nullptr, nullptr, nullptr, nullptr, int(m), int(n),
                                int(k), 0, split);
-    Params params(args, sm_count(dev), kStreamK ? occupancy(dev) : 1);
+    Params params = Launch::params(args, dev);
     int64_t scratch = 0, sems = 0;
     sizes(params, m, n, &scratch, &sems);
     if (sem_bytes != nullptr) {
@@ -152,7 +131,7 @@ struct Kernel {
   static int32_t run(const void* a, const void* w, const void* bias, void* d, int64_t m,
                      int64_t n, int64_t k, int32_t act, int32_t split, void* ws, int64_t ws_bytes,
                      void* sem, int64_t sem_bytes, cudaStream_t stream) {
-    static PreparedCache<Prepared> cache;
+    static oasr_kit::PreparedCache<Prepared> cache;
     if (!shape_ok(m, n, k)) {
       return kErrShape;
     }
@@ -163,17 +142,12 @@ struct Kernel {
     if (dev < 0) {
       return kErrDevice;
     }
-    CallKey key{a, w, bias, d, ws, sem, m, n, k, act, split, dev};
-    Prepared prep;
-    if (!cache.find(key, prep)) {
+    auto prepare = [&](Prepared& prep) -> int32_t {
       Arguments args = make_args(a, w, bias, d, ws, int(m), int(n), int(k), act, split);
-      if (GemmKernel::can_implement(args) != cutlass::Status::kSuccess) {
-        return kErrShape;
+      int32_t status = Launch::prepare(prep.params, args, dev);
+      if (status != kOk) {
+        return status;
       }
-      if (!ensure_smem_attribute<GemmKernel>(entry(), kSmem, dev)) {
-        return kErrInit;
-      }
-      prep.params = Params(args, sm_count(dev), kStreamK ? occupancy(dev) : 1);
       int64_t scratch = 0, sems = 0;
       sizes(prep.params, m, n, &scratch, &sems);
       if (scratch > ws_bytes || sems > sem_bytes) {
@@ -185,25 +159,25 @@ struct Kernel {
       if constexpr (kParallel) {
         prep.splits = prep.params.grid_tiled_shape.k();
       }
-      cache.put(key, prep);
-    }
-    if constexpr (kStreamK) {
-      if (prep.params.init_workspace(ws, stream) != cutlass::Status::kSuccess) {
-        return kErrInit;
+      return kOk;
+    };
+    auto launch = [&](Prepared& prep) -> int32_t {
+      int32_t status = Launch::launch(prep.params, ws, stream);
+      if constexpr (kParallel) {
+        if (status == kOk) {
+          int64_t mn = m * n;
+          int threads = 256;
+          int64_t blocks = (mn / 4 + threads - 1) / threads;
+          splitk_reduce<T><<<dim3(unsigned(blocks)), threads, 0, stream>>>(
+              static_cast<float const*>(ws), prep.splits, mn, int(n), static_cast<T const*>(bias),
+              static_cast<T*>(d), act);
+          status = launch_status();
+        }
       }
-    }
-    dim3 grid = prep.params.get_grid_dims();
-    dim3 block(GemmKernel::kThreadCount, 1, 1);
-    cutlass::Kernel2<GemmKernel><<<grid, block, kSmem, stream>>>(prep.params);
-    if constexpr (kParallel) {
-      int64_t mn = m * n;
-      int threads = 256;
-      int64_t blocks = (mn / 4 + threads - 1) / threads;
-      splitk_reduce<T><<<dim3(unsigned(blocks)), threads, 0, stream>>>(
-          static_cast<float const*>(ws), prep.splits, mn, int(n), static_cast<T const*>(bias),
-          static_cast<T*>(d), act);
-    }
-    return launch_status();
+      return status;
+    };
+    return oasr_kit::run_prepared(cache, call_key(a, w, bias, d, ws, sem, m, n, k, act, split, dev),
+                                  prepare, launch);
   }
 };
 

@@ -28,16 +28,12 @@
 
 #include <type_traits>
 
-#include "cute/tensor.hpp"
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/epilogue/fusion/operations.hpp"
-#include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
-#include "cutlass/gemm/kernel/tile_scheduler.hpp"
-#include "cutlass/util/packed_stride.hpp"
 #include "oasr_gemm/common.cuh"
+#include "oasr_kit/sm90.cuh"
 
 namespace oasr_gemm {
 namespace sm90 {
@@ -132,17 +128,12 @@ struct Gemm {
   using FusionArgs = FusionOf<T, Swap, TileShape, E>;
   using Fusion = typename FusionArgs::type;
 
-
   using CollectiveEpilogue = typename cutlass::epilogue::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, TileShape, ClusterShape,
       typename EpilogueTileOf<EM, EN>::type, float, float, void, LayoutD, kAlign, T,
       LayoutD, kAlign, EpilogueSchedule, Fusion>::CollectiveOp;
 
-  using StageCount = std::conditional_t<
-      Stages == 0,
-      cutlass::gemm::collective::StageCountAutoCarveout<
-          static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      cutlass::gemm::collective::StageCount<(Stages > 0 ? Stages : 2)>>;
+  using StageCount = oasr_kit::sm90::StageCountFor<Stages, CollectiveEpilogue>;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, T, LayoutA, kAlign, T, LayoutB,
@@ -151,40 +142,17 @@ struct Gemm {
   using GemmKernel = cutlass::gemm::kernel::GemmUniversal<cute::Shape<int, int, int, int>,
                                                           CollectiveMainloop, CollectiveEpilogue,
                                                           TileScheduler>;
-  using Adapter = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
-  using Arguments = typename GemmKernel::Arguments;
-  using Params = typename GemmKernel::Params;
-  static constexpr bool kStreamK = std::is_same_v<TileScheduler, cutlass::gemm::StreamKScheduler>;
-
-  struct Prepared {
-    Arguments args;
-    Params params;
-  };
+  using Launch = oasr_kit::sm90::Launch<GemmKernel>;
+  using Arguments = typename Launch::Arguments;
+  using Prepared = typename Launch::Prepared;
 
   static Arguments make_args(const void* a, const void* w, const void* bias, void* d, int m, int n,
                              int k, int act, int split, int dev) {
-    int pm = Swap ? n : m;
-    int pn = Swap ? m : n;
-    auto const* op_a = static_cast<T const*>(Swap ? w : a);
-    auto const* op_b = static_cast<T const*>(Swap ? a : w);
-    auto stride_a = cutlass::make_cute_packed_stride(typename GemmKernel::StrideA{},
-                                                     cute::make_shape(pm, k, 1));
-    auto stride_b = cutlass::make_cute_packed_stride(typename GemmKernel::StrideB{},
-                                                     cute::make_shape(pn, k, 1));
-    auto stride_c = cutlass::make_cute_packed_stride(typename GemmKernel::StrideC{},
-                                                     cute::make_shape(pm, pn, 1));
-    auto stride_d = cutlass::make_cute_packed_stride(typename GemmKernel::StrideD{},
-                                                     cute::make_shape(pm, pn, 1));
-    cutlass::KernelHardwareInfo hw;
-    hw.device_id = dev;
-    hw.sm_count = sm_count(dev);
-    Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
-                   {pm, pn, k, 1},
-                   {op_a, stride_a, op_b, stride_b},
-                   {{}, nullptr, stride_c, static_cast<T*>(d), stride_d},
-                   hw};
+    Arguments args = Launch::args(static_cast<T const*>(Swap ? w : a),
+                                  static_cast<T const*>(Swap ? a : w), static_cast<T*>(d),
+                                  Swap ? n : m, Swap ? m : n, k, dev);
     FusionArgs::set(args.epilogue.thread, bias, act);
-    if constexpr (kStreamK) {
+    if constexpr (Launch::kStreamK) {
       args.scheduler.splits = split;
     }
     return args;
@@ -198,55 +166,33 @@ struct Gemm {
     if (dev < 0 || !shape_ok(m, n, k)) {
       return -1;
     }
-    Arguments args = make_args(nullptr, nullptr, nullptr, nullptr, int(m), int(n), int(k), 0,
-                               split, dev);
-    return int64_t(GemmKernel::get_workspace_size(args));
+    return Launch::workspace(make_args(nullptr, nullptr, nullptr, nullptr, int(m), int(n), int(k),
+                                       0, split, dev));
   }
 
   static int32_t run(const void* a, const void* w, const void* bias, void* d, int64_t m,
                      int64_t n, int64_t k, int32_t act, int32_t split, void* ws, int64_t ws_bytes,
-                     void* sem, int64_t sem_bytes, int32_t flags, cudaStream_t stream) {
-    static PreparedCache<Prepared> cache;
+                     void* sem, int64_t, int32_t flags, cudaStream_t stream) {
+    static oasr_kit::PreparedCache<Prepared> cache;
     if (!shape_ok(m, n, k)) {
       return kErrShape;
     }
-    if (split != 1 && !kStreamK) {
+    if (split != 1 && !Launch::kStreamK) {
       return kErrSplit;
     }
     int dev = current_device();
     if (dev < 0) {
       return kErrDevice;
     }
-    CallKey key{a, w, bias, d, ws, sem, m, n, k, act, split, dev};
-    Prepared prep;
-    if (!cache.find(key, prep)) {
+    auto prepare = [&](Prepared& prep) -> int32_t {
       prep.args = make_args(a, w, bias, d, int(m), int(n), int(k), act, split, dev);
-      if (!GemmKernel::can_implement(prep.args)) {
-        return kErrShape;
-      }
-      if (int64_t(GemmKernel::get_workspace_size(prep.args)) > ws_bytes) {
-        return kErrWorkspace;
-      }
-      if (!ensure_smem_attribute<GemmKernel>(
-              reinterpret_cast<const void*>(cutlass::device_kernel<GemmKernel>),
-              GemmKernel::SharedStorageSize, dev)) {
-        return kErrInit;
-      }
-      prep.params = GemmKernel::to_underlying_arguments(prep.args, ws);
-      cache.put(key, prep);
-    }
-    if constexpr (kStreamK) {
-      // Stream-K's barrier flags count arrivals and are not reset by the kernel: zero them.
-      if (GemmKernel::initialize_workspace(prep.args, ws, stream) != cutlass::Status::kSuccess) {
-        return kErrInit;
-      }
-    }
-    bool pdl = (flags & kFlagPdl) != 0;
-    if (Adapter::run(prep.params, stream, nullptr, pdl) != cutlass::Status::kSuccess) {
-      cudaGetLastError();
-      return kErrLaunch;
-    }
-    return kOk;
+      return Launch::prepare(prep, ws, ws_bytes, dev);
+    };
+    auto launch = [&](Prepared& prep) -> int32_t {
+      return Launch::launch(prep, ws, (flags & kFlagPdl) != 0, stream);
+    };
+    return oasr_kit::run_prepared(cache, call_key(a, w, bias, d, ws, sem, m, n, k, act, split, dev),
+                                  prepare, launch);
   }
 };
 

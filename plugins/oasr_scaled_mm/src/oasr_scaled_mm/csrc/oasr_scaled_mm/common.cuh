@@ -1,8 +1,9 @@
 // oasr_scaled_mm: pieces shared by both lanes' generated translation units.
 //
-// The C ABI every unit exports (codegen.py writes the two functions per unit):
+// The C ABI every unit exports (codegen.py writes the two functions per unit; the call record,
+// status codes and parameter cache are the kit's, oasr_kit/launcher.cuh):
 //
-//   int32_t <sym>(const oasr_smm::CallArgs* call, const void* a, const void* w,
+//   int32_t <sym>(const oasr_kit::CallArgs* call, const void* a, const void* w,
 //                 const void* a_scale, const void* w_scale, const void* bias,
 //                 const void* out_scale_ptr, float out_scale, void* d, void* stream);
 //   int64_t <sym>_workspace(int64_t m, int64_t n, int64_t k, int32_t out_dtype);
@@ -20,50 +21,24 @@
 // Stream-K, which reduces int32 partials) computes the same bits.
 //
 // out_scale is read from `out_scale_ptr` (a device float32) when it is not null, else the
-// value `out_scale` is used. `call` holds what is fixed per shape; the launcher returns a
-// Status; the workspace query returns scratch bytes (-1: dtype not compiled in, bad shape,
-// no device).
-//
-// Launch parameters are prepared once per call key (shape, every pointer, out_scale, device,
-// workspace) and cached: Hopper TMA descriptors embed the A/W/D pointers, so a call with new
-// pointers builds fresh parameters and never runs with stale ones.
+// value `out_scale` is used. `call` holds what is fixed per shape (its `dtype` is the output
+// dtype code); the launcher returns a Status; the workspace query returns scratch bytes (-1:
+// dtype not compiled in, bad shape, no device). The call key of the prepared parameters holds
+// every pointer and out_scale's bits.
 #pragma once
 
-#include <atomic>
 #include <cstdint>
 #include <cstring>
-#include <mutex>
-
-#include <cuda_runtime.h>
 
 #include "cutlass/cutlass.h"
 #include "cutlass/numeric_types.h"
-
-#ifndef OASR_EXPORT
-#define OASR_EXPORT extern "C" __attribute__((visibility("default")))
-#endif
+#include "oasr_kit/launcher.cuh"
 
 namespace oasr_smm {
 
-enum Status : int32_t {
-  kOk = 0,
-  kErrDtype = 1,      // out dtype code not compiled into this unit
-  kErrShape = 2,      // the kernel cannot implement this shape / alignment
-  kErrWorkspace = 4,  // workspace too small
-  kErrInit = 5,       // parameter preparation or function attributes failed
-  kErrLaunch = 6,     // the launch failed
-  kErrDevice = 7,     // no current CUDA device
-};
+using namespace oasr_kit;
 
 enum OutDtype : int32_t { kFloat16 = 0, kBFloat16 = 1, kInt8 = 2 };
-
-// Fixed per call shape (mirrored field by field by oasr_scaled_mm.launch.CallArgs).
-struct CallArgs {
-  int64_t m, n, k;
-  int32_t out_dtype, reserved;
-  void* workspace;
-  int64_t workspace_bytes;
-};
 
 // The tensors of one call.
 struct Operands {
@@ -77,119 +52,28 @@ struct Operands {
   void* d;
 };
 
-inline int current_device() {
-  int dev = -1;
-  if (cudaGetDevice(&dev) != cudaSuccess) {
-    cudaGetLastError();
-    return -1;
-  }
-  return dev;
+// The call key of one launch: every operand pointer, out_scale's bits, workspace, device.
+inline CallKey call_key(Operands const& o, CallArgs const& c, int32_t dev) {
+  CallKey key;
+  key.ptr[0] = o.a;
+  key.ptr[1] = o.w;
+  key.ptr[2] = o.a_scale;
+  key.ptr[3] = o.w_scale;
+  key.ptr[4] = o.bias;
+  key.ptr[5] = o.out_scale_ptr;
+  key.ptr[6] = o.d;
+  key.ptr[7] = c.workspace;
+  std::memcpy(&key.arg[0], &o.out_scale, sizeof(float));
+  key.m = c.m;
+  key.n = c.n;
+  key.k = c.k;
+  key.device = dev;
+  return key;
 }
-
-inline int sm_count(int dev) {
-  static std::atomic<int> cache[64] = {};
-  int slot = dev & 63;
-  int v = cache[slot].load(std::memory_order_relaxed);
-  if (v <= 0) {
-    if (cudaDeviceGetAttribute(&v, cudaDevAttrMultiProcessorCount, dev) != cudaSuccess) {
-      cudaGetLastError();
-      return 0;
-    }
-    cache[slot].store(v, std::memory_order_relaxed);
-  }
-  return v;
-}
-
-// Raise a kernel's dynamic shared memory limit once per device; Tag makes the flag per kernel.
-template <class Tag>
-inline bool allow_smem(const void* fn, int smem_bytes, int dev) {
-  static std::atomic<uint64_t> done{0};
-  uint64_t bit = uint64_t(1) << (dev & 63);
-  if (done.load(std::memory_order_acquire) & bit) {
-    return true;
-  }
-  if (smem_bytes >= (48 << 10)) {
-    if (cudaFuncSetAttribute(fn, cudaFuncAttributeMaxDynamicSharedMemorySize, smem_bytes) !=
-        cudaSuccess) {
-      cudaGetLastError();
-      return false;
-    }
-  }
-  done.fetch_or(bit, std::memory_order_acq_rel);
-  return true;
-}
-
-struct CallKey {
-  Operands ops;
-  void* workspace;
-  int64_t m, n, k;
-  int32_t device;
-
-  bool operator==(CallKey const& o) const {
-    return ops.a == o.ops.a && ops.w == o.ops.w && ops.a_scale == o.ops.a_scale &&
-           ops.w_scale == o.ops.w_scale && ops.bias == o.ops.bias &&
-           ops.out_scale_ptr == o.ops.out_scale_ptr &&
-           std::memcmp(&ops.out_scale, &o.ops.out_scale, sizeof(float)) == 0 && ops.d == o.ops.d &&
-           workspace == o.workspace && m == o.m && n == o.n && k == o.k && device == o.device;
-  }
-};
-
-// Prepared launch state per kernel type, keyed by call: Buckets x Ways entries, each bucket
-// replaced round-robin; a miss only costs a rebuild of the parameters.
-template <class Prepared, int Buckets = 16, int Ways = 4>
-class PreparedCache {
- public:
-  bool find(CallKey const& key, Prepared& out) {
-    int b = bucket(key);
-    std::lock_guard<std::mutex> guard(mu_);
-    for (int i = b * Ways; i < (b + 1) * Ways; ++i) {
-      if (used_[i] && keys_[i] == key) {
-        out = items_[i];
-        return true;
-      }
-    }
-    return false;
-  }
-
-  void put(CallKey const& key, Prepared const& item) {
-    int b = bucket(key);
-    std::lock_guard<std::mutex> guard(mu_);
-    int i = b * Ways + next_[b];
-    next_[b] = (next_[b] + 1) % Ways;
-    keys_[i] = key;
-    items_[i] = item;
-    used_[i] = true;
-  }
-
- private:
-  static int bucket(CallKey const& key) {
-    uint64_t h = reinterpret_cast<uintptr_t>(key.ops.a) ^
-                 (reinterpret_cast<uintptr_t>(key.ops.w) << 1) ^
-                 (reinterpret_cast<uintptr_t>(key.ops.d) << 2) ^
-                 (reinterpret_cast<uintptr_t>(key.ops.a_scale) << 3) ^
-                 uint64_t(key.m) * 0x9E3779B97F4A7C15ull ^ uint64_t(key.n) << 17 ^
-                 uint64_t(key.k) << 29;
-    h ^= h >> 31;
-    h *= 0xBF58476D1CE4E5B9ull;
-    h ^= h >> 29;
-    return int(h % Buckets);
-  }
-
-  std::mutex mu_;
-  CallKey keys_[Buckets * Ways] = {};
-  Prepared items_[Buckets * Ways];
-  bool used_[Buckets * Ways] = {};
-  int next_[Buckets] = {};
-};
 
 // N and K multiples of 16: 16-byte rows of int8 A/W (cp.async / TMA) and of an int8 D.
 inline bool shape_ok(int64_t m, int64_t n, int64_t k) {
-  return m > 0 && n > 0 && k > 0 && n % 16 == 0 && k % 16 == 0 && m <= INT32_MAX &&
-         n <= INT32_MAX && k <= INT32_MAX;
-}
-
-inline int32_t launch_status() {
-  return cudaGetLastError() == cudaSuccess ? kOk : kErrLaunch;
+  return oasr_kit::shape_ok(m, n, k, 16);
 }
 
 }  // namespace oasr_smm

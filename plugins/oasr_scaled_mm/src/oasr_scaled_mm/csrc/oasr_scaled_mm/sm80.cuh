@@ -19,7 +19,6 @@
 
 // The 2.x visitor headers are not self-contained: the GEMM headers come first.
 #include "oasr_scaled_mm/common.cuh"
-#include "cutlass/device_kernel.h"
 #include "cutlass/functional.h"
 #include "cutlass/numeric_conversion.h"
 #include "cutlass/gemm/device/gemm_universal.h"
@@ -28,6 +27,7 @@
 #include "cutlass/epilogue/threadblock/fusion/visitors.hpp"
 #include "cutlass/gemm/kernel/default_gemm_universal_with_visitor.h"
 #include "cute/tensor.hpp"
+#include "oasr_kit/sm80.cuh"
 
 namespace oasr_smm {
 namespace sm80 {
@@ -77,30 +77,9 @@ struct Kernel {
       cutlass::layout::RowMajor, 4, int32_t, float, cutlass::arch::OpClassTensorOp,
       cutlass::arch::Sm80, TileShape, WarpShape, InstructionShape, Callbacks, Swizzle, Stages,
       cutlass::arch::OpMultiplyAddSaturate, kEpilogueStages>::GemmKernel;
+  using Launch = oasr_kit::sm80::Launch<GemmKernel, StreamK>;
   using Arguments = typename GemmKernel::Arguments;
   using Params = typename GemmKernel::Params;
-  static constexpr int kSmem = int(sizeof(typename GemmKernel::SharedStorage));
-
-  static const void* entry() {
-    return reinterpret_cast<const void*>(cutlass::Kernel2<GemmKernel>);
-  }
-
-  static int occupancy(int dev) {
-    static std::atomic<int> cache[64] = {};
-    int v = cache[dev & 63].load(std::memory_order_relaxed);
-    if (v <= 0) {
-      allow_smem<GemmKernel>(entry(), kSmem, dev);
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, cutlass::Kernel2<GemmKernel>,
-                                                        GemmKernel::kThreadCount,
-                                                        kSmem) != cudaSuccess) {
-        cudaGetLastError();
-        return 1;
-      }
-      v = v > 0 ? v : 1;
-      cache[dev & 63].store(v, std::memory_order_relaxed);
-    }
-    return v;
-  }
 
   static typename Callbacks::Arguments callback_args(Operands const& o, int m, int n) {
     typename RowScaled::Arguments row_scaled{{}, {o.a_scale, 0.f, {}}, {}};
@@ -123,10 +102,6 @@ struct Kernel {
                      int64_t(n) * k, 0, 0, int64_t(k), int64_t(k), int64_t(n), int64_t(n));
   }
 
-  static Params make_params(Arguments const& args, int dev) {
-    return Params(args, sm_count(dev), StreamK ? occupancy(dev) : 1);
-  }
-
   static int64_t scratch_bytes(Params const& params) {
     if constexpr (StreamK) {
       return int64_t(params.get_workspace_size());
@@ -141,7 +116,7 @@ struct Kernel {
       return -1;
     }
     Operands none{};
-    return scratch_bytes(make_params(make_args(none, int(m), int(n), int(k)), dev));
+    return scratch_bytes(Launch::params(make_args(none, int(m), int(n), int(k)), dev));
   }
 
   struct Prepared {
@@ -149,7 +124,7 @@ struct Kernel {
   };
 
   static int32_t run(Operands const& o, CallArgs const& c, cudaStream_t stream) {
-    static PreparedCache<Prepared> cache;
+    static oasr_kit::PreparedCache<Prepared> cache;
     if (!shape_ok(c.m, c.n, c.k)) {
       return kErrShape;
     }
@@ -157,33 +132,15 @@ struct Kernel {
     if (dev < 0) {
       return kErrDevice;
     }
-    CallKey key{o, c.workspace, c.m, c.n, c.k, dev};
-    Prepared prep;
-    if (!cache.find(key, prep)) {
-      Arguments args = make_args(o, int(c.m), int(c.n), int(c.k));
-      if (GemmKernel::can_implement(args) != cutlass::Status::kSuccess) {
-        return kErrShape;
-      }
-      if (!allow_smem<GemmKernel>(entry(), kSmem, dev)) {
-        return kErrInit;
-      }
-      prep.params = make_params(args, dev);
-      if (scratch_bytes(prep.params) > c.workspace_bytes) {
+    auto prepare = [&](Prepared& prep) -> int32_t {
+      int32_t status = Launch::prepare(prep.params, make_args(o, int(c.m), int(c.n), int(c.k)), dev);
+      if (status == kOk && scratch_bytes(prep.params) > c.workspace_bytes) {
         return kErrWorkspace;
       }
-      cache.put(key, prep);
-    }
-    if constexpr (StreamK) {
-      // Points the kernel at its partials and zeroes the barrier flags (a memset node when
-      // captured in a CUDA graph): every launch starts from clean flags.
-      if (prep.params.init_workspace(c.workspace, stream) != cutlass::Status::kSuccess) {
-        return kErrInit;
-      }
-    }
-    dim3 grid = prep.params.get_grid_dims();
-    dim3 block(GemmKernel::kThreadCount, 1, 1);
-    cutlass::Kernel2<GemmKernel><<<grid, block, kSmem, stream>>>(prep.params);
-    return launch_status();
+      return status;
+    };
+    auto launch = [&](Prepared& prep) { return Launch::launch(prep.params, c.workspace, stream); };
+    return oasr_kit::run_prepared(cache, call_key(o, c, dev), prepare, launch);
   }
 };
 

@@ -21,12 +21,9 @@
 #include "cutlass/epilogue/collective/collective_builder.hpp"
 #include "cutlass/epilogue/fusion/sm90_callbacks_tma_warpspecialized.hpp"
 #include "cutlass/functional.h"
-#include "cutlass/gemm/collective/collective_builder.hpp"
-#include "cutlass/gemm/device/gemm_universal_adapter.h"
 #include "cutlass/gemm/dispatch_policy.hpp"
 #include "cutlass/gemm/kernel/gemm_universal.hpp"
-#include "cutlass/gemm/kernel/tile_scheduler.hpp"
-#include "cutlass/util/packed_stride.hpp"
+#include "oasr_kit/sm90.cuh"
 #include "oasr_scaled_mm/common.cuh"
 
 namespace oasr_smm {
@@ -68,11 +65,7 @@ struct Kernel {
       cutlass::epilogue::collective::EpilogueTileAuto, int32_t, float, void, LayoutD, kAlignD,
       ElementD, LayoutD, kAlignD, EpilogueSchedule, Fusion>::CollectiveOp;
 
-  using StageCount = std::conditional_t<
-      Stages == 0,
-      cutlass::gemm::collective::StageCountAutoCarveout<
-          static_cast<int>(sizeof(typename CollectiveEpilogue::SharedStorage))>,
-      cutlass::gemm::collective::StageCount<(Stages > 0 ? Stages : 2)>>;
+  using StageCount = oasr_kit::sm90::StageCountFor<Stages, CollectiveEpilogue>;
 
   using CollectiveMainloop = typename cutlass::gemm::collective::CollectiveBuilder<
       cutlass::arch::Sm90, cutlass::arch::OpClassTensorOp, int8_t, LayoutA, kAlignAB, int8_t,
@@ -82,15 +75,9 @@ struct Kernel {
   using GemmKernel = cutlass::gemm::kernel::GemmUniversal<Shape<int, int, int, int>,
                                                           CollectiveMainloop, CollectiveEpilogue,
                                                           TileScheduler>;
-  using Adapter = cutlass::gemm::device::GemmUniversalAdapter<GemmKernel>;
-  using Arguments = typename GemmKernel::Arguments;
-  using Params = typename GemmKernel::Params;
-  static constexpr bool kStreamK = std::is_same_v<TileScheduler, cutlass::gemm::StreamKScheduler>;
-
-  struct Prepared {
-    Arguments args;
-    Params params;
-  };
+  using Launch = oasr_kit::sm90::Launch<GemmKernel>;
+  using Arguments = typename Launch::Arguments;
+  using Prepared = typename Launch::Prepared;
 
   static typename Fusion::Arguments fusion_args(Operands const& o) {
     typename RowScaled::Arguments row_scaled{{}, {o.a_scale, 0.f, {}}, {}};
@@ -105,23 +92,8 @@ struct Kernel {
   }
 
   static Arguments make_args(Operands const& o, int m, int n, int k, int dev) {
-    auto stride_a = cutlass::make_cute_packed_stride(typename GemmKernel::StrideA{},
-                                                     make_shape(m, k, 1));
-    auto stride_b = cutlass::make_cute_packed_stride(typename GemmKernel::StrideB{},
-                                                     make_shape(n, k, 1));
-    auto stride_c = cutlass::make_cute_packed_stride(typename GemmKernel::StrideC{},
-                                                     make_shape(m, n, 1));
-    auto stride_d = cutlass::make_cute_packed_stride(typename GemmKernel::StrideD{},
-                                                     make_shape(m, n, 1));
-    cutlass::KernelHardwareInfo hw;
-    hw.device_id = dev;
-    hw.sm_count = sm_count(dev);
-    Arguments args{cutlass::gemm::GemmUniversalMode::kGemm,
-                   {m, n, k, 1},
-                   {static_cast<int8_t const*>(o.a), stride_a, static_cast<int8_t const*>(o.w),
-                    stride_b},
-                   {{}, nullptr, stride_c, static_cast<ElementD*>(o.d), stride_d},
-                   hw};
+    Arguments args = Launch::args(static_cast<int8_t const*>(o.a), static_cast<int8_t const*>(o.w),
+                                  static_cast<ElementD*>(o.d), m, n, k, dev);
     args.epilogue.thread = fusion_args(o);
     return args;
   }
@@ -132,11 +104,11 @@ struct Kernel {
       return -1;
     }
     Operands none{};
-    return int64_t(GemmKernel::get_workspace_size(make_args(none, int(m), int(n), int(k), dev)));
+    return Launch::workspace(make_args(none, int(m), int(n), int(k), dev));
   }
 
   static int32_t run(Operands const& o, CallArgs const& c, cudaStream_t stream) {
-    static PreparedCache<Prepared> cache;
+    static oasr_kit::PreparedCache<Prepared> cache;
     if (!shape_ok(c.m, c.n, c.k)) {
       return kErrShape;
     }
@@ -144,37 +116,14 @@ struct Kernel {
     if (dev < 0) {
       return kErrDevice;
     }
-    CallKey key{o, c.workspace, c.m, c.n, c.k, dev};
-    Prepared prep;
-    if (!cache.find(key, prep)) {
+    auto prepare = [&](Prepared& prep) -> int32_t {
       prep.args = make_args(o, int(c.m), int(c.n), int(c.k), dev);
-      if (!GemmKernel::can_implement(prep.args)) {
-        return kErrShape;
-      }
-      if (int64_t(GemmKernel::get_workspace_size(prep.args)) > c.workspace_bytes) {
-        return kErrWorkspace;
-      }
-      if (!allow_smem<GemmKernel>(
-              reinterpret_cast<const void*>(cutlass::device_kernel<GemmKernel>),
-              GemmKernel::SharedStorageSize, dev)) {
-        return kErrInit;
-      }
-      prep.params = GemmKernel::to_underlying_arguments(prep.args, c.workspace);
-      cache.put(key, prep);
-    }
-    if constexpr (kStreamK) {
-      // Stream-K's barrier flags count arrivals and are not reset by the kernel: zero them
-      // before every launch (a memset node inside a CUDA graph).
-      if (GemmKernel::initialize_workspace(prep.args, c.workspace, stream) !=
-          cutlass::Status::kSuccess) {
-        return kErrInit;
-      }
-    }
-    if (Adapter::run(prep.params, stream) != cutlass::Status::kSuccess) {
-      cudaGetLastError();
-      return kErrLaunch;
-    }
-    return kOk;
+      return Launch::prepare(prep, c.workspace, c.workspace_bytes, dev);
+    };
+    auto launch = [&](Prepared& prep) {
+      return Launch::launch(prep, c.workspace, (c.flags & kFlagPdl) != 0, stream);
+    };
+    return oasr_kit::run_prepared(cache, call_key(o, c, dev), prepare, launch);
   }
 };
 
