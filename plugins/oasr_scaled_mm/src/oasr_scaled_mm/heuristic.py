@@ -25,7 +25,6 @@ and writes the file (:func:`write_fitted`).
 
 from __future__ import annotations
 
-import functools
 import itertools
 import json
 import math
@@ -429,9 +428,15 @@ def soft_validators() -> dict[str, Any]:
 
 def device_sms(lane: str, arch_families: Sequence[str],
                default_on: Sequence[str] = ()) -> tuple[str, int]:
-    """``(arch family, SM count)`` the heuristic uses for ``lane`` in this process."""
-    device = _device_index()
-    return _device_sms(lane, tuple(arch_families), tuple(default_on), device)
+    """``(arch family, SM count)`` the heuristic uses for ``lane`` in this process: the current
+    CUDA device's when its arch family is one of the lane's, else the lane's first default
+    arch with :data:`DEFAULT_SM_COUNT`. The device is asked once per runtime
+    (:meth:`oasr_core.runtime.Runtime.device`)."""
+    facts = _device_facts(_device_index())
+    if facts is not None and facts.arch in arch_families:
+        return facts.arch, facts.sm_count
+    arch = (tuple(default_on) or tuple(arch_families))[0]
+    return arch, DEFAULT_SM_COUNT.get(arch, 108)
 
 
 def _device_index() -> int | None:
@@ -445,18 +450,13 @@ def _device_index() -> int | None:
         return None
 
 
-@functools.lru_cache(maxsize=64)
-def _device_sms(lane: str, arch_families: tuple[str, ...], default_on: tuple[str, ...],
-                device: int | None) -> tuple[str, int]:
-    if device is not None:
-        import torch
+def _device_facts(device: int | None) -> Any:
+    if device is None:
+        return None
+    from oasr_core.runtime import DeviceFacts, current_runtime
 
-        props = torch.cuda.get_device_properties(device)
-        arch = f"sm{props.major}{props.minor}"
-        if arch in arch_families:
-            return arch, int(props.multi_processor_count)
-    arch = (default_on or arch_families)[0]
-    return arch, DEFAULT_SM_COUNT.get(arch, 108)
+    rt = current_runtime()
+    return rt.device(device) if rt is not None else DeviceFacts.query(device)
 
 
 # --- fitting ---------------------------------------------------------------------------------
