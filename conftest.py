@@ -75,9 +75,10 @@ def _module_build(report: dict):
 
 
 def pytest_collection_finish(session: pytest.Session) -> None:
+    """Start the background prebuild of the selected modules' ``SMOKE_UNITS``, if any."""
     modules = {id(m): m for m in (getattr(i, "module", None) for i in session.items)
                if m is not None and hasattr(m, "SMOKE_UNITS")}
-    if not modules:
+    if not modules or session.config.option.collectonly:
         return
     specs = [s for m in modules.values() for s in m.SMOKE_UNITS()]
     specs.sort(key=lambda s: s.arch, reverse=True)  # the slower Hopper units start first
@@ -95,6 +96,7 @@ def pytest_collection_finish(session: pytest.Session) -> None:
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
+    """Stop a prebuild nobody waited for and remove its directory."""
     smoke = session.config.stash.get(_KEY, None)
     if smoke is None:
         return
