@@ -521,6 +521,11 @@ def check_config_space(contract: Contract) -> None:
     for lane in contract.lanes:
         assert lane.config_space, f"lane {lane.name}: empty config space"
         assert lane.is_feasible(lane.default), f"lane {lane.name}: default config is infeasible"
+        bad = [c.id for c in lane.config_space if not lane.is_feasible(c)]
+        assert not bad, f"lane {lane.name}: registered configs {bad[:5]} are infeasible"
+        if lane.is_available is not None:  # before any module is loaded, all are available
+            missing = [c.id for c in lane.config_space if not lane.is_available(c)]
+            assert not missing, f"lane {lane.name}: {missing[:5]} unavailable with none loaded"
 
 
 def check_configs_round_trip(contract: Contract) -> None:

@@ -72,13 +72,15 @@ def sm90_kernel_type(config: Config, dtype: str) -> str:
     return f"oasr_gemm::sm90::Kernel<{', '.join(map(str, args))}>"
 
 
+_KERNEL_TYPES = {LANE_SM80: sm80_kernel_type, LANE_SM90: sm90_kernel_type}
+
+
 def kernel_type(config: Config, dtype: str) -> str:
     """The C++ kernel type of ``config`` for ``dtype`` (either lane)."""
-    if config.lane == LANE_SM80:
-        return sm80_kernel_type(config, dtype)
-    if config.lane == LANE_SM90:
-        return sm90_kernel_type(config, dtype)
-    raise KeyError(f"config {config.id!r} belongs to lane {config.lane!r}, not a gemm lane")
+    emit = _KERNEL_TYPES.get(config.lane)
+    if emit is None:
+        raise KeyError(f"config {config.id!r} belongs to lane {config.lane!r}, not a gemm lane")
+    return emit(config, dtype)
 
 
 _NO_GDC = """// CUTLASS 4.2's Stream-K scheduler does not compile with grid-dependency control

@@ -67,13 +67,16 @@ def sm90_kernel_type(config: Config, out_dtype: str) -> str:
     return f"oasr_smm::sm90::Kernel<{', '.join(map(str, args))}>"
 
 
+_KERNEL_TYPES = {LANE_SM80: sm80_kernel_type, LANE_SM90: sm90_kernel_type}
+
+
 def kernel_type(config: Config, out_dtype: str) -> str:
     """The C++ kernel type of ``config`` writing ``out_dtype`` (either lane)."""
-    if config.lane == LANE_SM80:
-        return sm80_kernel_type(config, out_dtype)
-    if config.lane == LANE_SM90:
-        return sm90_kernel_type(config, out_dtype)
-    raise KeyError(f"config {config.id!r} belongs to lane {config.lane!r}, not a scaled_mm lane")
+    emit = _KERNEL_TYPES.get(config.lane)
+    if emit is None:
+        raise KeyError(
+            f"config {config.id!r} belongs to lane {config.lane!r}, not a scaled_mm lane")
+    return emit(config, out_dtype)
 
 
 def unit_source(config: Config, op: str = OP_MM, out_dtypes: Iterable[str] | None = None) -> str:

@@ -76,4 +76,23 @@ inline bool shape_ok(int64_t m, int64_t n, int64_t k) {
   return oasr_kit::shape_ok(m, n, k, 16);
 }
 
+// The launcher body of both lanes: the shape and device checks, then the kit's prepare-once /
+// launch-every-time path over Kernel::prepare(prep, o, c, dev) and Kernel::launch(prep, c,
+// stream), with one parameter cache per kernel type.
+template <class Kernel>
+inline int32_t run_call(Operands const& o, CallArgs const& c, cudaStream_t stream) {
+  static oasr_kit::PreparedCache<typename Kernel::Prepared> cache;
+  if (!shape_ok(c.m, c.n, c.k)) {
+    return kErrShape;
+  }
+  int dev = current_device();
+  if (dev < 0) {
+    return kErrDevice;
+  }
+  return oasr_kit::run_prepared(
+      cache, call_key(o, c, dev),
+      [&](typename Kernel::Prepared& prep) { return Kernel::prepare(prep, o, c, dev); },
+      [&](typename Kernel::Prepared& prep) { return Kernel::launch(prep, c, stream); });
+}
+
 }  // namespace oasr_smm

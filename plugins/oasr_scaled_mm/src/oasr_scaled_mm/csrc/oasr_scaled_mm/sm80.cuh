@@ -123,24 +123,21 @@ struct Kernel {
     Params params;
   };
 
+  static int32_t prepare(Prepared& prep, Operands const& o, CallArgs const& c, int dev) {
+    int32_t status = Launch::prepare(prep.params, make_args(o, int(c.m), int(c.n), int(c.k)),
+                                     dev);
+    if (status == kOk && scratch_bytes(prep.params) > c.workspace_bytes) {
+      return kErrWorkspace;
+    }
+    return status;
+  }
+
+  static int32_t launch(Prepared& prep, CallArgs const& c, cudaStream_t stream) {
+    return Launch::launch(prep.params, c.workspace, stream);
+  }
+
   static int32_t run(Operands const& o, CallArgs const& c, cudaStream_t stream) {
-    static oasr_kit::PreparedCache<Prepared> cache;
-    if (!shape_ok(c.m, c.n, c.k)) {
-      return kErrShape;
-    }
-    int dev = current_device();
-    if (dev < 0) {
-      return kErrDevice;
-    }
-    auto prepare = [&](Prepared& prep) -> int32_t {
-      int32_t status = Launch::prepare(prep.params, make_args(o, int(c.m), int(c.n), int(c.k)), dev);
-      if (status == kOk && scratch_bytes(prep.params) > c.workspace_bytes) {
-        return kErrWorkspace;
-      }
-      return status;
-    };
-    auto launch = [&](Prepared& prep) { return Launch::launch(prep.params, c.workspace, stream); };
-    return oasr_kit::run_prepared(cache, call_key(o, c, dev), prepare, launch);
+    return run_call<Kernel>(o, c, stream);
   }
 };
 

@@ -107,23 +107,17 @@ struct Kernel {
     return Launch::workspace(make_args(none, int(m), int(n), int(k), dev));
   }
 
+  static int32_t prepare(Prepared& prep, Operands const& o, CallArgs const& c, int dev) {
+    prep.args = make_args(o, int(c.m), int(c.n), int(c.k), dev);
+    return Launch::prepare(prep, c.workspace, c.workspace_bytes, dev);
+  }
+
+  static int32_t launch(Prepared& prep, CallArgs const& c, cudaStream_t stream) {
+    return Launch::launch(prep, c.workspace, (c.flags & kFlagPdl) != 0, stream);
+  }
+
   static int32_t run(Operands const& o, CallArgs const& c, cudaStream_t stream) {
-    static oasr_kit::PreparedCache<Prepared> cache;
-    if (!shape_ok(c.m, c.n, c.k)) {
-      return kErrShape;
-    }
-    int dev = current_device();
-    if (dev < 0) {
-      return kErrDevice;
-    }
-    auto prepare = [&](Prepared& prep) -> int32_t {
-      prep.args = make_args(o, int(c.m), int(c.n), int(c.k), dev);
-      return Launch::prepare(prep, c.workspace, c.workspace_bytes, dev);
-    };
-    auto launch = [&](Prepared& prep) {
-      return Launch::launch(prep, c.workspace, (c.flags & kFlagPdl) != 0, stream);
-    };
-    return oasr_kit::run_prepared(cache, call_key(o, c, dev), prepare, launch);
+    return run_call<Kernel>(o, c, stream);
   }
 };
 
