@@ -205,8 +205,11 @@ def test_programmatic_dependent_launch_flag(monkeypatch):
 
 
 def test_fused_epilogue_flag_and_the_header_agree(monkeypatch):
-    """``fused=True`` sets kFlagFused beside the PDL bit; the values match common.cuh."""
+    """``fused=True`` sets kFlagFused beside the PDL bit; the values match the headers (the
+    kit's kFlagPdl and kFlagFamily, the family's kFlagFused = kFlagFamily)."""
     import re
+
+    from oasr_core.jit import kit
 
     from oasr_gemm import codegen
 
@@ -215,9 +218,12 @@ def test_fused_epilogue_flag_and_the_header_agree(monkeypatch):
         launch.FLAG_PDL | launch.FLAG_FUSED
     assert _record_flags(cs.SM90_DEFAULT, cs.LANE_SM90, pdl=False, fused=True) == \
         launch.FLAG_FUSED
+    kit_header = (kit.INCLUDE_DIR / "oasr_kit" / "launcher.cuh").read_text()
+    assert dict(re.findall(r"(kFlag\w+) = (\d+)", kit_header)) == {
+        "kFlagPdl": str(launch.FLAG_PDL), "kFlagFamily": str(kit.FLAG_FAMILY)}
     header = (codegen.csrc_dir() / "oasr_gemm" / "common.cuh").read_text()
-    enum = dict(re.findall(r"(kFlag\w+) = (\d+)", header))
-    assert enum == {"kFlagPdl": str(launch.FLAG_PDL), "kFlagFused": str(launch.FLAG_FUSED)}
+    assert re.findall(r"(kFlag\w+) = (\w+)", header) == [("kFlagFused", "kFlagFamily")]
+    assert launch.FLAG_FUSED == kit.FLAG_FAMILY
 
 
 def test_call_record_matches_the_c_layout():

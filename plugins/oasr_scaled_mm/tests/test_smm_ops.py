@@ -224,9 +224,9 @@ def test_untuned_shapes_take_the_heuristic_and_bind_a_prepared_call(monkeypatch)
     assert ops.select_config(768, 256, 11 * 128, "sm90").id == "ws_128x128x128_c1x1"
     plan = ops._plan((cs.OP_MM, torch.bfloat16, 768, 256, 11 * 128, 0))
     assert plan.config.id == "ws_128x128x128_c1x1" and plan.op == cs.OP_MM
-    assert (plan.args.m, plan.args.n, plan.args.k, plan.args.out_dtype) == (1408, 768, 256, 1)
+    assert (plan.args.m, plan.args.n, plan.args.k, plan.args.dtype) == (1408, 768, 256, 1)
     quant = ops._plan((cs.OP_QUANT, torch.int8, 768, 256, 1, 0))
-    assert quant.config.id == "ws_64x32x128_c1x1" and quant.args.out_dtype == 2
+    assert quant.config.id == "ws_64x32x128_c1x1" and quant.args.dtype == 2
     assert get_runtime().counts[(cs.FAMILY, cs.OP_MM, "heuristic")] == 1
 
 
@@ -315,7 +315,7 @@ def test_prepared_call_passes_every_pointer_and_the_out_scale():
 
     def fake_launcher(address, *args):
         record = launch.CallArgs.from_address(address)
-        calls.append(((record.m, record.n, record.k, record.out_dtype, record.workspace), args))
+        calls.append(((record.m, record.n, record.k, record.dtype, record.workspace), args))
         return 0
 
     config = cs.config(cs.LANE_SM80, "b64x64x128_w32x32x128_s5")
@@ -328,9 +328,13 @@ def test_prepared_call_passes_every_pointer_and_the_out_scale():
     assert launch.out_scale_args(torch.ones(1))[0] != 0
 
 
-def test_call_record_matches_the_c_layout():
-    offsets = {name: getattr(launch.CallArgs, name).offset for name, _ in
-               launch.CallArgs._fields_}
-    assert offsets == {"m": 0, "n": 8, "k": 16, "out_dtype": 24, "reserved": 28,
-                       "workspace": 32, "workspace_bytes": 40}
-    assert ctypes.sizeof(launch.CallArgs) == 48
+def test_call_record_is_the_kits():
+    """The family passes the kit's call record (its layout is tested against the header in the
+    core's kit tests); the output dtype travels in ``dtype``, split-K is 1."""
+    from oasr_core.jit import kit
+
+    assert launch.CallArgs is kit.CallArgs
+    config = cs.config(cs.LANE_SM80, "b64x64x128_w32x32x128_s5")
+    record = launch.Kernel(config, cs.OP_MM, lambda *a: 0, lambda *a: 0).prepare(
+        "bf16", 64, 256, 512).args
+    assert (record.dtype, record.act, record.split, record.flags) == (1, 0, 1, 0)

@@ -1,0 +1,68 @@
+"""The plugin kit's C++ side: the call record's ctypes mirror against the header, the flag and
+status values against the header, the include dir on every module's path, and a generated
+unit's text."""
+
+from __future__ import annotations
+
+import ctypes
+import re
+
+from oasr_core import jit
+from oasr_core.jit import kit
+
+HEADER = (kit.INCLUDE_DIR / "oasr_kit" / "launcher.cuh").read_text()
+
+
+def _struct_fields(name: str) -> list[str]:
+    body = re.search(r"struct " + name + r" \{(.*?)\};", HEADER, re.S).group(1)
+    fields = []
+    for decl in re.findall(r"^\s*[\w:* ]+?\s+([\w, ]+);", body, re.M):
+        fields += [f.strip() for f in decl.split(",")]
+    return fields
+
+
+def test_call_record_mirrors_the_header_field_by_field():
+    assert [name for name, _ in kit.CallArgs._fields_] == _struct_fields("CallArgs")
+    offsets = {name: getattr(kit.CallArgs, name).offset for name, _ in kit.CallArgs._fields_}
+    assert offsets == {"m": 0, "n": 8, "k": 16, "dtype": 24, "act": 28, "split": 32,
+                       "flags": 36, "workspace": 40, "workspace_bytes": 48, "semaphores": 56,
+                       "semaphore_bytes": 64}
+    assert ctypes.sizeof(kit.CallArgs) == 72
+
+
+def test_flags_and_status_codes_match_the_header():
+    flags = dict(re.findall(r"(kFlag\w+) = (\d+)", HEADER))
+    assert flags == {"kFlagPdl": str(kit.FLAG_PDL), "kFlagFamily": str(kit.FLAG_FAMILY)}
+    codes = {int(v) for v in re.findall(r"^\s*k(?:Ok|Err\w+) = (\d+),", HEADER, re.M)}
+    assert codes == set(kit.STATUS)
+
+
+def test_every_module_includes_the_kit_dir(tmp_path):
+    unit = jit.TranslationUnit(name="u", source='#include "oasr_kit/launcher.cuh"\n',
+                               exports=())
+    own = tmp_path / "inc"
+    own.mkdir()
+    plan = jit.plan(jit.JitSpec(name="kit_probe", arch="90a", units=(unit,),
+                                include_dirs=(str(own),)))
+    assert plan.include_dirs[:2] == (str(own.resolve()), str(kit.INCLUDE_DIR))
+    other = jit.plan(jit.JitSpec(name="kit_probe", arch="90a", units=(
+        jit.TranslationUnit(name="u", source="// no kit\n", exports=()),),
+        include_dirs=(str(own),)))
+    assert plan.units[0].key != other.units[0].key
+
+
+def test_generated_unit_dispatches_on_the_dtype_code():
+    text = kit.c_abi_unit(
+        title="fam lane unit x", generator="fam.codegen", header="fam/lane.cuh",
+        kernels={0: "fam::Kernel<half>", 1: "fam::Kernel<bf16>"}, symbol="fam_x",
+        operands="const void* a, void* d", run="run(a, d, *c)",
+        workspace_params="int64_t m, int32_t dtype", workspace_switch="dtype",
+        workspace="workspace(m)")
+    assert '#include "fam/lane.cuh"' in text
+    assert "using K0 = fam::Kernel<half>;" in text and "using K1 = fam::Kernel<bf16>;" in text
+    assert ("OASR_EXPORT int32_t fam_x(const oasr_kit::CallArgs* c, const void* a, void* d, "
+            "void* stream)") in text
+    assert "case 1: return K1::run(a, d, *c);" in text
+    assert "default: return oasr_kit::kErrDtype;" in text
+    assert "OASR_EXPORT int64_t fam_x_workspace(int64_t m, int32_t dtype)" in text
+    assert "case 0: return K0::workspace(m);" in text
