@@ -13,47 +13,36 @@ the Conformer's feed-forward blocks; the epilogue activations cost the same to w
 
 from __future__ import annotations
 
-import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
 
+from oasr_core.jit.libraries import Libraries
 from oasr_core.types import Config, Problem, Sentinel
 
 BENCH_ACTIVATION = "silu"
 """The activation ``gemm_activation`` is measured with."""
 
-_FULL: dict[tuple[str, str], Mapping[str, Any]] = {}
-_FULL_LOCK = threading.Lock()
+
+def _load_full(lane: str, arch: str) -> Mapping[str, Any]:
+    from oasr_core import jit as core_jit
+
+    from oasr_gemm import codegen, jit
+    from oasr_gemm.launch import Kernel
+
+    module = core_jit.load(jit.full_spec(lane, arch))
+    return {c.id: Kernel.bind(module, c) for c in jit.lane_configs(lane, arch)
+            if codegen.symbol(c) in module.exports}
 
 
-def full_kernels(lane: str, arch: str) -> Mapping[str, Any]:
-    """Every compiled config of ``lane`` on ``arch`` (its full module), bound by id."""
-    key = (lane, arch)
-    if key not in _FULL:
-        with _FULL_LOCK:
-            if key not in _FULL:
-                from oasr_core import jit as core_jit
-
-                from oasr_gemm import codegen, jit
-                from oasr_gemm.launch import Kernel
-
-                module = core_jit.load(jit.full_spec(lane, arch))
-                _FULL[key] = {c.id: Kernel.bind(module, c) for c in jit.lane_configs(lane, arch)
-                              if codegen.symbol(c) in module.exports}
-    return _FULL[key]
-
-
-def _arch_of(device: Any) -> str:
-    import torch
-
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm{major}{minor}"
+FULL = Libraries(load=_load_full)
+"""Every compiled config of a lane's full module by id, loaded once per (lane, arch)."""
 
 
 def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: Any):
     """The :class:`oasr_core.bench.BenchCase` of ``problem`` (see the module docstring)."""
     import torch
     from oasr_core.bench import BenchCase
+    from oasr_core.runtime import device_arch_of
 
     from oasr_gemm import numerics
 
@@ -69,7 +58,7 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
     ref = numerics.reference(a, w, bias, act)
     torch_out = numerics.torch_output(a, w, bias, act)
     lane = options.lane
-    kernels = full_kernels(lane, _arch_of(dev)) if lane else {}
+    kernels = FULL.get(lane, device_arch_of(index)) if lane else {}
     stream_of = torch._C._cuda_getCurrentRawStream
     arms, rejected = {}, {}
 

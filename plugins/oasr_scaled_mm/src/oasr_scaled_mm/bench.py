@@ -20,10 +20,10 @@ A build measures the lane's whole space, so the arms come from the lane's full m
 
 from __future__ import annotations
 
-import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
+from oasr_core.jit.libraries import Libraries
 from oasr_core.types import Config, Problem, Sentinel
 
 from oasr_scaled_mm.config_space import OP_QUANT
@@ -31,37 +31,25 @@ from oasr_scaled_mm.config_space import OP_QUANT
 MIN_INT_MM_ROWS = 17
 """``torch._int_mm`` needs more than 16 rows."""
 
-_FULL: dict[tuple[str, str], Mapping[tuple[str, str], Any]] = {}
-_FULL_LOCK = threading.Lock()
+
+def _load_full(lane: str, arch: str) -> Any:
+    from oasr_core import jit as core_jit
+
+    from oasr_scaled_mm import jit
+    from oasr_scaled_mm.launch import bind_all
+
+    return bind_all(core_jit.load(jit.full_spec(lane, arch)), jit.lane_configs(lane, arch))
 
 
-def full_kernels(lane: str, arch: str) -> Mapping[tuple[str, str], Any]:
-    """Every compiled (op, config) of ``lane`` on ``arch`` (its full module), bound."""
-    key = (lane, arch)
-    if key not in _FULL:
-        with _FULL_LOCK:
-            if key not in _FULL:
-                from oasr_core import jit as core_jit
-
-                from oasr_scaled_mm import jit
-                from oasr_scaled_mm.launch import bind_all
-
-                module = core_jit.load(jit.full_spec(lane, arch))
-                _FULL[key] = bind_all(module, jit.lane_configs(lane, arch))
-    return _FULL[key]
-
-
-def _arch_of(device: Any) -> str:
-    import torch
-
-    major, minor = torch.cuda.get_device_capability(device)
-    return f"sm{major}{minor}"
+FULL = Libraries(load=_load_full)
+"""Every compiled (op, config) of a lane's full module, loaded once per (lane, arch)."""
 
 
 def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: Any):
     """The :class:`oasr_core.bench.BenchCase` of ``problem`` (see the module docstring)."""
     import torch
     from oasr_core.bench import BenchCase
+    from oasr_core.runtime import device_arch_of
 
     from oasr_scaled_mm import numerics, reference
     from oasr_scaled_mm.launch import LaunchError, status_text
@@ -82,7 +70,7 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
     exact = reference.quantize_output(y, out_scale_t) if quant else y.to(out_dtype)
     out = torch.empty(m, n, dtype=out_dtype, device=dev)
     lane = options.lane
-    kernels = full_kernels(lane, _arch_of(dev)) if lane else {}
+    kernels = FULL.get(lane, device_arch_of(index)) if lane else {}
     stream_of = torch._C._cuda_getCurrentRawStream
     arms: dict[str, Any] = {}
     rejected: dict[str, str] = {}
