@@ -126,7 +126,9 @@ def run(args: argparse.Namespace) -> int:
 
     import oasr_core
     from oasr_core.census.models import ConformerEncoder
+    from oasr_core.census.workloads import served_linear
     from oasr_core.errors import OasrError
+    from oasr_core.runtime import get_runtime
 
     t0 = time.monotonic()
     shapes = census(args.batch, args.frames, args.layers)
@@ -135,8 +137,10 @@ def run(args: argparse.Namespace) -> int:
           f"({time.monotonic() - t0:.1f} s)")
 
     torch.manual_seed(0)
-    model = ConformerEncoder(layers=args.layers, family_ops=True).cuda().half().eval()
-    twin = ConformerEncoder(layers=args.layers, family_ops=False).cuda().half().eval()
+    # The linears the gemm plugin serves (its oasr_linear answer), and a torch twin.
+    served = served_linear(get_runtime().pm, dtype="fp16", required=True)
+    model = ConformerEncoder(layers=args.layers, linear=served).cuda().half().eval()
+    twin = ConformerEncoder(layers=args.layers).cuda().half().eval()
     twin.load_state_dict(model.state_dict())
     x = torch.randn(args.batch, args.frames, 80, device="cuda", dtype=torch.float16)
     engine = Engine(model, x)

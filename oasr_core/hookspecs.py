@@ -285,15 +285,77 @@ def oasr_register_workloads() -> Iterable[Workload]:
 
 
 @hookspec(firstresult=True)
+def oasr_linear(dtype: str, quantization: str) -> Callable[..., Tensor] | None:
+    """Serve the linear layers of the census's reference models with a family's ops.
+
+    **When:** the core calls this when ``oasr tune census`` builds one of its reference
+    workloads (``conformer``, ``whisper_encoder``), once per model build and before any probe:
+    every linear layer of the model (projections, feed-forward and pointwise layers) then runs
+    through the returned function, while convolutions, attention products and the
+    subsampling projection stay plain torch. A plugin-registered workload runs its own code
+    and never triggers this hook. Which ``--dtype`` and ``--quantization`` values the census
+    accepts comes from the families' ``dtypes`` and ``quantizations`` fields, not from here.
+
+    :param dtype: the deployment's activation dtype as ``--dtype`` spells it (``"fp16"``,
+        ``"bf16"``); on a ``--probe-device cpu`` probe the tensors are float32 all the same.
+    :param quantization: the scheme as ``--quantization`` spells it: ``"none"`` for full
+        precision, or a scheme a family lists in ``Family.quantizations`` (``"int8_w8a8"``).
+
+    **Returns:** a callable *instance* (a plain function or an object with ``__call__``, never
+    a class) taking ``(x, layer, activation=None)``: an activation ``[..., K]``, the
+    ``torch.nn.Linear`` it stands for, and ``None`` or the name of the activation that follows
+    the layer (``"relu"``, ``"gelu"``, ``"silu"``); it returns ``activation(layer(x))`` in
+    ``x``'s dtype. It must run on the ``meta`` device (the census probes shapes only) and call
+    the ops its family records through ``Family.recorder_patches``, reached through their
+    module at call time (the recorder rebinds module attributes), so the census sees each
+    call under that family and op. ``None`` means "not mine": another plugin may answer. When
+    none does, a ``"none"`` model computes its linears with ``torch.nn.functional.linear``
+    (which a family's patches may still record), and any other scheme stops the census with
+    a one-line error naming it.
+
+    **firstresult:** yes. Stops at first non-None result; two plugins serving the same dtype
+    and scheme are ordered with ``tryfirst``/``trylast`` on the implementation.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from oasr_core import hookimpl
+
+        @hookimpl
+        def oasr_linear(dtype, quantization):
+            if quantization != "none" or dtype not in ("fp16", "bf16"):
+                return None
+            from my_gemm import ops
+
+            def linear(x, layer, activation=None):
+                if activation is None:
+                    return ops.gemm(x, layer.weight, layer.bias)
+                return ops.gemm_activation(x, layer.weight, layer.bias, activation)
+
+            return linear
+    """
+
+
+_QUANTIZED_LINEAR_DEPRECATED = DeprecationWarning(
+    "oasr_quantized_linear is deprecated: implement oasr_linear(dtype, quantization), which "
+    "serves full-precision and quantized linears alike, and list the scheme in "
+    "Family.quantizations")
+
+
+@hookspec(firstresult=True, warn_on_impl=_QUANTIZED_LINEAR_DEPRECATED)
 def oasr_quantized_linear(quantization: str) -> Callable[[Tensor, nn.Linear], Tensor] | None:
-    """Provide the quantized linear layer of a quantization scheme, for the census.
+    """Provide the quantized linear layer of a quantization scheme, for the census
+    (deprecated: implement :func:`oasr_linear`; registering an implementation warns).
 
     **When:** the core calls this when ``oasr tune census --quantization NAME`` builds one of
     its reference workloads (``conformer``, ``whisper_encoder``), once per model build and
     before any probe: the full-precision reference model is then quantized online, every
     linear layer its GEMM ops serve (projections, feed-forward and pointwise layers) going
     through the returned function, while convolutions and attention stay full precision. A
-    plugin-registered workload quantizes itself and never triggers this hook.
+    plugin-registered workload quantizes itself and never triggers this hook. The core asks
+    it only after no :func:`oasr_linear` implementation answered for the scheme; the scheme
+    must still be listed in some family's ``Family.quantizations`` for the census to accept it.
 
     :param quantization: the scheme's name as ``--quantization`` spells it, e.g.
         ``"int8_w8a8"`` or ``"fp8_w8a8"``; never ``"none"``.

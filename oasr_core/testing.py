@@ -135,6 +135,8 @@ FAKE_INT8_OPS = ("scaled_mm", "scaled_mm_quant")
 """The GEMM with a half-precision output, and the one quantizing its output to int8."""
 FAKE_INT8_LANE = "fake_int8_lane"
 FAKE_INT8_QUANTIZATION = "int8_w8a8"
+FAKE_INT8_ACTIVATIONS = ("fp16", "bf16")
+"""Activation dtypes the fake ``int8_w8a8`` linear takes (``Family.quantizations``)."""
 FAKE_INT8_SMS = 132
 """SMs of the device the heuristic and the timing model assume."""
 _FAKE_INT8_TILES = (  # id, tile_m, tile_n, stream_k
@@ -195,9 +197,12 @@ def fake_int8_scaled_mm(xq: Any, wq: Any, x_scale: Any, w_scale: Any, bias: Any 
                        dtype=out_dtype or torch.float16)
 
 
-def fake_int8_linear(x: Any, layer: Any) -> Any:
-    """``layer(x)`` the W8A8 way: x quantized per token, the weight per output channel."""
+def fake_int8_linear(x: Any, layer: Any, activation: str | None = None) -> Any:
+    """``activation(layer(x))`` the W8A8 way: x quantized per token, the weight per output
+    channel, the activation in torch."""
     import torch
+
+    from oasr_core.census.models import activate
 
     def quantize(t: Any) -> tuple[Any, Any]:
         scale = t.abs().amax(dim=-1, keepdim=True).clamp(min=1e-8) / 127.0
@@ -206,7 +211,8 @@ def fake_int8_linear(x: Any, layer: Any) -> Any:
     xq, x_scale = quantize(x)
     wq, w_scale = quantize(layer.weight)
     # Through the module global, which the census recorder rebinds to its wrapper.
-    return fake_int8_scaled_mm(xq, wq, x_scale, w_scale, layer.bias, out_dtype=x.dtype)
+    return activate(fake_int8_scaled_mm(xq, wq, x_scale, w_scale, layer.bias,
+                                        out_dtype=x.dtype), activation)
 
 
 def record_fake_int8_scaled_mm(xq: Any, wq: Any, x_scale: Any = None, w_scale: Any = None,
@@ -238,6 +244,7 @@ def fake_int8_family_record(make_bench: Callable[..., Any] | None = None) -> Fam
                   sentinel_heuristic=fake_int8_heuristic,
                   recorder_patches=fake_int8_recorder_patches,
                   numerics_gate=fake_int8_bitwise_gate, make_bench=make_bench,
+                  quantizations={FAKE_INT8_QUANTIZATION: FAKE_INT8_ACTIVATIONS},
                   description="int8 test family of oasr_core.testing")
 
 
@@ -353,8 +360,10 @@ class FakeInt8Plugin:
         return [fake_int8_lane_record()]
 
     @hookimpl
-    def oasr_quantized_linear(self, quantization: str) -> Callable[..., Any] | None:
-        return fake_int8_linear if quantization == FAKE_INT8_QUANTIZATION else None
+    def oasr_linear(self, dtype: str, quantization: str) -> Callable[..., Any] | None:
+        if quantization != FAKE_INT8_QUANTIZATION or dtype not in FAKE_INT8_ACTIVATIONS:
+            return None
+        return fake_int8_linear
 
 
 @pytest.fixture

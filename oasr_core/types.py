@@ -223,6 +223,22 @@ class Family:
     make_bench: Callable[[Problem, Sequence[Config | Sentinel], BenchOptions], BenchCase] | None = (
         attrs.field(default=None, validator=_check_optional_callable))
     """Builds the measurement case of one problem for the bench protocol (None: not measurable)."""
+    quantizations: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict, converter=freeze)
+    """Quantization schemes whose linear layers this family's plugin serves through the
+    ``oasr_linear`` hook, each with the activation dtypes it takes (scaled_mm:
+    ``{"int8_w8a8": ("fp16", "bf16")}``). They are the ``--quantization`` values ``oasr tune
+    census`` accepts besides ``none``, whose dtypes are the families' ``dtypes``."""
+
+    @quantizations.validator
+    def _check_quantizations(self, _attribute: attrs.Attribute, value: Mapping[str, Any]) -> None:
+        for scheme, dtypes in value.items():
+            if not NAME_RE.match(scheme) or scheme == "none":
+                raise ValueError(f"family {self.name}: quantization {scheme!r} is not a scheme "
+                                 "name (lower case, digits and '_'; 'none' is implied)")
+            if not isinstance(dtypes, tuple) or not dtypes or not all(
+                    isinstance(d, str) and d for d in dtypes):
+                raise ValueError(f"family {self.name}: quantization {scheme!r} needs a "
+                                 "non-empty sequence of activation dtype names")
 
     @fallback.validator
     def _check_fallback(self, _attribute: attrs.Attribute, value: Sentinel) -> None:

@@ -170,7 +170,6 @@ def test_capture_files_merge_into_the_census(tmp_path):
     (("--model", "no_such_pkg_xyz.mod:build"), "cannot import 'no_such_pkg_xyz.mod'"),
     (("--model", "not-a-spec"), "expected package.module:factory"),
     (("--workload", "conformer", "--input", "B,T,80"), "--input and --fixed-frames"),
-    (("--workload", "conformer", "--quantization", "int8_w8a8"), "run unquantized"),
     (("--workload", "conformer", "--param", "2x"), "--param '2x'"),
     (("--workload", "conformer", "--param", "depth=3"), "cannot build it"),
     (("--workload", "conformer", "--concurrency", "1:1"), "--concurrency weights streaming"),
@@ -197,6 +196,21 @@ def test_a_bad_manifest_line_and_a_too_new_capture_are_named(tmp_path):
     result = _run("--workload", "conformer", "--service-mode", "offline", "--max-batch-size", 2,
                   "--capture", newer, "--out", tmp_path / "o.json")
     assert result.exit_code == 2 and "newer oasr" in result.stderr
+
+
+@pytest.mark.parametrize("args, needle", [
+    (("--quantization", "int8_w8a8"), "Invalid value for --quantization: 'int8_w8a8' is not a "
+     "scheme an installed plugin serves; offered: none (see `oasr plugins`)"),
+    (("--dtype", "fp32"), "Invalid value for --dtype: 'fp32' is not a dtype the installed "
+     "plugins serve with --quantization none; offered: none (fp16, bf16)"),
+])
+def test_dtype_and_scheme_come_from_the_installed_families(tmp_path, args, needle):
+    """The in-test gemm family serves fp16 and bf16, and no family lists a quantization."""
+    result = _run("--workload", "conformer", *args, "--service-mode", "offline",
+                  "--max-batch-size", 4, "--out", tmp_path / "o.json")
+    assert result.exit_code == 2, result.output
+    assert needle in result.stderr
+    assert not (tmp_path / "o.json").exists()
 
 
 def test_without_recorder_patches_nothing_can_be_recorded(tmp_path):

@@ -45,7 +45,7 @@ def test_conformer_records_every_linear_including_one_imported_before_patching()
     """A real CPU forward: 11 GEMMs per layer plus the subsampling projection, which calls
     the ``linear`` models.py imported from torch before any recorder existed."""
     assert models.linear is F.linear
-    model = models.ConformerEncoder(**SMALL_CONFORMER).eval()
+    model = models.ConformerEncoder(layers=SMALL_CONFORMER["layers"]).eval()
     frames = 4 * 20 + 3
     with ShapeRecorder(gemm_patches()) as rec, torch.no_grad():
         model(torch.randn(3, frames, 80))

@@ -35,8 +35,9 @@ def _example(doc: str) -> str:
 
 
 def test_the_hooks_exist_and_are_prefixed() -> None:
-    assert HOOKS == ["oasr_model_select", "oasr_quantized_linear", "oasr_register_families",
-                     "oasr_register_lanes", "oasr_register_workloads", "oasr_select_lane"]
+    assert HOOKS == ["oasr_linear", "oasr_model_select", "oasr_quantized_linear",
+                     "oasr_register_families", "oasr_register_lanes", "oasr_register_workloads",
+                     "oasr_select_lane"]
     assert all(name.startswith("oasr_") for name in HOOKS)
 
 

@@ -62,10 +62,14 @@ def test_a_live_process_writes_its_calls_at_exit(tmp_path):
 
 
 def test_family_ops_are_recorded_as_their_own_ops_and_not_twice():
-    """With oasr_gemm's ops, the FFN's first GEMM is gemm_activation; their torch path calls
-    F.linear inside, which must not be counted again."""
+    """With oasr_gemm's ops (the linear its oasr_linear hook serves), the FFN's first GEMM is
+    gemm_activation; their torch path calls F.linear inside, which must not be counted
+    again."""
+    from oasr_gemm import hooks
+
     patches = recorder_patches()
-    model = models.ConformerEncoder(layers=1, family_ops=True).eval()
+    linear = hooks.oasr_linear(dtype="fp16", quantization="none")
+    model = models.ConformerEncoder(layers=1, linear=linear).eval()
     with ShapeRecorder(patches) as rec, torch.no_grad():
         model(torch.randn(1, 4 * 8 + 3, 80))
     sig = _by_signature(rec.counts)

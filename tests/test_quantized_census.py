@@ -1,21 +1,24 @@
 """A quantized census: the reference workloads quantized online through a plugin's hook.
 
-``oasr tune census --quantization int8_w8a8`` asks ``oasr_quantized_linear`` for the
-scheme's quantized linear; the reference model's linear layers run through it, so the
-quantized family's recorder sees them, while the rest of the model stays full precision.
-The fake int8 family of :mod:`oasr_core.testing` stands in for the scaled_mm plugin.
+``oasr tune census --quantization int8_w8a8`` accepts the scheme because a family lists it
+(``Family.quantizations``) and asks ``oasr_linear`` for the scheme's linear; the reference
+model's linear layers run through it, so the quantized family's recorder sees them, while the
+rest of the model stays full precision. The fake int8 family of :mod:`oasr_core.testing`
+stands in for the scaled_mm plugin.
 """
 
 from __future__ import annotations
 
 import json
+import warnings
 
+import attrs
 import pytest
 from test_census_support import GemmFamily
 
 from oasr_core import build, hookimpl
 from oasr_core.census import shapeset
-from oasr_core.census.workloads import builtin_workloads, collect_workloads, quantized_linear
+from oasr_core.census.workloads import builtin_workloads, collect_workloads, served_linear
 from oasr_core.errors import ConfigurationError, PluginError
 from oasr_core.testing import (
     FAKE_INT8_FAMILY,
@@ -107,35 +110,65 @@ def test_whisper_quantizes_its_linears_but_not_its_convolutions(quantized, cli_r
 
 
 @pytest.mark.parametrize("scheme, int8_plugin", [("int8_w8a8", False), ("fp8_w8a8", True)])
-def test_no_plugin_for_the_scheme_is_one_line(register_plugin, cli_runner, tmp_path, scheme,
-                                              int8_plugin):
+def test_a_scheme_no_family_lists_is_a_bad_parameter(register_plugin, cli_runner, tmp_path,
+                                                     scheme, int8_plugin):
     register_plugin(GemmFamily(), name="gemm")
     if int8_plugin:
         register_plugin(FakeInt8Plugin(), name="fake_int8")
     result = cli_runner(*CENSUS, "--quantization", scheme, "--out", tmp_path / "o.json")
     assert result.exit_code == 2, result.output
+    offered = "none, int8_w8a8" if int8_plugin else "none"
+    assert f"Invalid value for --quantization: {scheme!r} is not a scheme an installed " \
+        f"plugin serves; offered: {offered} (see `oasr plugins`)" in result.stderr
+    assert not (tmp_path / "o.json").exists()
+
+
+def test_a_dtype_the_scheme_does_not_take_lists_the_offer(quantized, cli_runner, tmp_path):
+    result = cli_runner(*CENSUS, "--quantization", "int8_w8a8", "--dtype", "fp32",
+                        "--out", tmp_path / "o.json")
+    assert result.exit_code == 2, result.output
+    assert "Invalid value for --dtype: 'fp32' is not a dtype the installed plugins serve " \
+        "with --quantization int8_w8a8; offered: none (fp16, bf16), int8_w8a8 (fp16, bf16)" \
+        in result.stderr
+    _ok(cli_runner(*CENSUS, "--quantization", "int8_w8a8", "--dtype", "bf16",
+                   "--out", tmp_path / "bf16.json"))
+    assert shapeset.load(tmp_path / "bf16.json").provenance["dtype"] == "bf16"
+
+
+class ListsTheSchemeOnly:
+    """A family listing ``int8_w8a8`` whose plugin serves no linear for it."""
+
+    @hookimpl
+    def oasr_register_families(self):
+        return [attrs.evolve(fake_int8_family_record(), name="listed")]
+
+
+def test_a_listed_scheme_nobody_serves_is_one_line(register_plugin, cli_runner, tmp_path):
+    register_plugin(GemmFamily(), name="gemm")
+    register_plugin(ListsTheSchemeOnly(), name="listed")
+    result = cli_runner(*CENSUS, "--quantization", "int8_w8a8", "--out", tmp_path / "o.json")
+    assert result.exit_code == 2, result.output
     assert result.stderr.startswith("error: ") and result.stderr.count("\n") == 1
-    assert f"quantization {scheme!r}: no installed plugin provides a quantized linear" in \
-        result.stderr
-    assert "oasr_quantized_linear" in result.stderr
+    assert "quantization 'int8_w8a8': no installed plugin provides a quantized linear" in \
+        result.stderr and "oasr_linear" in result.stderr
     assert not (tmp_path / "o.json").exists()
 
 
 class NotCallable:
     @hookimpl
-    def oasr_quantized_linear(self, quantization):
+    def oasr_linear(self, dtype, quantization):
         return "scaled_mm"
 
 
 class Raises:
     @hookimpl
-    def oasr_quantized_linear(self, quantization):
+    def oasr_linear(self, dtype, quantization):
         raise RuntimeError("no kernels for this GPU")
 
 
 class Declines:
     @hookimpl(tryfirst=True)
-    def oasr_quantized_linear(self, quantization):
+    def oasr_linear(self, dtype, quantization):
         return None
 
 
@@ -143,15 +176,86 @@ def test_the_hook_is_firstresult_and_a_bad_answer_names_the_hook(plugin_manager,
                                                                  register_plugin):
     register_plugin(FakeInt8Plugin(), name="fake_int8")
     register_plugin(Declines(), name="declines")
-    assert quantized_linear(plugin_manager, "int8_w8a8") is fake_int8_linear
-    assert quantized_linear(plugin_manager, "none") is None
+    assert served_linear(plugin_manager, dtype="fp16", quantization="int8_w8a8") \
+        is fake_int8_linear
+    assert served_linear(plugin_manager, dtype="fp16") is None
+    with pytest.raises(ConfigurationError, match="family_ops=true: no installed plugin serves"):
+        served_linear(plugin_manager, dtype="fp16", required=True)
     register_plugin(NotCallable(), name="bad")
-    with pytest.raises(PluginError, match="oasr_quantized_linear answered a str"):
-        quantized_linear(plugin_manager, "int8_w8a8")
+    with pytest.raises(PluginError, match="oasr_linear answered a str"):
+        served_linear(plugin_manager, dtype="fp16", quantization="int8_w8a8")
     plugin_manager.unregister(name="bad")
     register_plugin(Raises(), name="raises")
     with pytest.raises(PluginError, match="raised RuntimeError .*no kernels"):
-        quantized_linear(plugin_manager, "int8_w8a8")
+        served_linear(plugin_manager, dtype="fp16", quantization="int8_w8a8")
+
+
+class PlainLinear:
+    """Serves full-precision fp16 linears with an op the in-test gemm family records as
+    ``gemm_activation`` when an activation follows (as the real gemm plugin's ops do)."""
+
+    calls: list = []
+
+    @hookimpl
+    def oasr_linear(self, dtype, quantization):
+        if quantization != "none" or dtype != "fp16":
+            return None
+
+        def linear(x, layer, activation=None):
+            import torch.nn.functional as F
+
+            from oasr_core.census.models import activate
+
+            self.calls.append(activation)
+            return activate(F.linear(x, layer.weight, layer.bias), activation)
+
+        return linear
+
+
+def test_plain_linears_go_through_the_hook_with_their_activation(register_plugin, cli_runner,
+                                                                  tmp_path):
+    register_plugin(GemmFamily(), name="gemm")
+    plugin = register_plugin(PlainLinear(), name="plain")
+    plugin.calls.clear()
+    _ok(cli_runner("tune", "census", "--workload", "conformer", "--param", "layers=1",
+                   "--service-mode", "offline", "--max-batch-size", 1, "--max-frames", 64,
+                   "--out", tmp_path / "fp16.json"))
+    # Per key: 11 linears per layer, the two FFN up-projections followed by SiLU.
+    assert plugin.calls and plugin.calls.count("silu") * 11 == 2 * len(plugin.calls)
+    assert set(plugin.calls) == {None, "silu"}
+    plugin.calls.clear()
+    _ok(cli_runner("tune", "census", "--workload", "conformer", "--param", "layers=1",
+                   "--param", "family_ops=false", "--service-mode", "offline",
+                   "--max-batch-size", 1, "--max-frames", 64, "--out", tmp_path / "torch.json"))
+    assert plugin.calls == []
+    assert shapeset.load(tmp_path / "fp16.json").points == \
+        shapeset.load(tmp_path / "torch.json").points
+    plugin.calls.clear()
+    _ok(cli_runner("tune", "census", "--workload", "conformer", "--param", "layers=1",
+                   "--dtype", "bf16", "--service-mode", "offline", "--max-batch-size", 1,
+                   "--max-frames", 64, "--out", tmp_path / "bf16.json"))
+    assert plugin.calls == [], "the plugin declined bf16: torch served it"
+
+
+class Deprecated:
+    @hookimpl
+    def oasr_quantized_linear(self, quantization):
+        return fake_int8_linear if quantization == "int8_w8a8" else None
+
+
+def test_the_deprecated_quantized_hook_still_serves_with_a_warning(plugin_manager,
+                                                                   register_plugin):
+    register_plugin(GemmFamily(), name="gemm")
+    with pytest.warns(DeprecationWarning, match="oasr_quantized_linear is deprecated"):
+        register_plugin(Deprecated(), name="old")
+    import torch
+
+    linear = served_linear(plugin_manager, dtype="fp16", quantization="int8_w8a8")
+    layer = torch.nn.Linear(16, 8)
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        y = linear(torch.randn(2, 16), layer, "relu")
+    assert y.shape == (2, 8) and bool((y >= 0).all())
 
 
 def test_reference_factories_resolve_through_the_collecting_manager(plugin_manager,
@@ -160,14 +264,15 @@ def test_reference_factories_resolve_through_the_collecting_manager(plugin_manag
 
     register_plugin(FakeInt8Plugin(), name="fake_int8")
     conformer = collect_workloads(plugin_manager)["conformer"][0]
+    assert conformer.dtype_param == "dtype"
     with torch.device("meta"):
         model = conformer.factory(**{**conformer.params, "layers": 1}, family_ops=False,
                                   quantization="int8_w8a8")
-    assert model.layers[0].ff1.ops.quantized is fake_int8_linear
+    assert model.layers[0].ff1.ops.served is fake_int8_linear
     # Without a manager (the plain built-ins), only the unquantized model builds.
     bare = {w.name: w for w in builtin_workloads()}["conformer"]
-    assert bare.factory(layers=1, d_model=64, heads=4, ffn_dim=128, family_ops=False) \
-        .layers[0].ff1.ops.quantized is None
+    assert bare.factory(layers=1, d_model=64, heads=4, ffn_dim=128) \
+        .layers[0].ff1.ops.served is None
     with pytest.raises(ConfigurationError, match="int8_w8a8"):
         bare.factory(layers=1, family_ops=False, quantization="int8_w8a8")
     assert bare == conformer  # the manager a factory asks is not part of its identity

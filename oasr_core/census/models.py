@@ -1,12 +1,12 @@
 """The census's reference encoders, in pure torch: a Conformer and a Whisper-style encoder.
 
 Shapes, not numbers, are what the census needs, so weights are random (or absent: the census
-builds these on the meta device). The GEMMs go through the gemm family's ops when the
-``oasr_gemm`` plugin is installed (``family_ops=True``) and through plain torch otherwise,
-as an engine built on oasr would. A quantized model (``quantized_linear``, the callable a
-plugin's ``oasr_quantized_linear`` hook returns) runs every linear layer of :class:`GemmOps`
-through it instead, the activation of a fused one in torch after it; convolutions, the
-attention products and the subsampling projection stay full precision.
+builds these on the meta device). Every linear layer of :class:`GemmOps` (projections,
+feed-forward and pointwise layers) runs through ``linear``, the callable a plugin's
+``oasr_linear`` hook answered for the census's dtype and quantization (a family's GEMM ops,
+or a quantized GEMM), and through plain torch when no plugin answered, as an engine built
+on oasr would; convolutions, the attention products and the subsampling projection stay
+torch.
 
 The subsampling projection calls a ``linear`` this module imported from torch before any
 recorder exists, on purpose: the original census missed a whole layer called that way,
@@ -22,52 +22,49 @@ from __future__ import annotations
 
 import math
 from collections.abc import Callable
+from types import MappingProxyType
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.nn.functional import linear
 
-_ACTIVATIONS = {"relu": F.relu, "gelu": F.gelu, "silu": F.silu}
+Linear = Callable[..., torch.Tensor]
+"""``(x, layer, activation=None) -> activation(layer(x))`` with a plugin's ops (the answer of
+``oasr_linear``); ``activation`` is None or a name of :data:`ACTIVATIONS`."""
+
+ACTIVATIONS = MappingProxyType({"relu": F.relu, "gelu": F.gelu, "silu": F.silu})
+"""The activations a reference model puts after a linear layer, by name."""
 
 
-QuantizedLinear = Callable[[torch.Tensor, nn.Linear], torch.Tensor]
-"""``(x, layer) -> layer(x)`` computed quantized (from a plugin's ``oasr_quantized_linear``)."""
+def activate(y: torch.Tensor, activation: str | None) -> torch.Tensor:
+    """``activation(y)`` in torch (``y`` itself for None)."""
+    return y if activation is None else ACTIVATIONS[activation](y)
 
 
 class GemmOps:
-    """The GEMMs of a layer: ``oasr_gemm``'s ops, or torch's, looked up at call time; or
-    every linear through ``quantized_linear`` when the model is quantized.
+    """The linear layers of a model: through ``linear`` (a plugin's, looked up once when the
+    model is built), or torch's ``F.linear`` when it is None.
 
-    The module is kept, never its functions: a function captured in an attribute would be a
-    reference no recorder can rebind. (The quantized linear is the plugin's own function; it
-    reaches the recorded op through its module.)
+    The plugin's function reaches its ops through their module at call time, so the census
+    recorder, which rebinds module attributes, sees each call under the family that owns it.
     """
 
-    def __init__(self, family_ops: bool, quantized_linear: QuantizedLinear | None = None) -> None:
-        self.family = None
-        self.quantized = quantized_linear
-        if family_ops:
-            import oasr_gemm
-
-            self.family = oasr_gemm
+    def __init__(self, linear: Linear | None = None) -> None:
+        self.served = linear
 
     def linear(self, x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
         """``layer(x)``."""
-        if self.quantized is not None:
-            return self.quantized(x, layer)
-        if self.family is not None:
-            return self.family.gemm(x, layer.weight, layer.bias)
+        if self.served is not None:
+            return self.served(x, layer)
         return linear(x, layer.weight, layer.bias)
 
     def linear_act(self, x: torch.Tensor, layer: nn.Linear, activation: str) -> torch.Tensor:
-        """``activation(layer(x))``, one fused call with the family's ops (quantized: the
-        quantized linear, then the torch activation)."""
-        if self.quantized is not None:
-            return _ACTIVATIONS[activation](self.quantized(x, layer))
-        if self.family is not None:
-            return self.family.gemm_activation(x, layer.weight, layer.bias, activation)
-        return _ACTIVATIONS[activation](linear(x, layer.weight, layer.bias))
+        """``activation(layer(x))``: one call to the plugin's linear (which may fuse it), or
+        torch's linear then its activation."""
+        if self.served is not None:
+            return self.served(x, layer, activation)
+        return activate(linear(x, layer.weight, layer.bias), activation)
 
 
 def sinusoids(positions: torch.Tensor, channels: int) -> torch.Tensor:
@@ -194,16 +191,16 @@ class ConformerEncoder(nn.Module):
 
     Defaults are Gulati et al.'s Conformer (M) widths (16 layers, d_model 256, 4 heads, FFN
     1024) with the odd depthwise kernel 31 of ESPnet/WeNet recipes (the paper used 32).
+    ``linear`` serves the linear layers (:class:`GemmOps`; None: torch).
     """
 
     def __init__(self, *, input_dim: int = 80, d_model: int = 256, heads: int = 4,
                  ffn_dim: int = 1024, kernel_size: int = 31, layers: int = 16,
-                 family_ops: bool = False,
-                 quantized_linear: QuantizedLinear | None = None) -> None:
+                 linear: Linear | None = None) -> None:
         super().__init__()
         if d_model % heads:
             raise ValueError(f"d_model {d_model} is not divisible by heads {heads}")
-        ops = GemmOps(family_ops, quantized_linear)
+        ops = GemmOps(linear)
         self.d_model = d_model
         self.subsample = ConvSubsampling(input_dim, d_model)
         self.layers = nn.ModuleList(ConformerLayer(d_model, heads, ffn_dim, kernel_size, ops)
@@ -250,14 +247,15 @@ class WhisperEncoder(nn.Module):
     Two conv1d layers (the second stride 2) and GELU, fixed sinusoidal positions for
     ``window / 2`` frames, then pre-norm blocks. Like Whisper's, it accepts exactly
     ``window`` frames (3000: 30 s): a longer or padded input is an error, never rounded.
-    Defaults are Whisper base (d_model 512, 6 layers, 8 heads, FFN 2048).
+    Defaults are Whisper base (d_model 512, 6 layers, 8 heads, FFN 2048). ``linear`` serves
+    the linear layers (:class:`GemmOps`; None: torch).
     """
 
     def __init__(self, *, n_mels: int = 80, d_model: int = 512, heads: int = 8, layers: int = 6,
-                 ffn_dim: int = 2048, window: int = 3000, family_ops: bool = False,
-                 quantized_linear: QuantizedLinear | None = None) -> None:
+                 ffn_dim: int = 2048, window: int = 3000, linear: Linear | None = None
+                 ) -> None:
         super().__init__()
-        ops = GemmOps(family_ops, quantized_linear)
+        ops = GemmOps(linear)
         self.window = window
         self.conv1 = nn.Conv1d(n_mels, d_model, 3, padding=1)
         self.conv2 = nn.Conv1d(d_model, d_model, 3, stride=2, padding=1)

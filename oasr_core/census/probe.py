@@ -49,6 +49,8 @@ PEAK_BYTES = 1e12
 LAUNCH_MS = 0.004
 """Per-call overhead of the cost estimate (ms)."""
 DEPLOY_DTYPES = ("fp16", "bf16")
+"""The torch dtypes the probe can build a model in (the ``--dtype`` values the families'
+``dtypes`` and ``quantizations`` may offer)."""
 PROBE_DEVICES = ("meta", "cpu")
 
 
@@ -119,6 +121,8 @@ def build_model(workload: Workload, params: Mapping[str, Any], *, device: str,
     import torch
 
     kwargs = {**workload.params, **params}
+    if workload.dtype_param is not None:
+        kwargs[workload.dtype_param] = dtype
     try:
         if device == "meta":
             with torch.device("meta"):

@@ -6,17 +6,17 @@ its front end has a fixed window (Whisper's 3000 frames) and how many input fram
 chunk of ``C`` encoder frames takes. The core ships two reference workloads, ``conformer`` and
 ``whisper_encoder`` (:mod:`oasr_core.census.models`); :func:`collect_workloads` adds them to
 whatever the installed plugins register (the core does not register a plugin of its own for
-them, so they are listed whatever plugins are blocked). Built with a ``quantization``
-(``--quantization int8_w8a8``), a reference workload quantizes its linear layers online
-through the quantized linear a plugin provides for that scheme (``oasr_quantized_linear``,
-asked on the manager that collected the workload). Any importable factory can be censused
-as well: :func:`model_workload` (``--model package.module:factory``).
+them, so they are listed whatever plugins are blocked). A reference workload runs its linear
+layers through the linear a plugin serves for the census's dtype and quantization
+(``oasr_linear``, asked on the manager that collected the workload), or through torch when
+none answers a full-precision model; built with a ``quantization`` (``--quantization
+int8_w8a8``) it is quantized online that way. Any importable factory can be censused as
+well: :func:`model_workload` (``--model package.module:factory``).
 """
 
 from __future__ import annotations
 
 import importlib
-import importlib.util
 import logging
 import re
 from collections.abc import Callable, Mapping, Sequence
@@ -107,6 +107,9 @@ class Workload:
     win_length: int = attrs.field(default=400, validator=_positive)
     """Samples per feature window (25 ms at 16 kHz)."""
     description: str = ""
+    dtype_param: str | None = None
+    """The factory keyword the census passes its ``--dtype`` as (the reference workloads:
+    ``dtype``), so the model can ask for linears of that dtype; None: not passed."""
 
     def frames(self, duration_s: float) -> int:
         """Feature frames of an utterance: ``1 + (samples - window) // hop`` (at least 1)."""
@@ -118,62 +121,99 @@ class Workload:
         return self.chunk_frames(chunk) if self.chunk_frames is not None else chunk
 
 
-def family_ops_installed() -> bool:
-    """Whether the gemm family's ops (``oasr_gemm``) can be imported."""
-    return importlib.util.find_spec("oasr_gemm") is not None
-
-
-def quantized_linear(pm: Any, quantization: str) -> Callable[..., Any] | None:
-    """The plugins' quantized linear for ``quantization`` (``oasr_quantized_linear``).
-
-    None for ``"none"``. Raises :class:`~oasr_core.errors.ConfigurationError` when no
-    installed plugin provides the scheme, and :class:`~oasr_core.errors.PluginError` when
-    the hook raises or answers something that is not callable.
-    """
-    if quantization == "none":
+def _ask(pm: Any, hook_name: str, what: str, **kwargs: Any) -> Any:
+    hook = getattr(getattr(pm, "hook", None), hook_name, None)
+    if hook is None:
         return None
-    hook = getattr(getattr(pm, "hook", None), "oasr_quantized_linear", None)
     try:
-        linear = hook(quantization=quantization) if hook is not None else None
+        return hook(**kwargs)
     except Exception as exc:
-        raise PluginError(f"hook oasr_quantized_linear raised {type(exc).__name__} for "
-                          f"quantization {quantization!r}: {exc}; report this to the plugin's "
-                          "author(s)") from exc
-    if linear is None:
-        raise ConfigurationError(
-            f"quantization {quantization!r}: no installed plugin provides a quantized linear "
-            "for it (hook oasr_quantized_linear), and the reference workloads run unquantized "
-            "without one; install the plugin of the quantized GEMM family (see `oasr plugins`)")
+        raise PluginError(f"hook {hook_name} raised {type(exc).__name__} for {what}: {exc}; "
+                          "report this to the plugin's author(s)") from exc
+
+
+def _check_linear(linear: Any, hook_name: str, what: str) -> None:
     if isinstance(linear, type) or not callable(linear):
         hint = " Have you forgotten the `()`?" if isinstance(linear, type) else ""
-        raise PluginError(f"hook oasr_quantized_linear answered a {type(linear).__name__} for "
-                          f"quantization {quantization!r}, not a callable (x, layer) -> "
-                          f"tensor.{hint}")
+        raise PluginError(f"hook {hook_name} answered a {type(linear).__name__} for {what}, "
+                          f"not a callable (x, layer, activation=None) -> tensor.{hint}")
+
+
+def _deprecated_quantized(pm: Any, quantization: str) -> Callable[..., Any] | None:
+    """The answer of the deprecated ``oasr_quantized_linear``, as an ``oasr_linear`` one."""
+    what = f"quantization {quantization!r}"
+    quantized = _ask(pm, "oasr_quantized_linear", what, quantization=quantization)
+    if quantized is None:
+        return None
+    _check_linear(quantized, "oasr_quantized_linear", what)
+
+    def linear(x: Any, layer: Any, activation: str | None = None) -> Any:
+        from oasr_core.census.models import activate
+
+        return activate(quantized(x, layer), activation)
+
     return linear
+
+
+def served_linear(pm: Any, *, dtype: str, quantization: str = "none",
+                  required: bool = False) -> Callable[..., Any] | None:
+    """The plugins' linear for ``dtype`` and ``quantization`` (``oasr_linear``).
+
+    A scheme other than ``"none"`` falls back to the deprecated ``oasr_quantized_linear``.
+    None when no plugin answers for ``"none"`` (the reference models then call torch),
+    unless ``required``. Raises :class:`~oasr_core.errors.ConfigurationError` when no
+    installed plugin serves a quantized scheme (or a required full-precision one), and
+    :class:`~oasr_core.errors.PluginError` when a hook raises or answers something that is
+    not callable.
+    """
+    what = f"dtype {dtype!r}, quantization {quantization!r}"
+    linear = _ask(pm, "oasr_linear", what, dtype=dtype, quantization=quantization)
+    if linear is not None:
+        _check_linear(linear, "oasr_linear", what)
+        return linear
+    if quantization != "none":
+        linear = _deprecated_quantized(pm, quantization)
+        if linear is None:
+            raise ConfigurationError(
+                f"quantization {quantization!r}: no installed plugin provides a quantized "
+                f"linear for it at dtype {dtype!r} (hook oasr_linear), and the reference "
+                "workloads run unquantized without one; install the plugin of the quantized "
+                "GEMM family (see `oasr plugins`)")
+        return linear
+    if required:
+        raise ConfigurationError(f"family_ops=true: no installed plugin serves {dtype} linear "
+                                 "layers (hook oasr_linear); install a GEMM family plugin (see "
+                                 "`oasr plugins`) or pass --param family_ops=false")
+    return None
 
 
 @attrs.frozen
 class ReferenceFactory:
     """The factory of a reference encoder of :mod:`oasr_core.census.models`.
 
-    Called as a workload factory, ``(*, family_ops=None, quantization="none", **params)``:
-    ``family_ops`` None means "when oasr_gemm is installed"; a ``quantization`` other than
-    ``none`` quantizes the model's linear layers online through the quantized linear the
-    plugins of ``pm`` provide (:func:`quantized_linear`).
+    Called as a workload factory, ``(*, family_ops=None, quantization="none", dtype="fp16",
+    **params)``: the model's linear layers run through what the plugins of ``pm`` answer
+    to ``oasr_linear`` for ``dtype`` and ``quantization`` (:func:`served_linear`).
+    ``family_ops`` None takes that answer when there is one and torch's ``F.linear``
+    otherwise; ``True`` requires an answer; ``False`` keeps full-precision linears in torch
+    (a quantized scheme is served by its plugin all the same). The census passes its
+    ``--dtype`` as ``dtype`` (:attr:`Workload.dtype_param`).
     """
 
     model: str
     """Class name in :mod:`oasr_core.census.models`."""
     pm: Any = attrs.field(default=None, eq=False, repr=False)
-    """The plugin manager asked for ``oasr_quantized_linear`` (None: no plugin)."""
+    """The plugin manager asked for ``oasr_linear`` (None: no plugin)."""
 
     def __call__(self, *, family_ops: bool | None = None, quantization: str = "none",
-                 **params: Any) -> Any:
-        linear = quantized_linear(self.pm, quantization)
+                 dtype: str = "fp16", **params: Any) -> Any:
+        linear = None
+        if quantization != "none" or family_ops is not False:
+            linear = served_linear(self.pm, dtype=dtype, quantization=quantization,
+                                   required=family_ops is True)
         from oasr_core.census import models
 
-        ops = family_ops_installed() if family_ops is None else family_ops
-        return getattr(models, self.model)(family_ops=ops, quantized_linear=linear, **params)
+        return getattr(models, self.model)(linear=linear, **params)
 
 
 def _conformer_chunk_frames(chunk: int) -> int:
@@ -183,22 +223,23 @@ def _conformer_chunk_frames(chunk: int) -> int:
 def builtin_workloads(pm: Any = None) -> tuple[Workload, ...]:
     """The core's reference workloads: ``conformer`` and ``whisper_encoder``.
 
-    ``pm`` is the plugin manager their factories ask for a quantized linear when built with
-    a ``quantization`` (without one, only ``quantization="none"`` builds).
+    ``pm`` is the plugin manager their factories ask for the linear of a dtype and
+    quantization (``oasr_linear``; without one, their linears are torch's and only
+    ``quantization="none"`` builds).
     """
     return (
         Workload(name="conformer", factory=ReferenceFactory("ConformerEncoder", pm),
                  inputs=("B,T,80",),
                  params={"input_dim": 80, "d_model": 256, "heads": 4, "ffn_dim": 1024,
                          "kernel_size": 31, "layers": 16},
-                 chunk_frames=_conformer_chunk_frames,
+                 chunk_frames=_conformer_chunk_frames, dtype_param="dtype",
                  description="Conformer (M) encoder: conv2d subsampling x4, d 256, 4 heads, "
                              "FFN 1024, depthwise kernel 31, 16 layers"),
         Workload(name="whisper_encoder", factory=ReferenceFactory("WhisperEncoder", pm),
                  inputs=("B,80,T",),
                  params={"n_mels": 80, "d_model": 512, "heads": 8, "layers": 6,
                          "ffn_dim": 2048},
-                 fixed_frames=3000, streaming=False,
+                 fixed_frames=3000, streaming=False, dtype_param="dtype",
                  description="Whisper base encoder: conv1d front end on 80 mel x 3000 frames, "
                              "d 512, 8 heads, FFN 2048, 6 layers"),
     )

@@ -67,6 +67,26 @@ def _workload(state: CliState, name: str | None, model: str | None, inputs: tupl
     return available[name][0]
 
 
+def _check_scheme(state: CliState, dtype: str, quantization: str) -> None:
+    """``click.BadParameter`` unless an installed family offers ``quantization`` at ``dtype``
+    (:mod:`oasr_core.census.choices`); the message lists what the plugins offer."""
+    from oasr_core.census.choices import describe, offered
+
+    registry = state.runtime().registry
+    choices = offered(registry.families.values())
+    failed = registry.failures
+    tail = f"; plugins that failed to load: {', '.join(sorted({f.plugin for f in failed}))}" \
+        if failed else ""
+    if quantization not in choices:
+        raise click.BadParameter(
+            f"{quantization!r} is not a scheme an installed plugin serves; offered: "
+            f"{', '.join(choices)} (see `oasr plugins`){tail}", param_hint="--quantization")
+    if dtype not in choices[quantization]:
+        raise click.BadParameter(
+            f"{dtype!r} is not a dtype the installed plugins serve with --quantization "
+            f"{quantization}; offered: {describe(choices)}{tail}", param_hint="--dtype")
+
+
 def _engine(mode: str, max_batch: int, chunk: int, ladder: str, buckets: str | None,
             preferred: int | None, granularity: int, max_frames: int, no_graphs: bool):
     from oasr_core.census.engine import EngineConfig, Ladder
@@ -146,12 +166,13 @@ def _traffic(mode: str, manifest: Path | None, audio_root: Path | None,
               help="Merge an OASR_CAPTURE recording (repeatable).")
 @click.option("--capture-share", type=click.FloatRange(0, 1, min_open=True, max_open=True),
               default=0.5, show_default=True, help="Share of traffic each recording stands for.")
-@click.option("--dtype", type=click.Choice(["fp16", "bf16"]), default="fp16", show_default=True,
-              help="The deployment's activation dtype.")
-@click.option("--quantization", type=click.Choice(["none", "int8_w8a8", "fp8_w8a8"]),
-              default="none", show_default=True,
-              help="Passed to the workload's factory; the reference workloads quantize their "
-              "linear layers through the plugin providing the scheme.")
+@click.option("--dtype", default="fp16", show_default=True, metavar="DTYPE",
+              help="The deployment's activation dtype: one the installed families serve "
+              "(fp16, bf16 with oasr-gemm).")
+@click.option("--quantization", default="none", show_default=True, metavar="SCHEME",
+              help="none, or a scheme a family serves (int8_w8a8 with oasr-scaled-mm); passed "
+              "to the workload's factory, the reference workloads quantize their linear "
+              "layers through the plugin providing it.")
 @click.option("--probe-device", type=click.Choice(["meta", "cpu"]), default="meta",
               show_default=True, help="meta: shapes only, no arithmetic.")
 @click.option("--probe-limit", type=click.IntRange(min=1), default=None,
@@ -187,6 +208,7 @@ def census_cmd(state: CliState, workload_name: str | None, model: str | None,
     if not patches:
         raise ConfigurationError("no installed family provides recorder patches, so no call "
                                  "can be recorded; install a family plugin such as oasr-gemm")
+    _check_scheme(state, dtype, quantization)
     with _Progress() as advance:
         result = run_census(workload, config, traffic, patches, dtype=dtype,
                             params=factory_params, probe_device=probe_device,

@@ -23,11 +23,11 @@ field           needed    use
 ``sigma_ms``    no        rows noisier than 25 % of their median are skipped
 ==============  ========  ===============================================================
 
-Fit: per calibration group (the lane's kernel kind x K decomposition) three multipliers of the structure's
-``(a, b, rho)``, then per config ``(a, b, rho)`` shrunk toward the group-scaled structure.
-Both are weighted least squares on relative error (rows weighted by ``1/t^2``) with a ridge
-toward the prior, so a config with few rows stays near the structure. Rows pinned at the
-memory floor carry no information about ``a`` or ``b`` and are not fitted.
+Fit: per calibration group (the lane's kernel kind x K decomposition) three multipliers of
+the structure's ``(a, b, rho)``, then per config ``(a, b, rho)`` shrunk toward the
+group-scaled structure. Both are weighted least squares on relative error (rows weighted by
+``1/t^2``) with a ridge toward the prior, so a config with few rows stays near the structure.
+Rows pinned at the memory floor carry no information about ``a`` or ``b`` and are not fitted.
 """
 
 from __future__ import annotations

@@ -1,4 +1,4 @@
-"""The W8A8 quantized linear and the oasr_quantized_linear hook."""
+"""The W8A8 quantized linear and the oasr_linear hook serving it."""
 
 from __future__ import annotations
 
@@ -66,11 +66,29 @@ def test_meta_tensors_stay_on_meta():
     assert getattr(layer, quantize.CACHE_ATTR) is state
 
 
-def test_the_hook_answers_int8_w8a8_only():
-    assert oasr_scaled_mm.hooks.oasr_quantized_linear("int8_w8a8") is quantize.quantized_linear
-    assert oasr_scaled_mm.hooks.oasr_quantized_linear("fp8_w8a8") is None
+def test_the_hook_answers_int8_w8a8_at_half_dtypes_only():
+    from oasr_scaled_mm import linear
+
+    hooks = oasr_scaled_mm.hooks
+    assert hooks.oasr_linear(dtype="fp16", quantization="int8_w8a8") is linear.linear
+    assert hooks.oasr_linear(dtype="bf16", quantization="int8_w8a8") is linear.linear
+    assert hooks.oasr_linear(dtype="fp16", quantization="fp8_w8a8") is None
+    assert hooks.oasr_linear(dtype="fp16", quantization="none") is None
     pm = make_plugin_manager(load_entrypoints=False, strict=True)
     pm.register(oasr_scaled_mm.hooks, name="scaled_mm")
     pm.check_pending()
-    assert pm.hook.oasr_quantized_linear(quantization="int8_w8a8") is quantize.quantized_linear
-    assert pm.hook.oasr_quantized_linear(quantization="none") is None
+    assert pm.hook.oasr_linear(dtype="bf16", quantization="int8_w8a8") is linear.linear
+    family = hooks.oasr_register_families()[0]
+    assert dict(family.quantizations) == {"int8_w8a8": ("fp16", "bf16")}
+
+
+def test_the_served_linear_applies_the_activation_after_the_int8_gemm():
+    from oasr_scaled_mm import linear
+
+    torch.manual_seed(0)
+    layer = nn.Linear(64, 32)
+    x = torch.randn(4, 64)
+    plain = quantize.quantized_linear(x, layer)
+    assert torch.equal(linear.linear(x, layer), plain)
+    assert torch.equal(linear.linear(x, layer, "gelu"), torch.nn.functional.gelu(plain))
+    assert torch.allclose(linear.linear(x, layer, "relu"), torch.relu(layer(x)), atol=0.05)

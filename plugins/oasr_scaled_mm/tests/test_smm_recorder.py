@@ -98,10 +98,11 @@ def test_the_reference_conformer_quantized_through_the_hook_on_meta():
 
     pm = make_plugin_manager(load_entrypoints=False, strict=True)
     pm.register(oasr_scaled_mm.hooks, name="scaled_mm")
-    linear = workloads.quantized_linear(pm, "int8_w8a8")
-    assert linear is quantized_linear
+    from oasr_scaled_mm import linear
+
+    assert workloads.served_linear(pm, dtype="fp16", quantization="int8_w8a8") is linear.linear
     model = workloads.ReferenceFactory("ConformerEncoder", pm)(
-        family_ops=False, quantization="int8_w8a8", layers=2)
+        family_ops=False, quantization="int8_w8a8", dtype="fp16", layers=2)
     model = model.to(device="meta", dtype=torch.float16).eval()
     with ShapeRecorder(recorder.recorder_patches(), strict=True) as rec, torch.no_grad():
         model(torch.empty(2, 101, 80, device="meta", dtype=torch.float16))

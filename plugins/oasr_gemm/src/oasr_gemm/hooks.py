@@ -41,3 +41,10 @@ def oasr_register_lanes():
             Lane(name=cs.LANE_SM90, arch_families=fe.SM90_ARCHES, default_on=fe.SM90_ARCHES,
                  config_space=cs.space(cs.LANE_SM90), default_config=cs.SM90_DEFAULT,
                  jit_specs=functools.partial(jit.lane_specs, cs.LANE_SM90), **common)]
+
+
+@hookimpl
+def oasr_linear(dtype, quantization):
+    from oasr_gemm import linear
+
+    return linear.linear_for(dtype, quantization)

@@ -15,7 +15,7 @@ from oasr_core import hookimpl
 def oasr_register_families():
     from oasr_core.types import Family, Sentinel
 
-    from oasr_scaled_mm import bench, heuristic, numerics, recorder
+    from oasr_scaled_mm import bench, heuristic, linear, numerics, recorder
     from oasr_scaled_mm.config_space import FAMILY, OPS
 
     return [Family(
@@ -23,7 +23,7 @@ def oasr_register_families():
         sentinels={Sentinel.HEURISTIC, Sentinel.TORCH}, fallback=Sentinel.HEURISTIC,
         sentinel_heuristic=heuristic.sentinel_heuristic, numerics_gate=numerics.numerics_gate,
         soft_validators=heuristic.soft_validators, recorder_patches=recorder.recorder_patches,
-        make_bench=bench.make_bench,
+        make_bench=bench.make_bench, quantizations={linear.QUANTIZATION: linear.DTYPES},
         description="int8 W8A8 A W^T with per-token / per-channel scales (+bias, +int8 out)")]
 
 
@@ -49,10 +49,8 @@ def oasr_register_lanes():
                  description="CUTLASS 3.x int8 TMA + wgmma, fused scale EVT", **common)]
 
 
-# optionalhook: the hookspec is being added to oasr_core.hookspecs; until it lands, pluggy
-# must not reject this plugin for implementing a hook it does not know yet.
-@hookimpl(optionalhook=True)
-def oasr_quantized_linear(quantization):
-    from oasr_scaled_mm import quantize
+@hookimpl
+def oasr_linear(dtype, quantization):
+    from oasr_scaled_mm import linear
 
-    return quantize.quantized_linear if quantization == quantize.QUANTIZATION else None
+    return linear.linear_for(dtype, quantization)

@@ -1,0 +1,33 @@
+"""The gemm family's linear layer for the census's reference models (``oasr_linear``).
+
+:func:`linear_for` is what the plugin answers to ``oasr_linear(dtype, quantization)``: for a
+full-precision model of a dtype the family serves, :func:`linear` runs each linear layer as
+:func:`oasr_gemm.ops.gemm`, and a layer followed by an activation as one
+:func:`oasr_gemm.ops.gemm_activation` call (the activation fused in the epilogue), so the
+census records them as ops ``gemm`` and ``gemm_activation``. The ops are reached through
+their module at call time: the census recorder rebinds the module attributes. On a CPU or
+the meta device the ops take their torch path; importing this module imports neither torch
+nor the ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+DTYPES = ("fp16", "bf16")
+"""Activation dtypes the family serves (its ``Family.dtypes``)."""
+
+
+def linear(x: Any, layer: Any, activation: str | None = None) -> Any:
+    """``activation(layer(x))`` with the family's ops."""
+    from oasr_gemm import ops
+
+    if activation is None:
+        return ops.gemm(x, layer.weight, layer.bias)
+    return ops.gemm_activation(x, layer.weight, layer.bias, activation)
+
+
+def linear_for(dtype: str, quantization: str) -> Callable[..., Any] | None:
+    """:func:`linear` for a full-precision ``dtype`` the family serves, else None."""
+    return linear if quantization == "none" and dtype in DTYPES else None

@@ -1,0 +1,33 @@
+"""The scaled_mm family's linear layer for the census's reference models (``oasr_linear``).
+
+:func:`linear_for` is what the plugin answers to ``oasr_linear(dtype, quantization)``: for
+the ``int8_w8a8`` scheme at an activation dtype the quantized linear takes
+(:data:`DTYPES`), :func:`linear` runs each linear layer as the W8A8 GEMM of
+:func:`oasr_scaled_mm.quantize.quantized_linear` and an activation that follows it in torch
+(the int8 kernels fuse none). The scheme and dtypes are the family's
+``Family.quantizations``. Importing this module imports neither torch nor the ops.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+from oasr_scaled_mm.quantize import QUANTIZATION
+
+DTYPES = ("fp16", "bf16")
+"""Activation dtypes the quantized linear takes (and returns)."""
+
+
+def linear(x: Any, layer: Any, activation: str | None = None) -> Any:
+    """``activation(layer(x))``, the layer a W8A8 int8 GEMM."""
+    from oasr_core.census.models import activate
+
+    from oasr_scaled_mm import quantize
+
+    return activate(quantize.quantized_linear(x, layer), activation)
+
+
+def linear_for(dtype: str, quantization: str) -> Callable[..., Any] | None:
+    """:func:`linear` for ``int8_w8a8`` at a dtype of :data:`DTYPES`, else None."""
+    return linear if quantization == QUANTIZATION and dtype in DTYPES else None
