@@ -63,7 +63,5 @@ def test_lane_records():
     assert lanes[cs.LANE_SM90].default.id == cs.SM90_DEFAULT
     assert lanes[cs.LANE_SM80].default.id == cs.SM80_DEFAULT
     for lane in lanes.values():
-        assert all(lane.is_feasible(c) for c in lane.config_space)
-        assert all(lane.is_available(c) for c in lane.config_space)
         specs = lane.jit_specs(lane.arch_families[-1], "production")
         assert len(specs) == 1 and specs[0].units
