@@ -42,6 +42,25 @@ def test_committed_log_rebuilds_the_committed_table(tmp_path, family):
     assert out.read_bytes() == (REPO / "db" / "sm90" / f"{family}.json").read_bytes()
 
 
+@pytest.mark.parametrize("family", SHIPPED)
+def test_shipped_table_is_current_for_the_installed_kernels(family):
+    """The shipped tables' soft stamps match the installed plugins' (an implementation recorded
+    as compiling to the same machine code keeps the earlier hash), so ``tune status`` shows them
+    fresh; a plugin edit that changes a unit, flag or header fails this until the table is
+    rebuilt or the equivalence is checked and recorded."""
+    from oasr_core import database
+    from oasr_core.plugins import make_plugin_manager
+    from oasr_core.registry import Registry
+
+    registry = Registry.from_plugin_manager(make_plugin_manager())
+    current = database.current_soft_validators(registry.family(family))
+    stamped = json.loads((REPO / "db" / "sm90" / f"{family}.json").read_text())
+    stamps = stamped["validators"]["soft"]
+    assert stamps["impl_hash"] == current["impl_hash"]
+    assert database.validators.stale_reasons(stamps, {
+        k: v for k, v in current.items() if k not in ("sku", "nvcc")}) == []
+
+
 def test_shipped_int8_table_beats_its_heuristic(tmp_path):
     table = REPO / "db" / "sm90" / "scaled_mm.json"
     log = REPO / "db" / "sm90" / "measurements" / "scaled_mm.jsonl"

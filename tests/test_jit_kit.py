@@ -66,3 +66,21 @@ def test_generated_unit_dispatches_on_the_dtype_code():
     assert "default: return oasr_kit::kErrDtype;" in text
     assert "OASR_EXPORT int64_t fam_x_workspace(int64_t m, int32_t dtype)" in text
     assert "case 0: return K0::workspace(m);" in text
+
+
+def test_canonical_impl_hash_maps_only_recorded_digests(tmp_path):
+    import pytest
+
+    from oasr_core.errors import PluginError
+
+    table = tmp_path / "equivalent_impls.json"
+    assert kit.canonical_impl_hash("aaaa", table) == "aaaa"  # no file: nothing mapped
+    table.write_text('{"aaaa": {"same_as": "bbbb", "checked": "device_code_diff"}}')
+    assert kit.canonical_impl_hash("aaaa", table) == "bbbb"
+    assert kit.canonical_impl_hash("cccc", table) == "cccc"
+    table.write_text('{"aaaa": {"checked": "no target"}}')
+    with pytest.raises(PluginError, match="equivalent_impls.json: malformed"):
+        kit.canonical_impl_hash("aaaa", table)
+    table.write_text("[1, 2")
+    with pytest.raises(PluginError, match="malformed"):
+        kit.canonical_impl_hash("zzzz", table)

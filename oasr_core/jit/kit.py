@@ -82,6 +82,31 @@ def hash_headers(digest: hashlib._Hash, dirs: Iterable[Path]) -> None:
         digest.update(header.read_bytes())
 
 
+def canonical_impl_hash(digest: str, equivalents: Path) -> str:
+    """``digest``, or the earlier implementation hash it is recorded as equivalent to.
+
+    ``equivalents`` is a family's JSON file (beside its codegen) mapping an implementation
+    hash to ``{"same_as": <earlier hash>, "checked": <how>}``: implementations whose kernels
+    compile to the same machine code as an earlier one (``benchmarks/device_code_diff.py``
+    compares the cubins' text sections) keep that one's name, so tables measured under it stay
+    current. Any further change to a unit, flag or header gives a digest the file does not
+    list, and the tables read as stale again. A missing file maps nothing; a malformed one is
+    a :class:`~oasr_core.errors.PluginError` naming it.
+    """
+    import json
+
+    from oasr_core.errors import PluginError
+
+    if not equivalents.is_file():
+        return digest
+    try:
+        table = json.loads(equivalents.read_text())
+        hit = table.get(digest)
+        return digest if hit is None else str(hit["same_as"])
+    except (ValueError, AttributeError, KeyError, TypeError) as exc:
+        raise PluginError(f"{equivalents}: malformed implementation equivalences ({exc})") from None
+
+
 def c_abi_unit(*, title: str, generator: str, header: str, kernels: Mapping[int, str],
                symbol: str, operands: str, run: str, workspace_params: str,
                workspace_switch: str, workspace: str, prologue: str = "",

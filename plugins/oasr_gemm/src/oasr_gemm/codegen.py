@@ -32,6 +32,9 @@ DTYPE_CODES = {"fp16": 0, "bf16": 1}
 ACT_CODES = {None: 0, "none": 0, "relu": 1, "gelu": 2, "silu": 3}
 STATUS = kit.STATUS
 _CXX_DTYPE = {"fp16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t"}
+EQUIVALENTS = Path(__file__).with_name("equivalent_impls.json")
+"""Implementation hashes recorded as building the same machine code as an earlier one
+(:func:`oasr_core.jit.kit.canonical_impl_hash`)."""
 _LANE_TAG = {LANE_SM80: "sm80", LANE_SM90: "sm90"}
 
 
@@ -141,4 +144,4 @@ def impl_hash() -> str:
                 seen.add(config.params["unit"])
                 digest.update(unit_source(config).encode())
     kit.hash_headers(digest, [csrc_dir() / "oasr_gemm"])
-    return digest.hexdigest()[:16]
+    return kit.canonical_impl_hash(digest.hexdigest()[:16], EQUIVALENTS)

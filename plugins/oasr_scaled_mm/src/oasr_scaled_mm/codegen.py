@@ -31,6 +31,9 @@ OUT_CODES = {"fp16": 0, "bf16": 1, "int8": 2}
 OP_OUT_DTYPES = {OP_MM: ("fp16", "bf16"), OP_QUANT: ("int8",)}
 STATUS = kit.STATUS
 _CXX_OUT = {"fp16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t", "int8": "int8_t"}
+EQUIVALENTS = Path(__file__).with_name("equivalent_impls.json")
+"""Implementation hashes recorded as building the same machine code as an earlier one
+(:func:`oasr_core.jit.kit.canonical_impl_hash`)."""
 _LANE_TAG = {LANE_SM80: "sm80", LANE_SM90: "sm90"}
 _HEADER = {LANE_SM80: "oasr_scaled_mm/sm80.cuh", LANE_SM90: "oasr_scaled_mm/sm90.cuh"}
 
@@ -121,4 +124,4 @@ def impl_hash() -> str:
     digest = hashlib.sha256()
     digest.update(Path(__file__).read_bytes())
     kit.hash_headers(digest, [csrc_dir() / "oasr_scaled_mm"])
-    return digest.hexdigest()[:16]
+    return kit.canonical_impl_hash(digest.hexdigest()[:16], EQUIVALENTS)
