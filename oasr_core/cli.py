@@ -142,6 +142,7 @@ class LazyGroup(click.Group):
 
 
 TUNE_COMMANDS = {
+    "bench": "oasr_core.commands.bench:bench_cmd",
     "build": "oasr_core.commands.build:build_cmd",
     "census": "oasr_core.commands.census:census_cmd",
     "evaluate": "oasr_core.commands.evaluate:evaluate_cmd",
@@ -152,7 +153,7 @@ TUNE_COMMANDS = {
 
 @main.group("tune", cls=LazyGroup, lazy=TUNE_COMMANDS)
 def tune() -> None:
-    """Tuning database: census, build, evaluate, prebuild, status, diff, select."""
+    """Tuning database: census, build, evaluate, prebuild, status, diff, select; bench."""
 
 
 @tune.command("status")
@@ -242,11 +243,11 @@ def select_cmd(state: CliState, family: str, op: str, dtype: str, dims: tuple[st
     data = {"family": family, "op": op, "dtype": dtype, "m": m, "arch": arch or rt.device_arch(),
             "choice": sel.choice_id, "tier": sel.tier.value, "lane": sel.lane,
             "config": sel.config.id if sel.config else None,
-            "params": sel.config.to_json() if sel.config else None}
+            "params": sel.config.to_json() if sel.config else None, "reason": sel.reason}
     line = f"{sel.choice_id}  (tier {sel.tier.value}, lane {sel.lane or '-'}"
     if sel.config is not None and sel.config.id != sel.choice_id:
         line += f", runs {sel.config.id}"
-    _emit(data, as_json, [line + ")"])
+    _emit(data, as_json, [line + ")"] + ([f"  why: {sel.reason}"] if sel.reason else []))
 
 
 def run() -> None:

@@ -1,0 +1,94 @@
+"""End to end: a whole model with oasr's ops against the same model in torch, in one run.
+
+The machinery of ``oasr tune bench`` (:mod:`oasr_core.bench.e2e`): the model is built twice
+(oasr's linears, torch's ``F.linear``; the same weights), both outputs must agree, then both
+are timed in CUDA graphs and eagerly under ``torch.inference_mode()``, alternating; the
+report names the GPU, torch, the tuning files in use, and which tier served how many calls.
+``--out X.md`` writes the markdown report and ``X.json`` beside it (``results/h200_e2e_*``).
+Exit status: 0, 1 when the outputs disagree, 2 for bad input or no CUDA device.
+
+    python benchmarks/e2e.py --workload conformer --batch 8 --frames 1024 --out e2e.md
+    python benchmarks/e2e.py --workload conformer --batch 8 --frames 1024 \\
+        --quantization int8_w8a8 --out e2e_int8.md     # int8 against its fp16 self
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from pathlib import Path
+
+
+def _args(argv: list[str] | None) -> argparse.Namespace:
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    which = p.add_mutually_exclusive_group(required=True)
+    which.add_argument("--workload", help="registered workload (conformer, whisper_encoder)")
+    which.add_argument("--model", help="package.module:factory of any torch module")
+    p.add_argument("--input", dest="inputs", action="append", default=[],
+                   help="--model input dims per positional argument (default B,T,80)")
+    p.add_argument("--param", dest="params", action="append", default=[],
+                   metavar="NAME=VALUE", help="factory keyword argument (JSON value)")
+    p.add_argument("--batch", type=int, required=True)
+    p.add_argument("--frames", type=int, default=None,
+                   help="frames per utterance (default: a fixed-window workload's own)")
+    p.add_argument("--dtype", default="fp16")
+    p.add_argument("--quantization", default="none")
+    p.add_argument("--no-graph", dest="graph", action="store_false")
+    p.add_argument("--no-eager", dest="eager", action="store_false")
+    p.add_argument("--replays", type=int, default=200, help="CUDA graph rounds")
+    p.add_argument("--iters", type=int, default=30, help="eager rounds")
+    p.add_argument("--warmup", type=int, default=3)
+    p.add_argument("--tolerance", type=float, default=None)
+    p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--cpu", action="store_true",
+                   help="tests: eager only, on the CPU in fp32 (the ops take their torch path)")
+    p.add_argument("--out", type=Path, default=None,
+                   help="markdown report path (the JSON result beside it)")
+    return p.parse_args(argv)
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = _args(argv)
+    from oasr_core.bench.e2e import (
+        E2EOptions,
+        MismatchError,
+        check_scheme,
+        find_workload,
+        run_e2e,
+    )
+    from oasr_core.commands.census import _params
+    from oasr_core.errors import OasrError
+    from oasr_core.runtime import get_runtime
+
+    try:
+        rt = get_runtime()
+        workload = find_workload(rt.pm, args.workload, args.model, tuple(args.inputs))
+        check_scheme(rt.registry, args.dtype, args.quantization)
+        frames = args.frames if args.frames is not None else workload.fixed_frames
+        if frames is None:
+            raise OasrError(f"--frames: workload {workload.name!r} has no fixed window; give "
+                            "the frames per utterance")
+        options = E2EOptions(
+            batch=args.batch, frames=frames, dtype=args.dtype, quantization=args.quantization,
+            graph=args.graph and not args.cpu, eager=args.eager or args.cpu,
+            replays=args.replays, iters=args.iters, warmup=args.warmup,
+            tolerance=args.tolerance, device="cpu" if args.cpu else "cuda",
+            params=_params(tuple(args.params)), seed=args.seed)
+        result = run_e2e(workload, options, name=args.workload or args.model)
+    except MismatchError as exc:
+        print(f"e2e: {exc}", file=sys.stderr)
+        return 1
+    except OasrError as exc:
+        print(f"e2e: {str(exc).splitlines()[0]}", file=sys.stderr)
+        return 2
+    text = result.markdown()
+    print(text, end="")
+    if args.out is not None:
+        args.out.write_text(text)
+        args.out.with_suffix(".json").write_text(json.dumps(result.to_json(), indent=1) + "\n")
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())

@@ -1,0 +1,99 @@
+"""``oasr tune bench``: a whole model with oasr's ops against the same model in plain torch.
+
+The model is a registered workload (``--workload conformer``) or any importable factory
+(``--model package.module:factory``, its ``nn.Linear`` layers routed to oasr's linear);
+:mod:`oasr_core.bench.e2e` builds both, checks that their outputs agree, times them in CUDA
+graphs and eagerly, and counts which tier served the calls. Bad input is one line on stderr
+and exit code 2; outputs that disagree are one line and exit code 1. It needs a CUDA device
+(the hidden ``--cpu`` runs the eager mode on a CPU, for tests).
+"""
+
+from __future__ import annotations
+
+import json
+from pathlib import Path
+
+import click
+
+from oasr_core.cli import CliState, _fail, handle_errors
+from oasr_core.errors import ConfigurationError
+
+
+@click.command("bench")
+@click.option("--workload", "workload_name", default=None, metavar="NAME",
+              help="A registered workload (built in: conformer, whisper_encoder).")
+@click.option("--model", default=None, metavar="PACKAGE.MODULE:FACTORY",
+              help="Benchmark the torch module this factory builds instead (its nn.Linear "
+              "layers served by oasr).")
+@click.option("--input", "inputs", multiple=True, metavar="DIMS",
+              help="--model input per positional argument, as for `oasr tune census` "
+              "('B,T,80', 'B,80,T', 'lengths'). Default B,T,80.")
+@click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
+              help="Factory keyword argument, JSON value (layers=4).")
+@click.option("--batch", type=int, required=True, help="Utterances per forward.")
+@click.option("--frames", type=int, default=None,
+              help="Feature frames per utterance (default: a fixed-window workload's own).")
+@click.option("--dtype", default="fp16", show_default=True, metavar="DTYPE",
+              help="Activation dtype (fp16, bf16).")
+@click.option("--quantization", default="none", show_default=True, metavar="SCHEME",
+              help="none, or a scheme a family serves (int8_w8a8): the oasr model is quantized, "
+              "the baseline is the same model unquantized at --dtype.")
+@click.option("--graph/--no-graph", default=True, show_default=True,
+              help="Time one captured forward's replays.")
+@click.option("--eager/--no-eager", default=True, show_default=True,
+              help="Time eager forwards under torch.inference_mode().")
+@click.option("--replays", type=int, default=200, show_default=True,
+              help="Graph rounds (one replay of each model a round).")
+@click.option("--iters", type=int, default=30, show_default=True,
+              help="Eager rounds (one forward of each model a round).")
+@click.option("--warmup", type=int, default=3, show_default=True,
+              help="Warm-up forwards of each model before timing.")
+@click.option("--tolerance", type=float, default=None,
+              help="Bound of max|oasr - torch| / max|torch| (default: by dtype and scheme).")
+@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--cpu", "on_cpu", is_flag=True, hidden=True,
+              help="Tests: run eagerly on the CPU in fp32 (oasr's ops take their torch path).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None,
+              help="Also write the report here (markdown; JSON when it ends in .json).")
+@click.pass_obj
+@handle_errors
+def bench_cmd(state: CliState, workload_name: str | None, model: str | None,
+              inputs: tuple[str, ...], params: tuple[str, ...], batch: int, frames: int | None,
+              dtype: str, quantization: str, graph: bool, eager: bool, replays: int, iters: int,
+              warmup: int, tolerance: float | None, seed: int, on_cpu: bool, as_json: bool,
+              out: Path | None) -> None:
+    """Time a model with oasr's ops against plain torch, in CUDA graphs and eagerly."""
+    from oasr_core.bench.e2e import (
+        E2EOptions,
+        MismatchError,
+        check_scheme,
+        find_workload,
+        run_e2e,
+    )
+    from oasr_core.commands.census import _params
+
+    rt = state.runtime()
+    workload = find_workload(rt.pm, workload_name, model, inputs)
+    check_scheme(rt.registry, dtype, quantization)
+    if frames is None:
+        if workload.fixed_frames is None:
+            raise ConfigurationError(f"--frames: workload {workload.name!r} has no fixed "
+                                     "window; give the frames per utterance")
+        frames = workload.fixed_frames
+    options = E2EOptions(batch=batch, frames=frames, dtype=dtype, quantization=quantization,
+                         graph=graph and not on_cpu, eager=eager or on_cpu, replays=replays,
+                         iters=iters, warmup=warmup, tolerance=tolerance,
+                         device="cpu" if on_cpu else "cuda", params=_params(params),
+                         seed=seed)
+    try:
+        result = run_e2e(workload, options, name=workload_name or model)
+    except MismatchError as exc:
+        _fail(str(exc), 1)
+    if out is not None:
+        out.write_text(json.dumps(result.to_json(), indent=1) + "\n"
+                       if out.suffix == ".json" else result.markdown())
+    if as_json:
+        click.echo(json.dumps(result.to_json(), indent=1, sort_keys=True))
+    else:
+        click.echo(result.markdown(), nl=False)
