@@ -6,6 +6,9 @@ against fp32; a failing config is reported and dropped), then timed as a CUDA gr
 ``--graph-calls`` launches (default 8) next to torch in the same process: a screening round
 over all configs, then ``--reps`` interleaved, shuffled rounds of the ``--top`` fastest and
 torch; the estimate is the median per call. Ratios are torch/best (> 1: oasr is faster).
+Each launch is followed by a tiny unrelated kernel whose separately measured cost is
+subtracted, as inside a model (``graph_timing.py``); ``--back-to-back`` times the launches
+with nothing between them instead, crediting the launch overlap, and says so in the report.
 
 A second, eager section times host issue and wall time per call of ``oasr_gemm.gemm`` (the
 full op: checks, memo, ctypes, launch; the config the tuning tiers select, served from the
@@ -26,10 +29,11 @@ import argparse
 import json
 import math
 import random
-import statistics
 import sys
 import time
 from pathlib import Path
+
+from graph_timing import GraphArms, add_mode_argument, mode_line
 
 WIDTHS = ((256, 256), (1024, 256), (256, 1024), (768, 256), (512, 512), (2048, 512), (512, 2048))
 M_LADDER = (16, 32, 64, 128, 256, 416, 512, 1000, 1500, 2152, 4096, 8192, 16384, 32768)
@@ -60,6 +64,7 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         "(default: the plain epilogue the ops take for such calls)")
     p.add_argument("--configs", default=None,
                    help="comma list of config-id globs to compile and time (default: all)")
+    add_mode_argument(p)
     return p.parse_args(argv)
 
 
@@ -109,41 +114,7 @@ def _kernels(specs, lanes, arch):
     return out
 
 
-def _graph(fn, calls, stream):
-    import torch
-
-    with torch.cuda.stream(stream):
-        fn()
-    stream.synchronize()
-    graph = torch.cuda.CUDAGraph()
-    with torch.cuda.graph(graph, stream=stream):
-        for _ in range(calls):
-            fn()
-    return graph
-
-
-def _time_rounds(graphs, rounds, rng):
-    """Median microseconds per graph replay for each arm, arms interleaved and shuffled."""
-    import torch
-
-    samples = {name: [] for name in graphs}
-    names = list(graphs)
-    for _ in range(rounds):
-        rng.shuffle(names)
-        events = []
-        for name in names:
-            start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
-            start.record()
-            graphs[name].replay()
-            end.record()
-            events.append((name, start, end))
-        torch.cuda.synchronize()
-        for name, start, end in events:
-            samples[name].append(start.elapsed_time(end) * 1000.0)
-    return {name: statistics.median(v) for name, v in samples.items()}
-
-
-def _point(kernels, lane, n, k, m, args, rng, stream):
+def _point(kernels, lane, n, k, m, args, rng, timer):
     import torch
     import torch.nn.functional as F
     from oasr_gemm import launch, numerics
@@ -158,7 +129,6 @@ def _point(kernels, lane, n, k, m, args, rng, stream):
     base = numerics.torch_output(a, w, b)
     problem = Problem("gemm", "gemm", args.dtype, (("N", n), ("K", k)), m)
     dev = torch.cuda.current_device()
-    launch.reserve_workspace(stream=stream)
     arms, no_pdl, failed = {}, {}, []
     for cid, kernel in kernels.items():
         if not supports(kernel.config, problem):
@@ -181,33 +151,32 @@ def _point(kernels, lane, n, k, m, args, rng, stream):
         if args.pdl:
             no_pdl[cid] = _launcher(kernel.prepare(args.dtype, m, n, k, None, pdl=False,
                                                    fused=fused), ptrs, out, dev)
-    graphs = {"torch": _graph(lambda: F.linear(a, w, b), args.graph_calls, stream)}
+    graphs = GraphArms(args.graph_calls, back_to_back=args.back_to_back, timer=timer)
+    graphs.add("torch", lambda: F.linear(a, w, b))
     for cid, fn in arms.items():
-        graphs[cid] = _graph(fn, args.graph_calls, stream)
-    screen = _time_rounds(graphs, 2, rng)
-    ranked = sorted((c for c in graphs if c != "torch"), key=screen.get)
+        graphs.add(cid, fn)
+    screen = graphs.rounds(graphs.names, 2, rng)
+    ranked = sorted((c for c in screen if c != "torch"), key=screen.get)
     keep = ["torch", *ranked[: args.top]]
     default = DEFAULTS[lane]
-    if default in graphs and default not in keep:
+    if default in screen and default not in keep:
         keep.append(default)
-    final = _time_rounds({c: graphs[c] for c in keep}, args.reps, rng)
-    per_call = {c: t / args.graph_calls for c, t in final.items()}
+    per_call = graphs.rounds(keep, args.reps, rng)
     best = min((c for c in per_call if c != "torch"), key=per_call.get, default=None)
     best_no_pdl = None
     if best in no_pdl:
         # The same kernel launched without programmatic dependent launch, next to the PDL
         # launch and torch: how much of the margin is the launch overlap between calls.
-        trio = {"torch": graphs["torch"], "pdl": graphs[best],
-                "no_pdl": _graph(no_pdl[best], args.graph_calls, stream)}
-        again = _time_rounds(trio, args.reps, rng)
-        best_no_pdl = again["no_pdl"] / again["torch"] * per_call["torch"]
-    del graphs
+        graphs.add("_no_pdl", no_pdl[best])
+        again = graphs.rounds(["torch", best, "_no_pdl"], args.reps, rng)
+        best_no_pdl = again["_no_pdl"] / again["torch"] * per_call["torch"]
+    graphs.release()
     return {
         "N": n, "K": k, "M": m, "dtype": args.dtype, "bias": args.bias, "lane": lane,
         "torch_us": per_call["torch"], "best": best,
         "best_us": per_call.get(best) if best else None, "best_no_pdl_us": best_no_pdl,
         "default_us": per_call.get(default), "candidates": len(arms), "failed": failed,
-        "screen_us": {c: t / args.graph_calls for c, t in screen.items()},
+        "screen_us": screen, "timing": "back_to_back" if args.back_to_back else "separated",
     }
 
 
@@ -219,29 +188,40 @@ def _launcher(prepared, ptrs, out, dev):
         *q, dev, torch._C._cuda_getCurrentRawStream(dev))
 
 
-def _eager(n, k, m, dtype, calls=200):
+def _eager(n, k, m, dtype, back_to_back, calls=200):
+    """Host issue and wall us per eager call of torch and the op; separated (the default),
+    each call is followed by a one-element add whose own issue and wall cost, timed the same
+    way, is subtracted."""
     import oasr_gemm
     import torch
     import torch.nn.functional as F
     from oasr_gemm import numerics
 
     a, w, b = numerics.make_operands(m, n, k, dtype, device="cuda", seed=m)
+    sep_buf = torch.zeros(1, device="cuda")
     rows = {}
-    arms = (("torch", lambda: F.linear(a, w, b)), ("oasr", lambda: oasr_gemm.gemm(a, w, b)))
+    arms = [("torch", lambda: F.linear(a, w, b)), ("oasr", lambda: oasr_gemm.gemm(a, w, b))]
+    if not back_to_back:
+        arms.append(("_separator", lambda: None))
     for name, fn in arms:
-        for _ in range(20):
+        def step(fn=fn):
             fn()
+            if not back_to_back:
+                sep_buf.add_(1.0)
+        for _ in range(20):
+            step()
         torch.cuda.synchronize()
         start, end = torch.cuda.Event(enable_timing=True), torch.cuda.Event(enable_timing=True)
         t0 = time.perf_counter()
         start.record()
         for _ in range(calls):
-            fn()
+            step()
         issue = (time.perf_counter() - t0) / calls * 1e6
         end.record()
         torch.cuda.synchronize()
         rows[name] = (issue, start.elapsed_time(end) * 1000.0 / calls)
-    return rows
+    si, sw = rows.pop("_separator", (0.0, 0.0))
+    return {name: (issue - si, wall - sw) for name, (issue, wall) in rows.items()}
 
 
 def _geomean(values):
@@ -249,9 +229,12 @@ def _geomean(values):
     return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
 
 
-def _report(points, eager, header, build_lines, gpu):
+def _report(points, eager, header, build_lines, gpu, back_to_back=False):
+    """The markdown report; its graph and eager sections name the timing mode."""
+    mode = ", back to back (launch overlap credited)" if back_to_back else \
+        ", separated (separator cost subtracted)"
     lines = [f"# gemm vs torch F.linear on {gpu}", "", *header, "", "## Build", "", *build_lines,
-             "", "## Graph-timed (us per call, median; ratio = torch / best)", "",
+             "", f"## Graph-timed (us per call, median{mode}; ratio = torch / best)", "",
              "| N | K | M | torch us | best config | best us | torch/best | torch/default "
              "| best no-PDL us | torch/best no-PDL |",
              "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
@@ -284,7 +267,8 @@ def _report(points, eager, header, build_lines, gpu):
     lines.append(f"- configs failing the numerics gate or refusing somewhere: {len(failed)}")
     lines += [f"  - {f}" for f in failed[:40]]
     if eager:
-        lines += ["", "## Eager (us per call: host issue / wall, 200 calls, with bias)", "",
+        lines += ["", f"## Eager (us per call: host issue / wall, 200 calls, with bias{mode})",
+                  "",
                   "| N | K | M | torch issue | torch wall | oasr issue | oasr wall "
                   "| wall torch/oasr |",
                   "|---:|---:|---:|---:|---:|---:|---:|---:|"]
@@ -321,13 +305,15 @@ def main(argv: list[str] | None = None) -> int:
     kernels = _kernels(specs, lanes, arch)
     gpu = torch.cuda.get_device_name()
     rng = random.Random(args.seed)
-    stream = torch.cuda.Stream()
+    from oasr_core.bench import CudaGraphTimer
+
+    timer = CudaGraphTimer()
     jsonl = args.out.with_suffix(".jsonl") if args.out else None
     points, started = [], time.perf_counter()
     for lane in lanes:
         for n, k in widths:
             for m in ms:
-                p = _point(kernels[lane], lane, n, k, m, args, rng, stream)
+                p = _point(kernels[lane], lane, n, k, m, args, rng, timer)
                 points.append(p)
                 print(f"{lane} N={n} K={k} M={m}: torch {p['torch_us']:.2f} us, best "
                       f"{p['best']} {p['best_us'] or float('nan'):.2f} us", flush=True)
@@ -339,17 +325,18 @@ def main(argv: list[str] | None = None) -> int:
         with torch.no_grad():
             for n, k in widths:
                 for m in EAGER_MS:
-                    eager.append(((n, k, m), _eager(n, k, m, args.dtype)))
+                    eager.append(((n, k, m), _eager(n, k, m, args.dtype, args.back_to_back)))
     import oasr_gemm
 
     epilogue = "fused (bias/activation EVT)" if args.fused_epilogue else "plain without bias"
-    header = [f"- lanes {', '.join(lanes)}; dtype {args.dtype}; bias {args.bias}; graph of "
+    header = [mode_line(args.back_to_back),
+              f"- lanes {', '.join(lanes)}; dtype {args.dtype}; bias {args.bias}; graph of "
               f"{args.graph_calls} calls; {args.reps} rounds for the top {args.top} + torch",
               f"- PDL {'on' if args.pdl else 'off'}; 3.x epilogue {epilogue}; configs "
               f"{args.configs or 'all'}",
               f"- torch {torch.__version__}; timing wall {time.perf_counter() - started:.0f} s",
               f"- torch-path counts in the eager section: {oasr_gemm.stats() or 'none'}"]
-    text = _report(points, eager, header, build_lines, gpu)
+    text = _report(points, eager, header, build_lines, gpu, args.back_to_back)
     print(text)
     if args.out:
         args.out.write_text(text)

@@ -29,7 +29,8 @@ Timing (sweep, served) is the house protocol, :func:`oasr_core.bench.measure` wi
 :class:`oasr_core.bench.CudaGraphTimer`, without successive halving: each arm is a CUDA graph
 of N calls (N >= 8, about ``--target-us`` per replay, the same N for every arm of a point),
 each call followed by a tiny separator kernel whose separately measured cost is subtracted
-(back-to-back copies of one kernel cannot overlap, as inside a model); every arm is replayed
+(back-to-back copies of one kernel cannot overlap, as inside a model; ``--back-to-back``
+drops the separator, crediting the launch overlap, and the report says so); every arm is replayed
 in each of ``--rounds`` shuffled, interleaved rounds (stopping early once every arm's
 sigma/median is <= 1 %); the estimate is the median per call. Weights are warm (one copy)
 in the sweep; ``served`` rotates copies only when the census's weight working set exceeds
@@ -68,6 +69,10 @@ import time
 from collections import Counter, defaultdict
 from pathlib import Path
 from typing import Any
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))  # graph_timing.py, when imported
+
+from graph_timing import BackToBackTimer, add_mode_argument, mode_line  # noqa: E402
 
 PROG = "scaled_mm_vs_torch"
 CONFORMER_WIDTHS = ((256, 256), (1024, 256), (256, 1024), (512, 256))
@@ -342,6 +347,14 @@ def timed(result: Any) -> dict[str, dict[str, Any]]:
     return out
 
 
+def make_timer(back_to_back: bool) -> Any:
+    """The protocol's CUDA timer; back to back, one that drops the separator."""
+    from oasr_core.bench import CudaGraphTimer
+
+    timer = CudaGraphTimer()
+    return BackToBackTimer(timer) if back_to_back else timer
+
+
 def measure_case(case: Any, timer: Any, options: Any) -> Any:
     """Every arm of ``case`` timed under the protocol, for all rounds (no halving)."""
     from oasr_core.bench import measure
@@ -366,7 +379,6 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     from oasr_scaled_mm.config_space import FAMILY, OP_MM
     from oasr_scaled_mm.feasibility import supports
 
-    from oasr_core.bench import CudaGraphTimer
     from oasr_core.types import Problem
 
     bad = use_ladders(args.ladders)
@@ -383,7 +395,7 @@ def cmd_sweep(args: argparse.Namespace) -> int:
     print("\n".join(build_lines), flush=True)
     configs = list(jit.lane_configs(lane, arch))
     ladder = heuristic.ladder_for(lane_rec, arch)
-    timer = CudaGraphTimer()
+    timer = make_timer(args.back_to_back)
     options = bench_options(args.seed, args.rounds, args.target_us, timer.l2_bytes, 0)
     jsonl = args.out.with_suffix(".jsonl")
     jsonl.write_text("")
@@ -426,8 +438,9 @@ def cmd_sweep(args: argparse.Namespace) -> int:
         f"{(info['l2_bytes'] or 0) >> 20} MiB",
         f"- heuristic: the {'fitted' if ladder.fitted else 'unfitted'} ladder of `{lane}` on "
         f"{arch}" + (f" (from `{args.ladders}`)" if args.ladders else ""),
-        "- timing: oasr_core.bench.measure without halving (CUDA graph of N separated calls, "
-        f"separator subtracted, {args.rounds} shuffled interleaved rounds at most, median); "
+        mode_line(args.back_to_back),
+        "- timing: oasr_core.bench.measure without halving (CUDA graph of N calls, "
+        f"{args.rounds} shuffled interleaved rounds at most, median); "
         f"warm weights (one copy); target {args.target_us:.0f} us per replay",
         "- torch = `torch._int_mm` + the scaling in torch (bitwise equal to the kernels); "
         "int_mm = `torch._int_mm` alone; fp16 = `F.linear` on fp16 operands; at M <= 16 "
@@ -745,7 +758,6 @@ def cmd_served(args: argparse.Namespace) -> int:
     from oasr_scaled_mm.config_space import FAMILY, OP_QUANT
 
     import oasr_core
-    from oasr_core.bench import CudaGraphTimer
     from oasr_core.runtime import get_runtime
     from oasr_core.types import Problem
 
@@ -773,7 +785,7 @@ def cmd_served(args: argparse.Namespace) -> int:
     ladder = heuristic.ladder_for(lane_rec, arch)
     kernels, build_lines = load_kernels(lane, arch)
     print("\n".join(build_lines), flush=True)
-    timer = CudaGraphTimer()
+    timer = make_timer(args.back_to_back)
     options = bench_options(args.seed, args.rounds, args.target_us, timer.l2_bytes, working)
     jsonl = args.out.with_suffix(".jsonl") if args.out else None
     if jsonl:
@@ -825,8 +837,9 @@ def cmd_served(args: argparse.Namespace) -> int:
         f"{(info['l2_bytes'] or 0) >> 20} MiB -> weights "
         f"{'warm (one copy)' if options.warm() else 'rotated through copies'}",
         f"- torch {info['torch']} (CUDA {info['cuda']}); {info['sm_count']} SMs",
-        "- timing: oasr_core.bench.measure without halving (CUDA graph of N separated calls, "
-        f"separator subtracted, {args.rounds} shuffled interleaved rounds at most, median); "
+        mode_line(args.back_to_back),
+        "- timing: oasr_core.bench.measure without halving (CUDA graph of N calls, "
+        f"{args.rounds} shuffled interleaved rounds at most, median); "
         "torch = `_int_mm` + scaling in torch, int_mm = `_int_mm` alone (A padded to 17 "
         "rows at M <= 16)",
         f"- wall time {elapsed:.0f} s"]
@@ -904,6 +917,7 @@ def parse_args(argv: list[str] | None) -> argparse.Namespace:
         s.add_argument("--target-us", type=float, default=100.0,
                        help="about this long per graph replay (>= 8 calls)")
         s.add_argument("--seed", type=int, default=0)
+        add_mode_argument(s)
         s.add_argument("--ladders", type=Path, default=None,
                        help="a fitted-ladder file the heuristic uses in this run (default: "
                             "the package's fitted_ladders.json)")

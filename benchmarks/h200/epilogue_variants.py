@@ -1,7 +1,7 @@
 """Which epilogue the sm90 gemm kernels should fuse bias and activation with (H200 probe).
 
-The whole-space benchmark of 2026-11-29 found that the kernels ran 8% faster over the 98 reference points
-when a call without bias took a plain ``D = acc`` epilogue instead of CUTLASS's
+The whole-space benchmark of 2026-11-29 found that the kernels ran 8% faster over the 98
+reference points when a call without bias took a plain ``D = acc`` epilogue instead of CUTLASS's
 ``LinCombPer{Col,Row}BiasEltAct`` EVT (``benchmarks/results/h200_gemm_subset_*.md``). Calls
 with a bias (every Conformer linear) still need a fused epilogue; this probe times, on a few
 configs that win somewhere, the candidate fused epilogues of ``csrc/oasr_gemm/sm90.cuh``
@@ -12,8 +12,10 @@ configs that win somewhere, the candidate fused epilogues of ``csrc/oasr_gemm/sm
 * 3 ``kBiasOnly``: ``acc + bias`` (no activation node: what the activation costs);
 
 each with a bias and no activation, and variant 1 also with GELU, against torch's
-``F.linear`` with a bias (and ``gelu(F.linear)``), graphs of 8 calls, arms interleaved.
-Prints one table per variant: the best config's time over torch's per point.
+``F.linear`` with a bias (and ``gelu(F.linear)``), graphs of 8 calls, arms interleaved, each
+call followed by a tiny unrelated kernel whose cost is subtracted (``--back-to-back``: none,
+the launch overlap credited; the report says which). Prints one table per variant: the best
+config's time over torch's per point.
 
     python3 benchmarks/h200/epilogue_variants.py --prebuild-only --arch sm90 --jobs 16
     python3 benchmarks/h200/epilogue_variants.py --out results.md
@@ -27,7 +29,9 @@ import random
 import sys
 from pathlib import Path
 
-sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/gemm_vs_torch.py
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent))  # benchmarks/graph_timing.py
+
+from graph_timing import GraphArms, add_mode_argument, mode_line  # noqa: E402
 
 CONFIGS = ("ws_64x16x128_c1x1_swap", "ws_64x32x128_c1x1_swap", "ws_64x32x64_c1x1_s4",
            "ws_64x64x128_c1x1", "ws_64x128x64_c1x1_s4_e64x64", "ws_128x64x64_c1x1_s4_e64x64",
@@ -53,7 +57,8 @@ def _specs():
     return out
 
 
-def main(argv: list[str] | None = None) -> int:
+def parse_args(argv: list[str] | None = None) -> argparse.Namespace:
+    """The command line (no GPU needed)."""
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     p.add_argument("--prebuild-only", action="store_true")
     p.add_argument("--arch", default="sm90")
@@ -61,7 +66,19 @@ def main(argv: list[str] | None = None) -> int:
     p.add_argument("--out", type=Path)
     p.add_argument("--calls", type=int, default=8)
     p.add_argument("--reps", type=int, default=7)
-    args = p.parse_args(argv)
+    add_mode_argument(p)
+    return p.parse_args(argv)
+
+
+def header(args: argparse.Namespace) -> list[str]:
+    """The report's header lines."""
+    return [mode_line(args.back_to_back),
+            f"- {len(CONFIGS)} configs, fp16, graphs of {args.calls} calls, {args.reps} "
+            "interleaved rounds, PDL off; ratio = torch / best config"]
+
+
+def main(argv: list[str] | None = None) -> int:
+    args = parse_args(argv)
     from oasr_core import jit as core_jit
 
     specs = _specs()
@@ -73,7 +90,6 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     import torch
     import torch.nn.functional as F
-    from gemm_vs_torch import _graph, _time_rounds
     from oasr_gemm import launch, numerics
     from oasr_gemm.config_space import LANE_SM90, config
     from oasr_gemm.feasibility import supports
@@ -83,8 +99,9 @@ def main(argv: list[str] | None = None) -> int:
     kernels = {v: {i: launch.Kernel.bind(core_jit.load(s, build_missing=False),
                                          config(LANE_SM90, i)) for i in CONFIGS}
                for v, s in specs.items()}
-    rng, stream = random.Random(0), torch.cuda.Stream()
-    launch.reserve_workspace(stream=stream)
+    from oasr_core.bench import CudaGraphTimer
+
+    rng, timer = random.Random(0), CudaGraphTimer()
     dev = torch.cuda.current_device()
     arms_of = {"plain (no bias) vs F.linear without bias": ("plain", None, False)}
     arms_of.update({f"E={v} {name}, bias": (v, None, True) for v, name in VARIANTS.items()})
@@ -94,13 +111,10 @@ def main(argv: list[str] | None = None) -> int:
         for m in MS:
             a, w, b = numerics.make_operands(m, n, k, "fp16", bias=True, device="cuda", seed=m)
             out = torch.empty(m, n, dtype=a.dtype, device="cuda")
-            graphs = {
-                "torch": _graph(lambda a=a, w=w: F.linear(a, w), args.calls, stream),
-                "torch_bias": _graph(lambda a=a, w=w, b=b: F.linear(a, w, b), args.calls,
-                                     stream),
-                "torch_gelu": _graph(lambda a=a, w=w, b=b: F.gelu(F.linear(a, w, b)),
-                                     args.calls, stream),
-            }
+            graphs = GraphArms(args.calls, back_to_back=args.back_to_back, timer=timer)
+            graphs.add("torch", lambda a=a, w=w: F.linear(a, w))
+            graphs.add("torch_bias", lambda a=a, w=w, b=b: F.linear(a, w, b))
+            graphs.add("torch_gelu", lambda a=a, w=w, b=b: F.gelu(F.linear(a, w, b)))
             owner = {}
             for label, (v, act, bias) in arms_of.items():
                 op = "gemm_activation" if act else "gemm"
@@ -122,18 +136,18 @@ def main(argv: list[str] | None = None) -> int:
                     fn = lambda p=prep, q=ptrs: p.launch(  # noqa: E731
                         *q, dev, torch._C._cuda_getCurrentRawStream(dev))
                     key = f"{label}|{cid}"
-                    graphs[key] = _graph(fn, args.calls, stream)
+                    graphs.add(key, fn)
                     owner[key] = label
-            t = _time_rounds(graphs, args.reps, rng)
+            t = graphs.rounds(graphs.names, args.reps, rng)
+            graphs.release()
             for label, (_, act, bias) in arms_of.items():
                 base = t["torch_gelu"] if act else t["torch_bias"] if bias else t["torch"]
                 mine = {key.split("|")[1]: us for key, us in t.items() if owner.get(key) == label}
                 best = min(mine, key=mine.get)
-                rows[label].append((n, k, m, base / args.calls, best, mine[best] / args.calls))
+                rows[label].append((n, k, m, base, best, mine[best]))
             print(f"N={n} K={k} M={m} done", flush=True)
     lines = [f"# sm90 gemm epilogue variants on {torch.cuda.get_device_name()}", "",
-             f"- {len(CONFIGS)} configs, fp16, graphs of {args.calls} calls, {args.reps} "
-             "interleaved rounds, PDL off; ratio = torch / best config", ""]
+             *header(args), ""]
     for label, pts in rows.items():
         ratios = [t_ / o for *_, t_, _, o in pts]
         geo = math.exp(sum(map(math.log, ratios)) / len(ratios))

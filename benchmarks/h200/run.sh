@@ -22,6 +22,11 @@
 #   profile          the measured ArchProfile of the device (h200_profile.json)
 #   engine           examples/engine_integration.py: prewarm into a temporary user tier, then
 #                    the captured Conformer vs torch linears (--pdl)
+#   e2e              benchmarks/e2e.py out of the box (shipped tables, production modules):
+#                    Conformer x16 batch 8 x 1024 and Whisper-base encoder batch 8 x 3000, fp16,
+#                    CUDA graph and eager, and the int8 Conformer against its fp16 self
+#   e2e-tuned        per model: census, `oasr tune build` into a temporary user tier
+#                    (--e2e-budget), e2e again with that tier (whole-space modules)
 # Options:
 #   --pdl on|off|both   programmatic dependent launch for bench-gemm and engine (default: both
 #                       for bench-gemm, on for engine)
@@ -34,6 +39,9 @@
 #                       (default co_128x144x64_c1x1_swap,ws_128x96x64_c1x1_swap)
 #   --prune             build-table prunes with the shipped calibrated model (default: exhaustive)
 #   --budget S          build-table's measuring budget per build, seconds (default 250)
+#   --e2e-replays N     e2e and e2e-tuned: CUDA graph replays per model (default 200; eager
+#                       forwards are a tenth of it, at least 10)
+#   --e2e-budget S      e2e-tuned's measuring budget per model's build, seconds (default 120)
 # At most 8 files come back from one device call: ask for one or two phases a call.
 set -uo pipefail
 cd "$(dirname "$0")/../.." || exit 1
@@ -41,7 +49,7 @@ cd "$(dirname "$0")/../.." || exit 1
 usage() { sed -n '2,/^set -uo/p' "$0" | sed '$d; s/^# \{0,1\}//'; }
 die() { echo "run.sh: $*" >&2; exit 2; }
 
-PDL="" BIAS=0 SUBSET="" EPILOGUE=plain PRUNE=0 BUDGET=250
+PDL="" BIAS=0 SUBSET="" EPILOGUE=plain PRUNE=0 BUDGET=250 E2E_REPLAYS=200 E2E_BUDGET=120
 NCU_SHAPE=2152x1024x256 NCU_OASR=co_128x144x64_c1x1_swap,ws_128x96x64_c1x1_swap
 PHASES=()
 while (($#)); do
@@ -54,6 +62,8 @@ while (($#)); do
     --ncu-oasr) NCU_OASR=${2:?--ncu-oasr needs config ids}; shift ;;
     --prune) PRUNE=1 ;;
     --budget) BUDGET=${2:?--budget needs seconds}; shift ;;
+    --e2e-replays) E2E_REPLAYS=${2:?--e2e-replays needs a count}; shift ;;
+    --e2e-budget) E2E_BUDGET=${2:?--e2e-budget needs seconds}; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) die "unknown option $1 (see --help)" ;;
     *) PHASES+=("$1") ;;
@@ -63,9 +73,11 @@ done
 ((${#PHASES[@]})) || { usage >&2; exit 2; }
 case "$PDL" in ""|on|off|both) ;; *) die "--pdl $PDL is not on, off or both" ;; esac
 case "$EPILOGUE" in plain|fused|both) ;; *) die "--epilogue $EPILOGUE is not plain, fused or both" ;; esac
+[[ "$E2E_REPLAYS" =~ ^[1-9][0-9]*$ ]] || die "--e2e-replays $E2E_REPLAYS is not a positive count"
+[[ "$E2E_BUDGET" =~ ^[1-9][0-9]*$ ]] || die "--e2e-budget $E2E_BUDGET is not a positive number of seconds"
 for phase in "${PHASES[@]}"; do
   case "$phase" in
-    setup|prebuild|gpu-tests|bench-gemm|ncu|bench-scaled-mm|build-table|profile|engine) ;;
+    setup|prebuild|gpu-tests|bench-gemm|ncu|bench-scaled-mm|build-table|profile|engine|e2e|e2e-tuned) ;;
     *) die "unknown phase $phase (see --help)" ;;
   esac
 done
@@ -217,6 +229,59 @@ phase_engine() {
       --no-system-tier > "$dir/$name" 2>&1
     grep -E "prewarm:|eager|CUDA graph|max \|" "$dir/$name"
   done
+}
+
+# One benchmarks/e2e.py run: NAME then its arguments; writes $dir/NAME.md and NAME.json.
+e2e_run() {
+  local dir=$1 name=$2; shift 2
+  local iters=$((E2E_REPLAYS / 10 < 10 ? 10 : E2E_REPLAYS / 10))
+  el "e2e $name: $*"
+  timeout 200 python3 benchmarks/e2e.py "$@" --replays "$E2E_REPLAYS" --iters "$iters" \
+    --out "$dir/$name.md" > "$dir/$name.log" 2>&1
+  echo "  rc=$?"; grep -E "^\| |^- (agreement|tuning)|^calls|^  [a-z_]+/|e2e:" "$dir/$name.log"
+}
+
+e2e_models() {
+  local dir=$1 tag=$2
+  e2e_run "$dir" "h200_e2e_conformer$tag" --workload conformer --batch 8 --frames 1024
+  e2e_run "$dir" "h200_e2e_whisper_encoder$tag" --workload whisper_encoder --batch 8
+}
+
+phase_e2e() {
+  local dir=$1
+  # The production modules the shipped tables reference: cache hits when the carried cache
+  # holds them, else compiled here first (minutes, on 16 cores).
+  el "production modules of gemm and scaled_mm"
+  timeout 540 python3 -m oasr_core.cli tune prebuild --family gemm --family scaled_mm \
+    --arch 9.0a --jobs 16 --json > "$dir/prebuild.json" 2>&1
+  echo "  prebuild rc=$?"
+  e2e_models "$dir" ""
+  e2e_run "$dir" h200_e2e_conformer_int8 --workload conformer --batch 8 --frames 1024 \
+    --quantization int8_w8a8
+  rm -f "$dir"/*.log
+}
+
+phase_e2e_tuned() {
+  local dir=$1 user model frames
+  user=$(mktemp -d /tmp/oasr-e2e-user.XXXXXX)
+  for model in conformer whisper_encoder; do
+    frames=(--max-frames 1024); [ $model = whisper_encoder ] && frames=()
+    el "census of $model (offline, batch 8)"
+    python3 -m oasr_core.cli tune census --workload $model --service-mode offline \
+      --max-batch-size 8 --batch-buckets 8 "${frames[@]}" --out "$dir/census_$model.json" \
+      2>&1 | tail -1
+  done
+  el "gemm build from both censuses into $user (budget ${E2E_BUDGET} s)"
+  timeout $((E2E_BUDGET + 200)) python3 -m oasr_core.cli tune build --family gemm \
+    --census "$dir/census_conformer.json" --census "$dir/census_whisper_encoder.json" \
+    --thin --max-points 14 --budget-s "$E2E_BUDGET" --fresh --out "$user/sm90/gemm.json" \
+    --log "$dir/gemm_e2e.jsonl" --checkpoint /tmp/oasr_ck_e2e.jsonl 2>&1 | tail -3
+  cp "$user/sm90/gemm.json" "$dir/gemm_e2e.json"
+  # The user tier's configs are in the whole-space module of the carried cache (a user's
+  # production module would link them after a rebuild).
+  OASR_TUNE_USER_DB=$user OASR_GEMM_COMPILE_SET=all e2e_models "$dir" _tuned
+  rm -rf "$user" "$dir"/*.log
+  tidy "$dir"
 }
 
 run_phase() {

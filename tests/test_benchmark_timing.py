@@ -1,0 +1,116 @@
+"""The kernel benchmarks' timing modes on a CPU: separated by default (the separator's cost
+subtracted), back to back only when asked and labelled so; the scripts' options and headers
+(their GPU parts not run), and ``run.sh``'s end-to-end phases."""
+
+from __future__ import annotations
+
+import importlib
+import random
+import subprocess
+import sys
+from pathlib import Path
+
+import pytest
+
+from oasr_core.bench import ScriptedArm, ScriptedGraph, ScriptedTimer
+
+ROOT = Path(__file__).resolve().parents[1]
+BENCH = ROOT / "benchmarks"
+LABEL = "back to back (launch overlap credited)"
+
+
+@pytest.fixture(scope="module")
+def scripts():
+    for path in (BENCH, BENCH / "h200"):
+        if str(path) not in sys.path:
+            sys.path.insert(0, str(path))
+    return {name: importlib.import_module(name) for name in
+            ("graph_timing", "gemm_vs_torch", "scaled_mm_vs_torch", "epilogue_variants")}
+
+
+def _timer():
+    return ScriptedTimer({"torch": 0.010, "oasr": ScriptedArm(ms=0.008)}, separator_ms=0.002,
+                         launch_ms=0.004)
+
+
+def test_separated_rounds_subtract_the_separator_and_the_launch(scripts):
+    timer = _timer()
+    arms = scripts["graph_timing"].GraphArms(8, timer=timer)
+    arms.add("torch", lambda: None)
+    arms.add("oasr", lambda: None)
+    got = arms.rounds(arms.names, 5, random.Random(0))
+    assert got == pytest.approx({"torch": 10.0, "oasr": 8.0})
+    assert ("capture", "_separator", 8) in timer.events
+    assert timer.replays["_separator"] == 5
+    arms.release()
+    assert timer.released == 3
+
+
+def test_back_to_back_rounds_have_no_separator(scripts):
+    timer = _timer()
+    arms = scripts["graph_timing"].GraphArms(8, back_to_back=True, timer=timer)
+    arms.add("oasr", lambda: None)
+    got = arms.rounds(["oasr"], 3, random.Random(0))
+    # The launch is no longer cancelled: 8 us a call plus a share of the replay launch.
+    assert got["oasr"] == pytest.approx(8.0 + 4.0 / 8)
+    assert not [e for e in timer.events if e[1] == "_separator"]
+
+
+def test_back_to_back_timer_drops_separators_for_the_protocol(scripts):
+    inner = _timer()
+    timer = scripts["graph_timing"].BackToBackTimer(inner)
+    graph = timer.capture("oasr", [lambda: None] * 4, separate=True)
+    assert graph == ScriptedGraph("oasr", 4, False)
+    seps = timer.capture_separators(4)
+    assert timer.replay([seps, graph, seps]) == [0.0, pytest.approx(0.004 + 4 * 0.008), 0.0]
+    timer.release(seps)
+    timer.release(graph)
+    assert inner.released == 1 and inner.replays == {"oasr": 1}
+
+
+def test_mode_lines(scripts):
+    gt = scripts["graph_timing"]
+    assert gt.mode_line(True) == f"- timing mode: {LABEL}"
+    assert "separately measured cost is subtracted" in gt.mode_line(False)
+
+
+def test_gemm_vs_torch_options_and_report_header(scripts):
+    mod = scripts["gemm_vs_torch"]
+    assert mod._args([]).back_to_back is False
+    args = mod._args(["--back-to-back", "--ms", "16,64", "--no-eager", "--bias"])
+    assert (args.back_to_back, args.ms, args.no_eager, args.bias) == (True, "16,64", True, True)
+    text = mod._report([], [], [scripts["graph_timing"].mode_line(True)], [], "GPU",
+                       back_to_back=True)
+    assert f"- timing mode: {LABEL}" in text
+    assert f"## Graph-timed (us per call, median, {LABEL}; ratio = torch / best)" in text
+    plain = mod._report([], [], [], [], "GPU")
+    assert "separated (separator cost subtracted)" in plain and LABEL not in plain
+
+
+def test_scaled_mm_vs_torch_options(scripts):
+    mod = scripts["scaled_mm_vs_torch"]
+    sweep = mod.parse_args(["sweep", "--out", "x.md", "--rounds", "4"])
+    assert (sweep.back_to_back, sweep.rounds) == (False, 4)
+    served = mod.parse_args(["served", "--census", "c.json", "--db", "d.json",
+                             "--back-to-back"])
+    assert served.back_to_back is True
+    with pytest.raises(SystemExit):
+        mod.parse_args(["fit", "--log", "l", "--out-ladders", "o", "--back-to-back"])
+
+
+def test_epilogue_variants_options_and_header(scripts):
+    mod = scripts["epilogue_variants"]
+    args = mod.parse_args(["--calls", "4", "--back-to-back"])
+    assert mod.header(args)[0] == f"- timing mode: {LABEL}"
+    assert "graphs of 4 calls" in mod.header(args)[1]
+    assert "subtracted" in mod.header(mod.parse_args([]))[0]
+
+
+def test_run_sh_knows_the_e2e_phases():
+    run_sh = ROOT / "benchmarks" / "h200" / "run.sh"
+    help_text = subprocess.run(["bash", str(run_sh), "--help"], capture_output=True,
+                               text=True, check=True).stdout
+    assert "e2e-tuned" in help_text and "--e2e-replays N" in help_text
+    bad = subprocess.run(["bash", str(run_sh), "--e2e-replays", "0", "e2e"],
+                         capture_output=True, text=True, check=False)
+    assert bad.returncode == 2 and "--e2e-replays 0 is not a positive count" in bad.stderr
