@@ -8,8 +8,11 @@ in an epoch it is one dict lookup. A resolution walks the tiers of the active la
    bound is at or above ``m``. A region with no catch-all that ends below ``m`` is a miss and
    the next tier answers. A config that names another lane, is infeasible for the shape, or is
    not in this process's compiled set is warned about once and skipped to the next tier;
-2. the cost-model tier (the ``oasr_model_select`` hook), when a plugin gives one;
-3. the family's untuned selector: the shape heuristic, or the active lane's default.
+2. the cost-model tier (the ``oasr_model_select`` hook), when a plugin gives one, asked to
+   choose among the lane's configs that this process has compiled (``Lane.production``) and
+   can run the shape;
+3. the family's untuned selector (``Family.untuned_choice``): torch, the shape heuristic, or
+   the active lane's default.
 
 Every resolution is counted under its tier (:func:`oasr_core.report.tuning_report`).
 
@@ -25,6 +28,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from typing import Any
+
+import attrs
 
 from oasr_core.errors import ConfigurationError, UnknownFamilyError
 from oasr_core.kit.epoch import EpochMemo
@@ -175,7 +180,7 @@ def _resolve(rt, fam: Family, lane: Lane | None, arch: str | None, problem: Prob
                                                                         problem)
         if sel is not None:
             return sel
-    return _fallback(fam, lane, problem)
+    return _fallback(rt, fam, lane, problem)
 
 
 def _from_tiers(rt, fam: Family, lane: Lane, tiers, problem: Problem) -> Selection | None:
@@ -221,7 +226,8 @@ def _from_file(rt, fam: Family, lane: Lane, tier: Tier, tf, problem: Problem) ->
         config = tf.configs[choice_id]
         why = unusable_reason(lane, config, problem)
         if why is None:
-            return Selection(choice=config, tier=tier, lane=lane.name, config=config)
+            return Selection(choice=config, tier=tier, lane=lane.name, config=config,
+                             reason=f"{tier.value} tier entry {key}")
         rt.warn_once(f"{tier.value}:{tf.lane}:{config.lane}:{config.id}:{why}",
                      f"oasr: {tier.value} tier entry {key} names config {config.id!r} "
                      f"({config.lane}), which {why}; skipped, the next tier serves")
@@ -261,11 +267,24 @@ def _from_file_sentinel(rt, fam: Family, lane: Lane, tier: Tier, tf, key: str,
     config, why = file_sentinel_config(fam, lane, sentinel, problem, file_lane=tf.lane,
                                        stamp=tf.entry_soft(key))
     if why is None:
-        return Selection(choice=sentinel, tier=tier, lane=lane.name, config=config)
+        return Selection(choice=sentinel, tier=tier, lane=lane.name, config=config,
+                         reason=f"{tier.value} tier entry {key}")
     rt.warn_once(f"{tier.value}:{tf.lane}:{sentinel.value}:{why}",
                  f"oasr: {tier.value} tier entry {key} names {sentinel.value!r} ({tf.lane}), "
                  f"which {why}; skipped, the next tier serves")
     return None
+
+
+def model_candidates(lane: Lane, arch: str, problem: Problem) -> tuple[Config, ...]:
+    """What the cost-model tier may choose from: the lane's configs in this process's
+    production set on ``arch`` (``Lane.production``; all when the lane gives none) that are
+    usable for ``problem``. A config outside the production set is not in the loaded module,
+    so serving it would only fall to torch at call time."""
+    space = lane.config_space
+    if lane.production is not None:
+        compiled = {c.id for c in lane.production(arch)}
+        space = tuple(c for c in space if c.id in compiled)
+    return tuple(c for c in space if unusable_reason(lane, c, problem) is None)
 
 
 def _from_model(rt, fam: Family, lane: Lane, tiers, problem: Problem) -> Selection | None:
@@ -277,17 +296,27 @@ def _from_model(rt, fam: Family, lane: Lane, tiers, problem: Problem) -> Selecti
         if tf is not None and tf.model:
             model = tf.model
             break
-    candidates = tuple(c for c in lane.config_space if unusable_reason(lane, c, problem) is None)
+    candidates = model_candidates(lane, tiers.arch, problem)
     if not candidates:
         return None
     picked = rt.pm.hook.oasr_model_select(
         family=fam, lane=lane, problem=problem, candidates=candidates, model=model)
     if picked is None or picked not in candidates:
         return None
-    return Selection(choice=picked, tier=Tier.MODEL, lane=lane.name, config=picked)
+    return Selection(choice=picked, tier=Tier.MODEL, lane=lane.name, config=picked,
+                     reason=_model_reason(rt, lane, problem) or "a plugin's cost model")
 
 
-def _fallback(fam: Family, lane: Lane | None, problem: Problem) -> Selection:
-    if fam.fallback is Sentinel.HEURISTIC:
-        return _from_sentinel(fam, lane, Tier.HEURISTIC, Sentinel.HEURISTIC, problem)
-    return _from_sentinel(fam, lane, Tier.DEFAULT, Sentinel.DEFAULT, problem)
+def _model_reason(rt, lane: Lane | None, problem: Problem) -> str | None:
+    from oasr_core.cost_model.tier import reason_for
+
+    return None if rt is None or lane is None else reason_for(rt.pm, lane.name, problem)
+
+
+def _fallback(rt, fam: Family, lane: Lane | None, problem: Problem) -> Selection:
+    choice = fam.untuned_choice
+    tier = Tier.HEURISTIC if choice is Sentinel.HEURISTIC else Tier.DEFAULT
+    sel = _from_sentinel(fam, lane, tier, choice, problem)
+    why = _model_reason(rt, lane, problem)
+    reason = f"no user or system entry covers it; the family's untuned selector is {choice.value}"
+    return attrs.evolve(sel, reason=f"{reason}; cost model: {why}" if why else reason)

@@ -200,7 +200,14 @@ class Family:
         default=frozenset({Sentinel.DEFAULT, Sentinel.TORCH}), converter=frozenset)
     """Sentinels a tuning file of this family may name."""
     fallback: Sentinel = attrs.field(default=Sentinel.DEFAULT)
-    """The untuned selector: ``DEFAULT`` (lane default) or ``HEURISTIC`` (shape heuristic)."""
+    """The build's baseline: ``DEFAULT`` (lane default) or ``HEURISTIC`` (shape heuristic).
+    A tuning entry's regions are chosen against it, and it serves uncovered shapes unless
+    :attr:`untuned` says otherwise."""
+    untuned: Sentinel | None = attrs.field(default=None)
+    """What serves a shape no user or system entry covers when the cost-model tier does not
+    answer (None: :attr:`fallback`). ``TORCH`` makes the family never slower than torch
+    untuned: the model tier then serves a config only where the tuning file's model payload
+    predicts it beats its calibration of the torch arm by a margin."""
     exact_points: bool = False
     """Whether entries may hold exact ``points`` (conv1d's ``"1x3000"``)."""
     db_stem: str | None = None
@@ -246,6 +253,22 @@ class Family:
             raise ValueError(f"family {self.name}: fallback must be DEFAULT or HEURISTIC")
         if value is Sentinel.HEURISTIC and self.sentinel_heuristic is None:
             raise ValueError(f"family {self.name}: a HEURISTIC fallback needs sentinel_heuristic")
+
+    @untuned.validator
+    def _check_untuned(self, _attribute: attrs.Attribute, value: Sentinel | None) -> None:
+        if value is None or value in (Sentinel.DEFAULT, self.fallback):
+            return
+        if value is Sentinel.HEURISTIC:
+            raise ValueError(f"family {self.name}: a HEURISTIC untuned selector needs a "
+                             "HEURISTIC fallback (the shape heuristic)")
+        if value is not Sentinel.TORCH or value not in self.sentinels:
+            raise ValueError(f"family {self.name}: untuned must be None, DEFAULT, the fallback "
+                             "or TORCH (with TORCH among the family's sentinels)")
+
+    @property
+    def untuned_choice(self) -> Sentinel:
+        """The sentinel serving an uncovered shape when the model tier does not answer."""
+        return self.untuned if self.untuned is not None else self.fallback
 
     @property
     def stem(self) -> str:
@@ -300,6 +323,11 @@ class Lane:
         default=None, validator=_check_optional_callable)
     """Cost-model features of a config (tile, warps/schedule, cluster, stages, split, smem)."""
     description: str = ""
+    production: Callable[[str], Sequence[Config]] | None = attrs.field(
+        default=None, validator=_check_optional_callable)
+    """``(arch_family) -> configs`` this process's production module links (or will link once
+    loaded) on the arch. The cost-model tier ranks only these, since a config outside it falls
+    to torch at call time (None: every available config is compiled)."""
     jit_specs: Callable[[str, str], Sequence[Any]] | None = attrs.field(
         default=None, validator=_check_optional_callable)
     """``(arch_family, scope) -> [oasr_core.jit.JitSpec]``: the modules this lane loads on an
@@ -359,6 +387,8 @@ class Selection:
     config: Config | None
     """The config to launch: the choice itself, or what DEFAULT / HEURISTIC stand for;
     None for TORCH and FUSED (the family's own non-lane paths)."""
+    reason: str = attrs.field(default="", eq=False)
+    """Why the tier chose it, in words (``oasr tune select`` prints it); not compared."""
 
     @property
     def choice_id(self) -> str:

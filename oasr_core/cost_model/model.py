@@ -8,12 +8,18 @@ The JSON payload is what ``oasr tune build`` writes into a tuning file's ``model
      "profile": {ArchProfile JSON}, "knobs": {Knobs JSON},
      "groups": {"ws_dp": {"a": 1.1, "b": 0.9, "rho": 1.0, "rows": 812}, ...},
      "configs": {"<config id>": {"a": us, "b": us, "rho": x, "rows": 14}, ...},
+     "fallbacks": {"torch": {"gemm": {"fixed_us": .., "us_per_k64": .., "compute": ..,
+                                      "traffic": .., "rows": 56, "signatures": 4}}},
      "evidence": {... held-out quality, rows, signatures ...}}
 
 ``groups`` are multipliers of the structure's (a, b, rho) shared by a kernel kind and K
 decomposition (``CostFeatures.group``); ``configs`` are per-config coefficients shrunk toward
 the group-scaled structure. ``serve`` picks the predictor: ``structure`` ignores both,
 ``group`` applies only the multipliers, ``calibrated`` applies both.
+``fallbacks`` are the rooflines of the sentinel arms the log measured
+(:mod:`.fallback`), what the runtime tier compares a config with when the family's untuned
+selector is such an arm; a payload without them (written before they existed) calibrates
+none, and the tier does not answer for such a family.
 """
 
 from __future__ import annotations
@@ -26,6 +32,7 @@ from typing import Any
 import attrs
 
 from oasr_core.arch import ArchProfile
+from oasr_core.cost_model.fallback import FallbackModel
 from oasr_core.cost_model.features import CostFeatures, FeatureSource, features_of
 from oasr_core.cost_model.structure import Knobs, TileCost, combine, geometry, tile_cost
 from oasr_core.errors import ConfigurationError
@@ -72,6 +79,8 @@ class CostModel:
     groups: Mapping[str, Coeffs] = attrs.field(factory=dict, converter=MappingProxyType)
     configs: Mapping[str, Coeffs] = attrs.field(factory=dict, converter=MappingProxyType)
     evidence: Mapping[str, Any] = attrs.field(factory=dict, converter=freeze)
+    fallbacks: FallbackModel = attrs.field(factory=FallbackModel)
+    """Calibrated sentinel arms (torch), see :mod:`.fallback`."""
     _tiles: dict[tuple[CostFeatures, str], TileCost | None] = attrs.field(
         factory=dict, init=False, eq=False, repr=False)
     """Tile costs computed so far (problem-independent, so the runtime tier pays once)."""
@@ -120,6 +129,12 @@ class CostModel:
         a, b, rho = self.coefficients(config_id, f, tc.a, tc.b)
         return combine(geo, a, b, rho, self.profile.launch_us_graph)
 
+    def predict_fallback(self, arm: str, op: str, m: int, n: int, k: int,
+                         dtype: str = "fp16") -> float | None:
+        """Predicted time in us of sentinel arm ``arm`` (``torch``) for ``op``; None when the
+        payload calibrates no such arm for the op."""
+        return self.fallbacks.predict(arm, op, m, n, k, dtype, self.profile)
+
     def to_json(self) -> dict[str, Any]:
         """The tuning file's ``model`` payload."""
         return {
@@ -128,6 +143,7 @@ class CostModel:
             "profile": self.profile.to_json(), "knobs": self.knobs.to_json(),
             "groups": {k: v.to_json() for k, v in sorted(self.groups.items())},
             "configs": {k: v.to_json() for k, v in sorted(self.configs.items())},
+            "fallbacks": self.fallbacks.to_json(),
             "evidence": thaw(self.evidence),
         }
 
@@ -150,7 +166,8 @@ class CostModel:
                 ops=tuple(data.get("ops", ())), serve=data.get("serve", "structure"),
                 groups={k: Coeffs.from_json(v) for k, v in data.get("groups", {}).items()},
                 configs={k: Coeffs.from_json(v) for k, v in data.get("configs", {}).items()},
-                evidence=data.get("evidence", {}))
+                evidence=data.get("evidence", {}),
+                fallbacks=FallbackModel.from_json(data.get("fallbacks")))
         except (KeyError, TypeError, ValueError) as exc:
             raise ConfigurationError(f"malformed cost model payload: {exc!r}") from exc
 

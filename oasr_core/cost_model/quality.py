@@ -27,6 +27,7 @@ import attrs
 
 from oasr_core.arch import ArchProfile
 from oasr_core.cost_model.calibrate import DesignRow, LogRow, design, fit, parse_rows
+from oasr_core.cost_model.fallback import fit_fallbacks
 from oasr_core.cost_model.features import CostFeatures, FeatureSource
 from oasr_core.cost_model.model import SERVE_MODES, CostModel
 from oasr_core.cost_model.structure import DEFAULT_KNOBS, Knobs
@@ -253,5 +254,35 @@ def build_model(log_rows: Iterable[Mapping[str, Any]], profile: ArchProfile, *,
         for mode in ("group", "calibrated"):
             if held[mode].regret_geomean < best - margin:
                 serve, best = mode, held[mode].regret_geomean
+    fallbacks = fit_fallbacks(rows, profile)
+    if fallbacks.arms:
+        evidence["fallbacks_held_out"] = fallback_loso(rows, profile)
     return CostModel(profile=profile, knobs=knobs, lane=lane, ops=tuple(ops), serve=serve,
-                     groups=model.groups, configs=model.configs, evidence=evidence)
+                     groups=model.groups, configs=model.configs, evidence=evidence,
+                     fallbacks=fallbacks)
+
+
+def fallback_loso(rows: Sequence[LogRow], profile: ArchProfile) -> dict[str, Any]:
+    """Leave-one-signature-out error of the sentinel arms' rooflines, per arm and op:
+    points predicted, geomean and max of ``|log(predicted / measured)|`` (as a fraction)."""
+    by: dict[tuple[str, str], list[LogRow]] = defaultdict(list)
+    for r in rows:
+        if r.sentinel:
+            by[(r.config, r.op)].append(r)
+    out: dict[str, Any] = {}
+    for (arm, op), rs in sorted(by.items()):
+        errs = []
+        for sig in sorted({r.signature for r in rs}):
+            fitted = fit_fallbacks([r for r in rs if r.signature != sig], profile)
+            for r in rs:
+                if r.signature != sig:
+                    continue
+                t = fitted.predict(arm, op, r.m, r.n, r.k, r.dtype, profile)
+                if t is not None and t > 0:
+                    errs.append(abs(math.log(t / r.t_us)))
+        if errs:
+            out.setdefault(arm, {})[op] = {
+                "points": len(errs),
+                "error_geomean": round(math.expm1(sum(errs) / len(errs)), 5),
+                "error_max": round(math.expm1(max(errs)), 5)}
+    return out

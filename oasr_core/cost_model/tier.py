@@ -9,13 +9,24 @@ answers first). It answers only when all of these hold:
   call's op is among its ``ops``;
 - the family is GEMM-like (static dims ``N`` and ``K``, both multiples of 8) and the lane
   describes its configs (``Lane.cost_features``);
-- the model's pick beats the lane default by the gate: ``t(pick) * 1.05 <= t(default)``
-  (a default that cannot run the shape loses to any pick).
+- the model's pick among the candidates (the configs this process has compiled: selection
+  passes only those) beats what would serve otherwise, the family's untuned selector
+  (``Family.untuned_choice``), by a margin:
+
+  - an untuned selector that launches no lane config (``torch``) is predicted by the
+    payload's calibration of that arm (:mod:`.fallback`); the pick must satisfy
+    ``t(pick) * MARGIN <= t(torch)``. A payload without that calibration (written before
+    it existed, for an op no row measured, or at N or K outside the widths it was fitted
+    on) means no answer: the untuned selector serves;
+  - one that launches a config (the lane default, a shape heuristic's config) is predicted
+    like any config: ``t(pick) * GATE <= t(that config)`` (one that cannot run the shape
+    loses to any pick).
 
 It ranks with the payload's ``serve`` mode, which ``oasr tune build`` chose on held-out
 signatures (:func:`oasr_core.cost_model.build_model`); with no evidence that is the
 structure. A malformed payload or a lane's malformed features is warned about once and the
-next tier serves.
+next tier serves. Every decision's reason is kept (:func:`reason_for`) for
+``oasr tune select``.
 """
 
 from __future__ import annotations
@@ -23,19 +34,34 @@ from __future__ import annotations
 import math
 import os
 import warnings
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
+
+import attrs
 
 from oasr_core import hookimpl
 from oasr_core.arch import ArchProfile
 from oasr_core.cost_model.features import CostFeatures, features_of
 from oasr_core.cost_model.model import CostModel
 from oasr_core.errors import ConfigurationError, OasrWarning, PluginError
+from oasr_core.types import Config
+
+
+@attrs.frozen
+class Decision:
+    """What the tier decided for one shape, and why (in words)."""
+
+    pick: Config | None
+    reason: str
 
 ENV = "OASR_TUNE_MODEL_FALLBACK"
 GATE = 1.05
-"""The pick must be predicted at least this much faster than the default."""
+"""The pick must be predicted at least this much faster than an untuned selector's config."""
+MARGIN = 1.30
+"""The pick must be predicted at least this much faster than a calibrated untuned arm
+(torch): chosen on held-out widths, ``benchmarks/results/untuned_tier_offline.md``."""
 ALIGN = 8
+_KEEP_REASONS = 4096
 
 
 def model_fallback_enabled() -> bool:
@@ -60,9 +86,12 @@ class ModelTier:
     """
 
     def __init__(self, live: ArchProfile | Callable[[], ArchProfile] | None = None, *,
-                 gate: float = GATE) -> None:
+                 gate: float = GATE, margin: float = MARGIN) -> None:
         self._live = live
         self.gate = gate
+        self.margin = margin
+        self.reasons: dict[tuple[str, Any], str] = {}
+        """The latest decision's reason per (lane name, problem)."""
         self._parsed: dict[int, tuple[Mapping[str, Any], CostModel | None]] = {}
         self._warned: set[str] = set()
         self._feats: dict[tuple[str, str], CostFeatures | None] = {}
@@ -108,33 +137,77 @@ class ModelTier:
 
     @hookimpl(trylast=True)
     def oasr_model_select(self, family, lane, problem, candidates, model):
-        """Pick the predicted-fastest candidate if it beats the default by the gate."""
-        if model is None or not model_fallback_enabled():
-            return None
+        """The predicted-fastest candidate if it beats the untuned selector by the margin."""
+        decision = self.decide(family, lane, problem, candidates, model)
+        if len(self.reasons) >= _KEEP_REASONS:
+            self.reasons.clear()
+        self.reasons[(lane.name, problem)] = decision.reason
+        return decision.pick
+
+    def decide(self, family, lane, problem, candidates: Sequence[Config], model) -> Decision:
+        """The tier's answer for ``problem`` (see the module docstring) with its reason."""
+        if model is None:
+            return Decision(None, "no tuning file ships a cost model for this lane")
+        if not model_fallback_enabled():
+            return Decision(None, f"{ENV}=0 turns the cost-model tier off")
         if lane.cost_features is None or not {"N", "K"} <= set(family.dims):
-            return None
+            return Decision(None, "the family is not GEMM-shaped or its lane describes no "
+                            "config to the cost model")
         n, k = problem.dim("N"), problem.dim("K")
         if n % ALIGN or k % ALIGN:
-            return None
+            return Decision(None, f"N={n} or K={k} is not a multiple of {ALIGN}")
         cm = self.model_for(model)
         if cm is None or problem.op not in cm.ops or cm.lane not in (None, lane.name):
-            return None
-        best, t_best, t_default = None, math.inf, math.inf
+            return Decision(None, f"the cost model serves no op {problem.op!r} on lane "
+                            f"{lane.name!r}")
+        from oasr_core.sentinels import sentinel_config
+
+        untuned = family.untuned_choice
         try:
+            stands = sentinel_config(family, lane, untuned, problem)
+            if stands is None:
+                t_fb = cm.predict_fallback(untuned.value, problem.op, problem.m, n, k,
+                                           problem.dtype)
+                if t_fb is None:
+                    return Decision(None, f"the cost model has no calibration of the "
+                                    f"{untuned.value} arm for op {problem.op!r} at N={n}, K={k}")
+                margin, fb_name = self.margin, untuned.value
+            else:
+                f = self._features(lane, stands)
+                if f is None:
+                    return Decision(None, f"no prediction for {untuned.value} ({stands.id})")
+                # Not among the candidates: it cannot serve here, so any pick beats it.
+                t_fb = cm.predict(stands.id, f, problem.m, n, k, problem.dtype) \
+                    if stands in candidates else math.inf
+                margin, fb_name = self.gate, f"{untuned.value} ({stands.id})"
+            best, t_best = None, math.inf
             for config in candidates:
                 f = self._features(lane, config)
                 if f is None:
-                    if config.id == lane.default_config:
-                        return None  # no prediction for the default: nothing to gate on
                     continue
                 t = cm.predict(config.id, f, problem.m, n, k, problem.dtype)
-                if config.id == lane.default_config:
-                    t_default = t
                 if t < t_best:
                     best, t_best = config, t
         except PluginError as exc:
             self._warn(f"lane:{lane.name}", f"oasr: cost model tier skipped: {exc}")
-            return None
-        if best is None or best.id == lane.default_config or t_best * self.gate > t_default:
-            return None
-        return best
+            return Decision(None, f"the lane's cost features are malformed: {exc}")
+        if best is None:
+            return Decision(None, "no compiled candidate can run this shape")
+        if stands is not None and best.id == stands.id:
+            return Decision(None, f"predicts {fb_name} itself is fastest ({t_best:.2f} us)")
+        if t_best * margin > t_fb:
+            return Decision(None, f"predicts no win over {fb_name}: best compiled {best.id} "
+                            f"{t_best:.2f} us x {margin:g} > {t_fb:.2f} us")
+        return Decision(best, f"predicts {best.id} {t_best:.2f} us x {margin:g} <= {fb_name} "
+                        f"{t_fb:.2f} us")
+
+
+def reason_for(pm: Any, lane: str, problem: Any) -> str | None:
+    """The reason the core's model tier (registered on ``pm``) gave for its latest decision
+    on ``problem`` of ``lane``, or None when it decided nothing there."""
+    for plugin in pm.get_plugins():
+        if isinstance(plugin, ModelTier):
+            found = plugin.reasons.get((lane, problem))
+            if found is not None:
+                return found
+    return None

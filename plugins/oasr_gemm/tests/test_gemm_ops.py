@@ -125,7 +125,24 @@ def _pretend_gpu(monkeypatch, arch="sm90"):
     pretend_cuda_device(arch=arch)
 
 
-def test_unbuildable_module_falls_back_to_torch_with_one_warning(monkeypatch):
+def _default_served(tmp_path, monkeypatch, dims=(256, 512)):
+    """A system tier whose entry serves the lane default at ``dims`` (an uncovered shape is
+    served by torch, so a test of the kernel path needs an entry)."""
+    from oasr_core import database
+    from oasr_core.runtime import get_runtime
+
+    monkeypatch.setenv("OASR_TUNE_SYSTEM_DB", str(tmp_path))
+    rt = get_runtime()
+    family, lane = rt.registry.family("gemm"), rt.registry.lane(cs.LANE_SM90)
+    database.write_entries(
+        database.tier_path(tmp_path, "sm90", family), family=family, arch="sm90", lane=lane,
+        entries={database.signature_key(family, "gemm", "fp16", dims):
+                 database.Entry(regions=((None, "default"),))},
+        configs={}, soft=database.current_soft_validators(family))
+
+
+def test_unbuildable_module_falls_back_to_torch_with_one_warning(monkeypatch, tmp_path):
+    _default_served(tmp_path, monkeypatch)
     _pretend_gpu(monkeypatch)
 
     def broken(*_args, **_kwargs):
@@ -143,7 +160,8 @@ def test_unbuildable_module_falls_back_to_torch_with_one_warning(monkeypatch):
     assert launch.library(cs.LANE_SM90, "sm90") is None
 
 
-def test_config_missing_from_the_loaded_module_is_served_by_torch(monkeypatch):
+def test_config_missing_from_the_loaded_module_is_served_by_torch(monkeypatch, tmp_path):
+    _default_served(tmp_path, monkeypatch)
     _pretend_gpu(monkeypatch)
     launch.install_library(cs.LANE_SM90, "sm90", {})
     default = cs.config(cs.LANE_SM90, cs.SM90_DEFAULT)

@@ -46,8 +46,8 @@ def test_regions_choose_the_kernel_or_torch(system_tier):
     small = ops._plan(("gemm", None, torch.float16, 512, 256, 48, 0))
     assert small.config.id == TUNED and small.args.dtype == 0 and small.args.act == 0
     assert ops._plan(("gemm", None, torch.float16, 512, 256, 4096, 0)) is ops.TORCH
-    other = ops._plan(("gemm_activation", "silu", torch.bfloat16, 512, 256, 48, 0))
-    assert other.config.id == cs.SM90_DEFAULT and other.args.act == 3 and other.args.dtype == 1
+    # No entry covers gemm_activation and the shipped model is not loaded: torch, untuned.
+    assert ops._plan(("gemm_activation", "silu", torch.bfloat16, 512, 256, 48, 0)) is ops.TORCH
     counts = get_runtime().counts
     assert counts[("gemm", "gemm", "system")] == 2 and counts[("gemm", "gemm_activation",
                                                               "default")] == 1

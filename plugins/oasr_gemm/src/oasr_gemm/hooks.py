@@ -19,7 +19,7 @@ def oasr_register_families():
     return [Family(
         name="gemm", ops=("gemm", "gemm_activation"), dims=("N", "K"), dtypes=("fp16", "bf16"),
         dtype_classes={"half": ("fp16", "bf16")}, sentinels={Sentinel.DEFAULT, Sentinel.TORCH},
-        fallback=Sentinel.DEFAULT, numerics_gate=numerics.numerics_gate,
+        fallback=Sentinel.DEFAULT, untuned=Sentinel.TORCH, numerics_gate=numerics.numerics_gate,
         soft_validators=jit.soft_validators, recorder_patches=recorder.recorder_patches,
         make_bench=bench.make_bench, description="fp16/bf16 A W^T (+bias, +act)")]
 
@@ -37,10 +37,12 @@ def oasr_register_lanes():
                   cost_features=cost.cost_features)
     return [Lane(name=cs.LANE_SM80, arch_families=fe.SM80_ARCHES, default_on=fe.SM80_DEFAULT_ON,
                  config_space=cs.space(cs.LANE_SM80), default_config=cs.SM80_DEFAULT,
-                 jit_specs=functools.partial(jit.lane_specs, cs.LANE_SM80), **common),
+                 jit_specs=functools.partial(jit.lane_specs, cs.LANE_SM80),
+                 production=functools.partial(jit.PRODUCTION.configs, cs.LANE_SM80), **common),
             Lane(name=cs.LANE_SM90, arch_families=fe.SM90_ARCHES, default_on=fe.SM90_ARCHES,
                  config_space=cs.space(cs.LANE_SM90), default_config=cs.SM90_DEFAULT,
-                 jit_specs=functools.partial(jit.lane_specs, cs.LANE_SM90), **common)]
+                 jit_specs=functools.partial(jit.lane_specs, cs.LANE_SM90),
+                 production=functools.partial(jit.PRODUCTION.configs, cs.LANE_SM90), **common)]
 
 
 @hookimpl
