@@ -37,8 +37,9 @@ Fields (names are stable; adding one bumps no version, changing one does):
     free JSON: tool, workload, engine configuration, traffic source, per-key probabilities,
     coverage, points seen and kept; a merge lists its inputs under ``merged``.
 
-A document with a newer ``schema_version`` is refused; older ones would be migrated on the raw
-mapping before structuring (none exist yet).
+A document with a newer ``schema_version`` is refused; older ones are migrated on the raw
+mapping before structuring by :data:`MIGRATIONS` (the shared :mod:`oasr_core.versions`
+mechanism; no step exists yet). Files are written with :func:`oasr_core.files.atomic_write`.
 """
 
 from __future__ import annotations
@@ -47,8 +48,7 @@ import functools
 import json
 import math
 import os
-import tempfile
-from collections.abc import Callable, Iterable, Mapping, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -57,6 +57,7 @@ import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
 from oasr_core.errors import OasrError
+from oasr_core.files import atomic_write
 from oasr_core.serialization import (
     Invalid,
     JsonObject,
@@ -65,15 +66,21 @@ from oasr_core.serialization import (
     make_converter,
 )
 from oasr_core.types import NAME_RE, freeze, thaw
+from oasr_core.versions import Migrations
 
 SCHEMA_VERSION = 1
 """The ``schema_version`` this code writes."""
 MAX_KEYS = 8
-_MIGRATIONS: dict[int, Callable[[dict[str, Any]], dict[str, Any]]] = {}
 
 
 class ShapeSetError(OasrError):
     """A ShapeSet file that is malformed, too new, or cannot be written."""
+
+
+MIGRATIONS = Migrations(kind="ShapeSet", current=SCHEMA_VERSION, steps=(), error=ShapeSetError,
+                        too_new=ShapeSetError)
+"""The ShapeSet's version history (:mod:`oasr_core.versions`): no step yet, version 1 is the
+first; a later version registers its step here."""
 
 
 def _name(_inst: object, attribute: attrs.Attribute, value: str) -> None:
@@ -296,14 +303,7 @@ def from_json(raw: Any, *, origin: str = "<shapeset>") -> ShapeSet:
     if type(version) is not int or version < 1:
         raise ShapeSetError(f"{origin}: no valid schema_version; not an oasr ShapeSet "
                             "(write one with `oasr tune census`)")
-    if version > SCHEMA_VERSION:
-        raise ShapeSetError(f"{origin}: ShapeSet schema_version {version} was written by a "
-                            f"newer oasr (this one reads up to {SCHEMA_VERSION}); upgrade oasr")
-    doc = dict(raw)
-    while version < SCHEMA_VERSION:
-        doc = _MIGRATIONS[version](doc)
-        version += 1
-    doc.pop("schema_version")
+    doc = MIGRATIONS.migrate(raw, version, origin)
     try:
         return _converter().structure(doc, ShapeSet)
     except (cattrs.BaseValidationError, ValueError, TypeError, KeyError) as exc:
@@ -332,16 +332,9 @@ def dump(shapeset: ShapeSet, path: str | os.PathLike[str]) -> Path:
     """Write ``shapeset`` atomically (temporary file, then rename); returns the path."""
     target = Path(path)
     text = json.dumps(to_json(shapeset), indent=1, sort_keys=False) + "\n"
-    tmp = None
     try:
-        target.parent.mkdir(parents=True, exist_ok=True)
-        fd, tmp = tempfile.mkstemp(prefix=f".{target.name}.", dir=target.parent)
-        with os.fdopen(fd, "w", encoding="utf-8") as f:
-            f.write(text)
-        os.replace(tmp, target)
+        atomic_write(target, text)
     except OSError as exc:
-        if tmp is not None and os.path.exists(tmp):
-            os.unlink(tmp)
         raise ShapeSetError(f"{target}: cannot write ({exc.strerror or exc})") from None
     return target
 
