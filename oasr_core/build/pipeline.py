@@ -56,16 +56,10 @@ from .sources import MeasurementSource
 
 
 @attrs.frozen
-class BuildOptions:
-    """The build's knobs (``oasr tune build`` flags of the same names)."""
+class BuildOptions(PartitionOptions):
+    """The build's knobs (``oasr tune build`` flags of the same names): the partition's
+    (inherited, in the same order) and the build's own."""
 
-    min_speedup: float = 1.05
-    noise_k: float = 2.0
-    tie: float = 0.01
-    cover_eps: float = 0.03
-    lam_frac: float = 0.005
-    uniform_share: float = 0.5
-    prefer_sentinels: bool = True
     top_k: int = 28
     """Configs each cost model keeps per point when pruning. Measured on the H200 log of the
     111-config sm90 gemm space (benchmarks/results/h200_cost_model.md): the union of both
@@ -87,10 +81,8 @@ class BuildOptions:
 
     def partition_options(self) -> PartitionOptions:
         """The partition's share of the knobs."""
-        return PartitionOptions(min_speedup=self.min_speedup, noise_k=self.noise_k,
-                                tie=self.tie, cover_eps=self.cover_eps, lam_frac=self.lam_frac,
-                                uniform_share=self.uniform_share,
-                                prefer_sentinels=self.prefer_sentinels)
+        return PartitionOptions(**{f.name: getattr(self, f.name)
+                                   for f in attrs.fields(PartitionOptions)})
 
     def knobs(self) -> dict[str, Any]:
         """The knobs that change what a signature measures or decides (for its digest)."""
