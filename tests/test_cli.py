@@ -35,14 +35,20 @@ def test_select_prints_config_and_tier(env):
     data = json.loads(res.stdout)
     assert (data["choice"], data["tier"], data["lane"]) == ("a", "system", "tg_main")
     assert data["params"]["tile"] == [32, 64]
+    assert data["reason"] == "system tier entry tg|op=gemm|dt=half|N=512|K=256"
     res = env["run"](*SELECT, "--m", "4096")
-    assert res.stdout.strip() == "torch  (tier system, lane tg_main)"
+    assert res.stdout.strip().splitlines() == [
+        "torch  (tier system, lane tg_main)",
+        "  why: system tier entry tg|op=gemm|dt=half|N=512|K=256"]
 
 
 def test_select_default_names_the_config_it_runs(env):
     res = env["run"](*SELECT, "--m", "16")
     assert res.exit_code == 0
-    assert res.stdout.strip() == "default  (tier default, lane tg_main, runs d)"
+    assert res.stdout.strip().splitlines() == [
+        "default  (tier default, lane tg_main, runs d)",
+        "  why: no user or system entry covers it; the family's untuned selector is default; "
+        "cost model: no tuning file ships a cost model for this lane"]
 
 
 @pytest.mark.parametrize("args, needle", [

@@ -202,6 +202,7 @@ def test_with_the_real_gemm_plugin(example_site, real_gemm, empty_system_db) -> 
     assert row["lanes"] == [LANE] and row["failures"] == []
     selected = run_json(["-m", "oasr_core.cli", *SELECT], example_site, *real_gemm,
                         system_db=empty_system_db)
-    assert (selected["lane"], selected["config"]) == (LANE, DEFAULT)
+    # The lane is the active one; the real gemm family serves an uncovered shape with torch.
+    assert (selected["lane"], selected["choice"], selected["tier"]) == (LANE, "torch", "default")
     removed = run(["-m", "oasr_core.cli", *SELECT], *real_gemm, system_db=empty_system_db)
     assert removed.returncode == 2 and LANE in removed.stderr
