@@ -90,8 +90,11 @@ def test_bad_documents_are_refused_with_the_reason(census, tmp_path, edit, needl
 
 
 def test_unreadable_files_are_refused(tmp_path):
-    with pytest.raises(ss.ShapeSetError, match="cannot read"):
+    with pytest.raises(ss.ShapeSetError, match="missing.json: no such file"):
         ss.load(tmp_path / "missing.json")
+    (tmp_path / "empty.json").write_text("\n")
+    with pytest.raises(ss.ShapeSetError, match="empty.json: empty file"):
+        ss.load(tmp_path / "empty.json")
     (tmp_path / "x.json").write_text("{nope")
     with pytest.raises(ss.ShapeSetError, match="not valid JSON"):
         ss.load(tmp_path / "x.json")

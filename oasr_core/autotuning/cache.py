@@ -53,7 +53,7 @@ from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, overrid
 
 from oasr_core import files
 from oasr_core.database import parse_signature_key
-from oasr_core.database.codec import parse_text
+from oasr_core.database.codec import read_document
 from oasr_core.database.schema import canonical_json
 from oasr_core.errors import DatabaseError, OasrWarning
 from oasr_core.serialization import (
@@ -351,20 +351,7 @@ def dumps(cache: CacheFile) -> str:
 
 def read_cache(path: str | os.PathLike[str]) -> CacheFile:
     """Read the cache file at ``path``; :class:`CacheFileError` names the file and problem."""
-    origin = str(path)
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise CacheFileError(f"{origin}: no such file") from None
-    except OSError as exc:
-        raise CacheFileError(f"{origin}: cannot read ({exc.strerror or exc})") from None
-    if not data.strip():
-        raise CacheFileError(f"{origin}: empty file")
-    try:
-        raw = parse_text(data, origin=origin)
-    except DatabaseError as exc:
-        raise CacheFileError(str(exc)) from None
-    return decode(raw, origin=origin)
+    return decode(read_document(path, error=CacheFileError), origin=str(path))
 
 
 def load_cache(path: str | os.PathLike[str], arch: str) -> CacheFile:

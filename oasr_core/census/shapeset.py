@@ -315,17 +315,9 @@ def from_json(raw: Any, *, origin: str = "<shapeset>") -> ShapeSet:
 
 def load(path: str | os.PathLike[str]) -> ShapeSet:
     """Read a ShapeSet file; :class:`ShapeSetError` says what is wrong and where."""
-    from oasr_core.database.codec import parse_text
+    from oasr_core.database.codec import read_document
 
-    try:
-        data = Path(path).read_bytes()
-    except OSError as exc:
-        raise ShapeSetError(f"{path}: cannot read ({exc.strerror or exc})") from None
-    try:
-        raw = parse_text(data, origin=str(path))
-    except OasrError as exc:
-        raise ShapeSetError(str(exc)) from None
-    return from_json(raw, origin=str(path))
+    return from_json(read_document(path, error=ShapeSetError), origin=str(path))
 
 
 def dump(shapeset: ShapeSet, path: str | os.PathLike[str]) -> Path:

@@ -10,7 +10,9 @@ from __future__ import annotations
 
 import functools
 import json
+import os
 from collections.abc import Mapping
+from pathlib import Path
 from typing import Any
 
 import cattrs
@@ -120,6 +122,30 @@ def _reject_duplicates(pairs: list[tuple[str, Any]]) -> dict[str, Any]:
 
 def _reject_constant(name: str) -> Any:
     raise ValueError(f"{name} is not JSON")
+
+
+def read_document(path: str | os.PathLike[str], *, error: type[Exception] = DatabaseError,
+                  empty_ok: bool = False) -> Any:
+    """Read and parse the JSON file at ``path`` (:func:`parse_text`), every problem one line
+    naming the file, raised as ``error``: missing, unreadable, empty (unless ``empty_ok``,
+    which returns None), not UTF-8, not JSON, nested too deeply."""
+    origin = str(path)
+    try:
+        data = Path(path).read_bytes()
+    except FileNotFoundError:
+        raise error(f"{origin}: no such file") from None
+    except OSError as exc:
+        raise error(f"{origin}: cannot read ({exc.strerror or exc})") from None
+    if not data.strip():
+        if empty_ok:
+            return None
+        raise error(f"{origin}: empty file")
+    try:
+        return parse_text(data, origin=origin)
+    except DatabaseError as exc:
+        if error is DatabaseError:
+            raise
+        raise error(str(exc)) from None
 
 
 def parse_text(data: bytes, *, origin: str) -> Any:

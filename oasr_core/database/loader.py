@@ -11,12 +11,11 @@ from __future__ import annotations
 
 import os
 from collections.abc import Iterable, Mapping
-from pathlib import Path
 
 from oasr_core.errors import DatabaseError
 from oasr_core.types import Family, Lane, Sentinel
 
-from .codec import decode, parse_text
+from .codec import decode, read_document
 from .keys import check_key
 from .migrations import SchemaTooNewError
 from .schema import TuningFile
@@ -28,16 +27,7 @@ def read_tuning_file(path: str | os.PathLike[str]) -> TuningFile:
     For tools that look at any tuning file (``oasr tune diff``); the runtime uses
     :func:`load_tuning_file`.
     """
-    origin = str(path)
-    try:
-        data = Path(path).read_bytes()
-    except FileNotFoundError:
-        raise DatabaseError(f"{origin}: no such file") from None
-    except OSError as exc:
-        raise DatabaseError(f"{origin}: cannot read ({exc.strerror or exc})") from None
-    if not data.strip():
-        raise DatabaseError(f"{origin}: empty file")
-    return decode(parse_text(data, origin=origin), origin=origin)
+    return decode(read_document(path), origin=str(path))
 
 
 def load_tuning_file(path: str | os.PathLike[str], *, family: Family, arch: str,
