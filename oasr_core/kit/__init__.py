@@ -7,8 +7,9 @@ serves its ops and keeps its per-epoch state:
   that follow it (:class:`EpochMemo`): a reload or a new runtime empties them, no call needed;
 - :mod:`oasr_core.kit.serving`: :class:`Serving`, one family's call plans per epoch, counted
   torch fallbacks, warn-once per epoch, its loaded production libraries, refresh on reload;
-- :mod:`oasr_core.kit.launching`: launching a prepared call on the operands' device and
-  torch's current stream (imports torch; for ops modules);
+- :mod:`oasr_core.kit.calls`: :class:`PreparedCall`, one kernel's call at one shape,
+  launched on the operands' device and torch's current stream;
+- :mod:`oasr_core.kit.launching`: the torch-side helpers of an ops module (imports torch);
 - :mod:`oasr_core.kit.workspace`: :class:`WorkspacePool`, grow-only buffers per (device,
   stream);
 - :mod:`oasr_core.kit.production`: :class:`ProductionSet`, the production compile set of a
@@ -25,7 +26,7 @@ from typing import Any
 
 _NAMES = {"Epoch": "epoch", "EpochMemo": "epoch", "LaneSpaces": "lanes", "by_lane": "lanes",
           "fits_arch": "lanes", "ProductionSet": "production", "cutlass_stamps": "production",
-          "lane_specs": "production", "TORCH": "serving", "LaunchError": "serving",
+          "lane_specs": "production", "PreparedCall": "calls", "TORCH": "serving", "LaunchError": "serving",
           "Serving": "serving", "BufferKind": "workspace", "WorkspacePool": "workspace"}
 
 __all__ = sorted(_NAMES)

@@ -1,30 +1,27 @@
-"""Launching a prepared call on torch's current stream of the operands' device.
+"""Torch-side helpers of a family's ops module (it imports torch).
 
-For a family's ops module (it imports torch). The stream comes from
-``torch._C._cuda_getCurrentRawStream`` (about 0.1 us, where ``current_stream().cuda_stream``
-costs several), so a launch is capturable in a CUDA graph on whatever stream captures; when the
-operands live on another device than the current one, the launch runs under that device.
+Launching itself is the prepared call's (:class:`oasr_core.kit.calls.PreparedCall`: the
+current stream of the operands' device, under that device); here are the pieces around it.
 """
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Any
 
 import torch
 
-# A CPU-only torch build lacks both; nothing launches there (no tensor is on a CUDA device).
-_current_stream = getattr(torch._C, "_cuda_getCurrentRawStream", None)
+# A CPU-only torch build lacks it; there no tensor is on a CUDA device.
 _current_device = getattr(torch._C, "_cuda_getDevice", None)
 
 
-def launch_on(device: int, plan: Any, *pointers: Any) -> int:
-    """``plan.launch(*pointers, device, stream)`` on ``device``'s current stream; the
-    launcher's status (0 = ok)."""
-    stream = _current_stream(device)
-    if _current_device() == device:
-        return plan.launch(*pointers, device, stream)
+def on_device(device: int, fn: Callable[[], Any]) -> Any:
+    """``fn()`` with CUDA device ``device`` current (for work that reads the current device,
+    such as resolving a plan whose heuristic asks for the device's SM count)."""
+    if _current_device is None or _current_device() == device:
+        return fn()
     with torch.cuda.device(device):
-        return plan.launch(*pointers, device, stream)
+        return fn()
 
 
 def into_out(result: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:

@@ -196,7 +196,7 @@ def test_prepared_call_binds_codes_and_a_call_record():
     kernel = launch.Kernel(config, fake_launcher, fake_workspace)
     prepared = kernel.prepare("bf16", 64, 256, 512, "gelu")
     assert prepared.address == ctypes.addressof(prepared.args)
-    assert prepared.launch(16, 32, 0, 48, 0, 7) == 0
+    assert prepared.launch(0, 7, 16, 32, 0, 48) == 0
     assert calls == [((64, 256, 512, 1, 2, 4, None), (16, 32, 0, 48, 7))]
 
 

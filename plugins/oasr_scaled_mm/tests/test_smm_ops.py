@@ -223,7 +223,9 @@ def test_untuned_shapes_take_the_heuristic_and_bind_a_prepared_call(monkeypatch)
     launch.LIBRARIES.install(cs.LANE_SM90, "sm90", _fake_library())
     assert ops.select_config(768, 256, 11 * 128, "sm90").id == "ws_128x128x128_c1x1"
     plan = ops._plan((cs.OP_MM, torch.bfloat16, 768, 256, 11 * 128, 0))
-    assert plan.config.id == "ws_128x128x128_c1x1" and plan.op == cs.OP_MM
+    kernels = launch.LIBRARIES.get(cs.LANE_SM90, "sm90")
+    assert plan.config.id == "ws_128x128x128_c1x1"
+    assert plan.fn is kernels[(cs.OP_MM, plan.config.id)].fn
     assert (plan.args.m, plan.args.n, plan.args.k, plan.args.dtype) == (1408, 768, 256, 1)
     quant = ops._plan((cs.OP_QUANT, torch.int8, 768, 256, 1, 0))
     assert quant.config.id == "ws_64x32x128_c1x1" and quant.args.dtype == 2
@@ -322,7 +324,7 @@ def test_prepared_call_passes_every_pointer_and_the_out_scale():
     kernel = launch.Kernel(config, cs.OP_QUANT, fake_launcher, lambda *a: 0)
     prepared = kernel.prepare("int8", 64, 256, 512)
     assert prepared.address == ctypes.addressof(prepared.args)
-    assert prepared.launch(16, 32, 48, 64, 0, 0, 0.25, 80, 0, 7) == 0
+    assert prepared.launch(0, 7, 16, 32, 48, 64, 0, 0, 0.25, 80) == 0
     assert calls == [((64, 256, 512, 2, None), (16, 32, 48, 64, 0, 0, 0.25, 80, 7))]
     assert launch.out_scale_args(0.5) == (0, 0.5)
     assert launch.out_scale_args(torch.ones(1))[0] != 0

@@ -17,6 +17,7 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from oasr_core.jit.libraries import Libraries
+from oasr_core.kit.serving import LaunchError
 from oasr_core.types import Config, Problem, Sentinel
 
 BENCH_ACTIVATION = "silu"
@@ -42,25 +43,20 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
     """The :class:`oasr_core.bench.BenchCase` of ``problem`` (see the module docstring)."""
     import torch
     from oasr_core.bench import BenchCase
-    from oasr_core.runtime import device_arch_of
+    from oasr_core.kit import benching
 
     from oasr_gemm import numerics
 
     n, k, m = problem.dim("N"), problem.dim("K"), problem.m
     act = BENCH_ACTIVATION if problem.op == "gemm_activation" else None
-    dev = torch.device(options.device)
-    index = dev.index if dev.index is not None else torch.cuda.current_device()
-    a, w, bias = numerics.make_operands(m, n, k, problem.dtype, device=dev, seed=options.seed)
+    where = benching.bench_device(options, FULL)
+    a, w, bias = numerics.make_operands(m, n, k, problem.dtype, device=where.device,
+                                        seed=options.seed)
     weight_bytes = n * k * a.element_size()
-    copies = options.copies_for(weight_bytes)
-    weights = [w] + [w.clone() for _ in range(copies - 1)]
-    out = torch.empty(m, n, dtype=a.dtype, device=dev)
+    copies, weights = benching.weight_copies(w, options, weight_bytes)
+    out = torch.empty(m, n, dtype=a.dtype, device=where.device)
     ref = numerics.reference(a, w, bias, act)
     torch_out = numerics.torch_output(a, w, bias, act)
-    lane = options.lane
-    kernels = FULL.get(lane, device_arch_of(index)) if lane else {}
-    stream_of = torch._C._cuda_getCurrentRawStream
-    arms, rejected = {}, {}
 
     def torch_arm(i: int) -> Any:
         torch.addmm(bias, a, weights[i].t(), out=out)
@@ -68,36 +64,18 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
             torch.nn.functional.silu(out, inplace=True)
         return out
 
-    for choice in choices:
-        name = choice.value if isinstance(choice, Sentinel) else choice.id
-        cfg = options.config_of(choice, problem)
-        if cfg is None:
-            if choice is Sentinel.TORCH:
-                arms[name] = torch_arm
-            else:
-                rejected[name] = f"{name} has no gemm launcher"
-            continue
-        kernel = kernels.get(cfg.id)
+    def kernel_arm(cfg: Config) -> benching.Arm:
+        kernel = where.kernels.get(cfg.id)
         if kernel is None:
-            rejected[name] = f"{cfg.id} is not compiled in the {lane} module"
-            continue
-        try:
-            prepared = kernel.prepare(problem.dtype, m, n, k, act)
-        except Exception as exc:  # a refused shape is one rejected arm, not a failed build
-            rejected[name] = str(exc)
-            continue
+            raise LaunchError(f"{cfg.id} is not compiled in the {options.lane} module")
+        operands = [(a.data_ptr(), wi.data_ptr(), bias.data_ptr(), out.data_ptr())
+                    for wi in weights]
+        return benching.kernel_arm(kernel.prepare(problem.dtype, m, n, k, act), where.index,
+                                   operands, out,
+                                   f"{options.lane}/{cfg.id} refused m={m} n={n} k={k}")
 
-        def run(i: int, p=prepared, cid=cfg.id) -> Any:
-            status = p.launch(a.data_ptr(), weights[i].data_ptr(), bias.data_ptr(),
-                              out.data_ptr(), index, stream_of(index))
-            if status:
-                from oasr_gemm.launch import LaunchError, status_text
-
-                raise LaunchError(f"{lane}/{cid} refused m={m} n={n} k={k}: "
-                                  f"{status_text(status)}")
-            return out
-
-        arms[name] = run
+    arms, rejected = benching.choice_arms(problem, choices, options, family="gemm",
+                                          torch_arm=lambda: torch_arm, kernel_arm=kernel_arm)
     return BenchCase(arms=arms, copies=copies, weight_bytes=weight_bytes, rejected=rejected,
                      gate=lambda o: numerics.numerics_gate(o, torch_out, ref,
                                                            dtype=problem.dtype))

@@ -1,11 +1,9 @@
 """ctypes binding of the gemm launchers: loaded lane libraries, workspaces, prepared calls.
 
 The C side caches prepared kernel parameters per call key (``csrc/oasr_gemm/common.cuh``); the
-Python side caches, per shape, a :class:`Prepared` record holding the bound launcher, the
-dtype/activation codes and the workspace sizes, so a call costs one ctypes call plus the
-launch. Launches go to torch's current stream through
-``torch._C._cuda_getCurrentRawStream`` (about 0.1 us, where ``current_stream().cuda_stream``
-costs several).
+Python side caches, per shape, the kit's :class:`~oasr_core.kit.calls.PreparedCall` holding
+the bound launcher, the dtype/activation codes and the workspace sizes, so a call costs one
+ctypes call plus the launch, on torch's current stream.
 
 Workspaces come from the kit's grow-only pool per (device, stream)
 (:class:`oasr_core.kit.WorkspacePool`): scratch (any content) and semaphores (zero-filled once;
@@ -26,6 +24,7 @@ import attrs
 from oasr_core.jit import kit
 from oasr_core.jit.kit import CallArgs
 from oasr_core.kit import BufferKind, LaunchError, Serving, WorkspacePool
+from oasr_core.kit.calls import PreparedCall
 from oasr_core.types import Config
 
 from oasr_gemm import codegen
@@ -76,8 +75,9 @@ class Kernel:
         return cls(config, fn, ws)
 
     def prepare(self, dtype: str, m: int, n: int, k: int, activation: str | None, *,
-                pdl: bool | None = None, fused: bool = False) -> Prepared:
-        """The per-shape call record (queries the workspace this shape needs, once).
+                pdl: bool | None = None, fused: bool = False) -> PreparedCall:
+        """The per-shape prepared call (queries the workspace this shape needs, once); its
+        operands are ``(a_ptr, w_ptr, bias_ptr, d_ptr)``.
 
         ``pdl`` (default :func:`pdl_enabled`) sets the programmatic-dependent-launch flag
         for the kernels that wait on the previous grid (:func:`codegen.pdl_capable`).
@@ -94,8 +94,8 @@ class Kernel:
                               f"m={m} n={n} k={k} {dtype}")
         args = CallArgs(m=m, n=n, k=k, dtype=code, act=codegen.ACT_CODES[activation],
                         split=split, flags=(FLAG_PDL if pdl else 0) | (FLAG_FUSED if fused else 0))
-        return Prepared(self.fn, args, ctypes.addressof(args), int(scratch), int(sems.value),
-                        self.config)
+        return PreparedCall(self.fn, args, self.config, (int(scratch), int(sems.value)),
+                            WORKSPACES)
 
     def run(self, a: Any, w: Any, bias: Any = None, out: Any = None,
             activation: str | None = None, *, fused: bool = False) -> Any:
@@ -114,42 +114,12 @@ class Kernel:
             out = torch.empty((*a.shape[:-1], n), dtype=a.dtype, device=a.device)
         prepared = self.prepare(dtype, m, n, k, activation, fused=fused)
         dev = a.get_device()
-        status = prepared.launch(a.data_ptr(), w.data_ptr(),
-                                 bias.data_ptr() if bias is not None else 0, out.data_ptr(),
-                                 dev, torch._C._cuda_getCurrentRawStream(dev))
+        status = prepared(dev, a.data_ptr(), w.data_ptr(),
+                          bias.data_ptr() if bias is not None else 0, out.data_ptr())
         if status:
             raise LaunchError(f"{self.config.lane}/{self.config.id} refused m={m} n={n} k={k} "
                               f"{dtype} {activation}: {status_text(status)}")
         return out
-
-
-@attrs.define(slots=True, eq=False)
-class Prepared:
-    """What a call of one shape needs besides its tensors: the launcher and its call record."""
-
-    fn: Any
-    args: CallArgs
-    """Sizes, codes and split-K factor (workspace fields are filled per call when needed)."""
-    address: int
-    """``ctypes.addressof(args)``, passed to the launcher."""
-    scratch_bytes: int
-    semaphore_bytes: int
-    config: Config
-
-    def launch(self, a_ptr: int, w_ptr: int, bias_ptr: int, d_ptr: int, device: int,
-               stream: int) -> int:
-        """Run on ``stream``; returns the launcher's status (0 = ok).
-
-        Configs without a workspace reuse one call record; the others get a copy holding the
-        (device, stream) buffers, so concurrent calls on other streams never share one.
-        """
-        if not (self.scratch_bytes or self.semaphore_bytes):
-            return self.fn(self.address, a_ptr, w_ptr, bias_ptr, d_ptr, stream)
-        args = CallArgs.from_buffer_copy(self.args)
-        (args.workspace, args.workspace_bytes, args.semaphores,
-         args.semaphore_bytes) = WORKSPACES.get(device, stream, (self.scratch_bytes,
-                                                                 self.semaphore_bytes))
-        return self.fn(ctypes.addressof(args), a_ptr, w_ptr, bias_ptr, d_ptr, stream)
 
 
 def status_text(status: int) -> str:

@@ -25,7 +25,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from oasr_core.kit import TORCH
-from oasr_core.kit.launching import into_out, launch_on
+from oasr_core.kit.launching import into_out
 from oasr_core.runtime import device_arch_of
 
 from oasr_gemm import launch
@@ -35,6 +35,8 @@ from oasr_gemm.numerics import ACTIVATIONS, apply_activation
 __all__ = ["gemm", "gemm_activation", "reserve_workspace", "stats", "reset_stats", "clear_memo"]
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
 _PLANS = SERVING.plans
 _FALLBACKS = SERVING.fallbacks
 stats = SERVING.stats
@@ -45,7 +47,7 @@ clear_memo = SERVING.clear
 def gemm(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
          out: torch.Tensor | None = None) -> torch.Tensor:
     """``a @ w.T (+ bias)``, like ``F.linear``; written into ``out`` when given."""
-    if torch.compiler.is_compiling():
+    if _compiling():
         return into_out(torch.ops.oasr.gemm(a, w, bias), out)
     return _run("gemm", None, a, w, bias, out)
 
@@ -55,7 +57,7 @@ def gemm_activation(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
     """``act(a @ w.T + bias)`` with ``activation`` in relu, gelu (erf), silu, fused."""
     if activation not in ACTIVATIONS:
         raise ValueError(f"activation {activation!r} is not one of {ACTIVATIONS}")
-    if torch.compiler.is_compiling():
+    if _compiling():
         return into_out(torch.ops.oasr.gemm_activation(a, w, bias, activation), out)
     return _run("gemm_activation", activation, a, w, bias, out)
 
@@ -78,7 +80,7 @@ def _unsupported(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, n:
     if bias is not None and (bias.dtype != dtype or bias.shape != (n,)
                              or bias.get_device() != dev or not bias.is_contiguous()):
         return "bias"
-    if torch.is_grad_enabled() and (a.requires_grad or w.requires_grad
+    if _grad_enabled() and (a.requires_grad or w.requires_grad
                                     or (bias is not None and bias.requires_grad)):
         return "autograd"
     return None
@@ -114,18 +116,29 @@ def _run(op: str, activation: str | None, a: torch.Tensor, w: torch.Tensor,
     m = a.numel() // k if k else 0
     if m == 0:
         return _torch_path("empty", activation, a, w, bias, out)
-    key = (op, activation, a.dtype, n, k, m, dev)
+    dtype = a.dtype
+    key = (op, activation, dtype, n, k, m, dev)
     plan = _PLANS.table.get(key)
     if plan is TORCH:
         # The tiers chose torch for this shape: no operand checks, torch takes anything.
         return _torch_path("selected", activation, a, w, bias, out)
-    reason = _unsupported(a, w, bias, n, k)
-    if reason is not None:
-        return _torch_path(reason, activation, a, w, bias, out)
-    if plan is None:
-        plan = _plan(key)
-    if plan is TORCH:
-        return _torch_path("selected", activation, a, w, bias, out)
+    # A plan exists only for a dtype the kernels take and aligned N, K (the key holds them);
+    # the rest is per call, checked inline, the reason looked up only when a check fails.
+    if plan is None or not (
+            a.is_cuda and w.is_cuda and w.dtype is dtype and a.is_contiguous()
+            and w.is_contiguous() and w.get_device() == dev
+            and (bias is None or (bias.dtype is dtype and bias.dim() == 1
+                                  and bias.numel() == n and bias.get_device() == dev
+                                  and bias.is_contiguous()))
+            and not (_grad_enabled() and (a.requires_grad or w.requires_grad
+                                          or (bias is not None and bias.requires_grad)))):
+        reason = _unsupported(a, w, bias, n, k)
+        if reason is not None:
+            return _torch_path(reason, activation, a, w, bias, out)
+        if plan is None:
+            plan = _plan(key)
+        if plan is TORCH:
+            return _torch_path("selected", activation, a, w, bias, out)
     if out is None:
         out = a.new_empty((m, n) if len(ashape) == 2 else (*ashape[:-1], n))
     elif not out.is_contiguous():
@@ -134,7 +147,7 @@ def _run(op: str, activation: str | None, a: torch.Tensor, w: torch.Tensor,
     b_ptr = bias.data_ptr() if bias is not None else 0
     if (a_ptr | w_ptr | d_ptr | b_ptr) & 15:
         return _torch_path("misaligned", activation, a, w, bias, out)
-    status = launch_on(dev, plan, a_ptr, w_ptr, b_ptr, d_ptr)
+    status = plan(dev, a_ptr, w_ptr, b_ptr, d_ptr)
     if status:
         SERVING.refused(key, plan.config, launch.status_text(status),
                         f"op={op} N={n} K={k} M={m}")

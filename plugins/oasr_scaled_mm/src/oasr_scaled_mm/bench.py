@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 from oasr_core.jit.libraries import Libraries
+from oasr_core.kit.serving import LaunchError
 from oasr_core.types import Config, Problem, Sentinel
 
 from oasr_scaled_mm.config_space import OP_QUANT
@@ -49,53 +50,40 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
     """The :class:`oasr_core.bench.BenchCase` of ``problem`` (see the module docstring)."""
     import torch
     from oasr_core.bench import BenchCase
-    from oasr_core.runtime import device_arch_of
+    from oasr_core.kit import benching
 
     from oasr_scaled_mm import numerics, reference
-    from oasr_scaled_mm.launch import LaunchError, status_text
 
     n, k, m = problem.dim("N"), problem.dim("K"), problem.m
     quant = problem.op == OP_QUANT
     out_dtype = torch.int8 if quant else torch.float16
     out_name = "int8" if quant else "fp16"
-    dev = torch.device(options.device)
-    index = dev.index if dev.index is not None else torch.cuda.current_device()
-    a, a_scale, w, w_scale, bias = numerics.make_operands(m, n, k, device=dev, seed=options.seed)
+    where = benching.bench_device(options, FULL)
+    a, a_scale, w, w_scale, bias = numerics.make_operands(m, n, k, device=where.device,
+                                                          seed=options.seed)
     weight_bytes = n * k + 4 * n
-    copies = options.copies_for(weight_bytes)
-    weights = [w] + [w.clone() for _ in range(copies - 1)]
+    copies, weights = benching.weight_copies(w, options, weight_bytes)
     y = reference.scale(reference.exact_acc(a, w), a_scale, w_scale, bias)
     out_scale = numerics.out_scale_for(y) if quant else 1.0
-    out_scale_t = torch.tensor([out_scale], dtype=torch.float32, device=dev)
+    out_scale_t = torch.tensor([out_scale], dtype=torch.float32, device=where.device)
     exact = reference.quantize_output(y, out_scale_t) if quant else y.to(out_dtype)
-    out = torch.empty(m, n, dtype=out_dtype, device=dev)
-    lane = options.lane
-    kernels = FULL.get(lane, device_arch_of(index)) if lane else {}
-    stream_of = torch._C._cuda_getCurrentRawStream
-    arms: dict[str, Any] = {}
-    rejected: dict[str, str] = {}
-    prepared_of: dict[str, Any] = {}
+    out = torch.empty(m, n, dtype=out_dtype, device=where.device)
+    arm_of: dict[str, benching.Arm] = {}
 
-    def launcher(cfg: Config) -> Any:
-        if cfg.id not in prepared_of:
-            kernel = kernels.get((problem.op, cfg.id))
+    def kernel_arm(cfg: Config) -> benching.Arm:
+        if cfg.id not in arm_of:
+            kernel = where.kernels.get((problem.op, cfg.id))
             if kernel is None:
                 why = ("has no quantizing launcher (Stream-K)" if quant
-                       and cfg.params.get("stream_k") else f"is not compiled in the {lane} module")
+                       and cfg.params.get("stream_k")
+                       else f"is not compiled in the {options.lane} module")
                 raise LaunchError(f"{cfg.id} {why}")
-            prepared_of[cfg.id] = kernel.prepare(out_name, m, n, k)
-        return prepared_of[cfg.id]
-
-    def kernel_arm(prepared: Any, cid: str) -> Any:
-        def run(i: int) -> Any:
-            status = prepared.launch(a.data_ptr(), weights[i].data_ptr(), a_scale.data_ptr(),
-                                     w_scale.data_ptr(), bias.data_ptr(), 0, out_scale,
-                                     out.data_ptr(), index, stream_of(index))
-            if status:
-                raise LaunchError(f"{lane}/{cid} refused m={m} n={n} k={k}: "
-                                  f"{status_text(status)}")
-            return out
-        return run
+            operands = [(a.data_ptr(), wi.data_ptr(), a_scale.data_ptr(), w_scale.data_ptr(),
+                         bias.data_ptr(), 0, out_scale, out.data_ptr()) for wi in weights]
+            arm_of[cfg.id] = benching.kernel_arm(
+                kernel.prepare(out_name, m, n, k), where.index, operands, out,
+                f"{options.lane}/{cfg.id} refused m={m} n={n} k={k}")
+        return arm_of[cfg.id]
 
     padded = a if m >= MIN_INT_MM_ROWS else torch.cat([a, a.new_zeros(MIN_INT_MM_ROWS - m, k)])
 
@@ -105,31 +93,22 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
         out.copy_(reference.quantize_output(value, out_scale_t) if quant else value)
         return out
 
-    for choice in choices:
-        name = choice.value if isinstance(choice, Sentinel) else choice.id
-        cfg = options.config_of(choice, problem)
-        if cfg is None:
-            if choice is Sentinel.TORCH:
-                try:
-                    torch_arm(0)
-                    arms[name] = torch_arm
-                except RuntimeError as exc:
-                    rejected[name] = f"torch._int_mm refused the shape: {exc}"
-            else:
-                rejected[name] = f"{name} has no scaled_mm launcher"
-            continue
+    def checked_torch_arm() -> benching.Arm:
         try:
-            arms[name] = kernel_arm(launcher(cfg), cfg.id)
-        except Exception as exc:  # a refused shape is one rejected arm, not a failed build
-            rejected[name] = str(exc)
+            torch_arm(0)
+        except RuntimeError as exc:
+            raise LaunchError(f"torch._int_mm refused the shape: {exc}") from exc
+        return torch_arm
 
+    arms, rejected = benching.choice_arms(problem, choices, options, family="scaled_mm",
+                                          torch_arm=checked_torch_arm, kernel_arm=kernel_arm)
     gate_ref = exact
     heuristic = options.config_of(Sentinel.HEURISTIC, problem) \
         if options.resolve is not None else None
     if heuristic is not None:
         try:
-            kernel_arm(launcher(heuristic), heuristic.id)(0)
-            torch.cuda.synchronize(dev)
+            kernel_arm(heuristic)(0)
+            torch.cuda.synchronize(where.device)
             gate_ref = out.clone()
         except Exception:  # an unlaunchable heuristic: the exact reference is the same bits
             gate_ref = exact

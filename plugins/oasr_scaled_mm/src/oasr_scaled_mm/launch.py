@@ -1,10 +1,9 @@
 """ctypes binding of the scaled_mm launchers: loaded lane libraries, workspaces, prepared calls.
 
 The C side caches prepared kernel parameters per call key (``csrc/oasr_scaled_mm/common.cuh``);
-the Python side caches, per shape, a :class:`Prepared` record holding the bound launcher, the
-output dtype code and the scratch size, so a call costs one ctypes call plus the launch.
-Launches go to torch's current stream through ``torch._C._cuda_getCurrentRawStream`` (about
-0.1 us, where ``current_stream().cuda_stream`` costs several).
+the Python side caches, per shape, the kit's :class:`~oasr_core.kit.calls.PreparedCall`
+holding the bound launcher, the output dtype code and the scratch size, so a call costs one
+ctypes call plus the launch, on torch's current stream.
 
 Only Stream-K configs need scratch (int32 partials and barrier flags, which the launcher zeroes
 before each launch). It comes from the kit's grow-only pool per (device, stream)
@@ -22,6 +21,7 @@ from typing import Any
 import attrs
 from oasr_core.jit.kit import CallArgs
 from oasr_core.kit import BufferKind, LaunchError, Serving, WorkspacePool
+from oasr_core.kit.calls import PreparedCall
 from oasr_core.types import Config
 
 from oasr_scaled_mm import codegen
@@ -51,15 +51,17 @@ class Kernel:
         ws.argtypes, ws.restype = _WORKSPACE_ARGTYPES, ctypes.c_int64
         return cls(config, op, fn, ws)
 
-    def prepare(self, out_dtype: str, m: int, n: int, k: int) -> Prepared:
-        """The per-shape call record (queries the scratch this shape needs, once)."""
+    def prepare(self, out_dtype: str, m: int, n: int, k: int) -> PreparedCall:
+        """The per-shape prepared call (queries the scratch this shape needs, once); its
+        operands are ``(a_ptr, w_ptr, a_scale_ptr, w_scale_ptr, bias_ptr, out_scale_ptr,
+        out_scale, d_ptr)``."""
         code = codegen.OUT_CODES[out_dtype]
         scratch = self.workspace_fn(m, n, k, code)
         if scratch < 0:
             raise LaunchError(f"{self.config.lane}/{self.config.id} ({self.op}): workspace "
                               f"query refused m={m} n={n} k={k} {out_dtype}")
         args = CallArgs(m=m, n=n, k=k, dtype=code, split=1)
-        return Prepared(self.fn, args, ctypes.addressof(args), int(scratch), self.config, self.op)
+        return PreparedCall(self.fn, args, self.config, (int(scratch),), WORKSPACES)
 
     def run(self, a: Any, w: Any, a_scale: Any, w_scale: Any, bias: Any = None, *,
             out_dtype: Any = None, out_scale: Any = None, out: Any = None) -> Any:
@@ -82,11 +84,9 @@ class Kernel:
             out = torch.empty((*a.shape[:-1], n), dtype=tdtype, device=a.device)
         prepared = self.prepare(name, m, n, k)
         os_ptr, os_val = out_scale_args(out_scale)
-        dev = a.get_device()
-        status = prepared.launch(a.data_ptr(), w.data_ptr(), a_scale.data_ptr(),
-                                 w_scale.data_ptr(), bias.data_ptr() if bias is not None else 0,
-                                 os_ptr, os_val, out.data_ptr(), dev,
-                                 torch._C._cuda_getCurrentRawStream(dev))
+        status = prepared(a.get_device(), a.data_ptr(), w.data_ptr(), a_scale.data_ptr(),
+                          w_scale.data_ptr(), bias.data_ptr() if bias is not None else 0,
+                          os_ptr, os_val, out.data_ptr())
         if status:
             raise LaunchError(f"{self.config.lane}/{self.config.id} ({self.op}) refused m={m} "
                               f"n={n} k={k} {name}: {status_text(status)}")
@@ -100,36 +100,6 @@ def out_scale_args(out_scale: Any) -> tuple[int, float]:
     if hasattr(out_scale, "data_ptr"):
         return out_scale.data_ptr(), 1.0
     return 0, float(out_scale)
-
-
-@attrs.define(slots=True, eq=False)
-class Prepared:
-    """What a call of one shape needs besides its tensors: the launcher and its call record."""
-
-    fn: Any
-    args: CallArgs
-    address: int
-    """``ctypes.addressof(args)``, passed to the launcher."""
-    scratch_bytes: int
-    config: Config
-    op: str
-
-    def launch(self, a_ptr: int, w_ptr: int, a_scale_ptr: int, w_scale_ptr: int, bias_ptr: int,
-               out_scale_ptr: int, out_scale: float, d_ptr: int, device: int,
-               stream: int) -> int:
-        """Run on ``stream``; returns the launcher's status (0 = ok).
-
-        Configs without scratch reuse one call record; Stream-K ones get a copy holding the
-        (device, stream) buffer, so concurrent calls on other streams never share one.
-        """
-        if not self.scratch_bytes:
-            return self.fn(self.address, a_ptr, w_ptr, a_scale_ptr, w_scale_ptr, bias_ptr,
-                           out_scale_ptr, out_scale, d_ptr, stream)
-        args = CallArgs.from_buffer_copy(self.args)
-        args.workspace, args.workspace_bytes = WORKSPACES.get(device, stream,
-                                                              (self.scratch_bytes,))
-        return self.fn(ctypes.addressof(args), a_ptr, w_ptr, a_scale_ptr, w_scale_ptr, bias_ptr,
-                       out_scale_ptr, out_scale, d_ptr, stream)
 
 
 def status_text(status: int) -> str:

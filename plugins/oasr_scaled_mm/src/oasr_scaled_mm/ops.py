@@ -40,7 +40,7 @@ from typing import Any
 
 import torch
 from oasr_core.kit import TORCH
-from oasr_core.kit.launching import into_out, launch_on
+from oasr_core.kit.launching import into_out, on_device
 from oasr_core.runtime import device_arch_of
 from oasr_core.types import Config, Problem
 
@@ -55,6 +55,8 @@ __all__ = ["scaled_mm", "scaled_mm_quant", "select_config", "select_quant_config
 DTYPE = "int8"
 _OUT_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.int8: "int8"}
 _BIAS_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
+_I8, _F32 = torch.int8, torch.float32
+_compiling = torch.compiler.is_compiling
 _PLANS = SERVING.plans
 _FALLBACKS = SERVING.fallbacks
 stats = SERVING.stats
@@ -66,7 +68,7 @@ def scaled_mm(a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor, w_scale: 
               bias: torch.Tensor | None = None, out_dtype: torch.dtype = torch.float16,
               out: torch.Tensor | None = None) -> torch.Tensor:
     """``(a @ w.T) * a_scale * w_scale (+ bias)`` in ``out_dtype``; into ``out`` when given."""
-    if torch.compiler.is_compiling():
+    if _compiling():
         return into_out(torch.ops.oasr.scaled_mm(a, w, a_scale, w_scale, bias, out_dtype), out)
     return _run(OP_MM, a, w, a_scale, w_scale, bias, out_dtype, None, out)
 
@@ -76,7 +78,7 @@ def scaled_mm_quant(a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor,
                     bias: torch.Tensor | None = None,
                     out: torch.Tensor | None = None) -> torch.Tensor:
     """The scaled_mm value divided by ``out_scale``, rounded half-even, saturated to int8."""
-    if torch.compiler.is_compiling():
+    if _compiling():
         tensor, value = (out_scale, 1.0) if isinstance(out_scale, torch.Tensor) \
             else (None, float(out_scale))
         return into_out(torch.ops.oasr.scaled_mm_quant(a, w, a_scale, w_scale, tensor, value,
@@ -194,47 +196,76 @@ def _torch_path(reason: str, op: str, a: torch.Tensor, w: torch.Tensor, a_scale:
 def _run(op: str, a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor,
          w_scale: torch.Tensor, bias: torch.Tensor | None, out_dtype: torch.dtype,
          out_scale: Any, out: torch.Tensor | None) -> torch.Tensor:
-    n, k, m = _check(op, a, w, a_scale, w_scale, bias, out_dtype, out_scale, out)
-    if a.device.type == "meta":
-        return out if out is not None else a.new_empty((*a.shape[:-1], n), dtype=out_dtype)
-    reason = _unsupported(a, w, a_scale, w_scale, bias, out_scale, out, n, k)
-    if reason is not None:
-        return _torch_path(reason, op, a, w, a_scale, w_scale, bias, out_dtype, out_scale, out)
-    if m == 0:
-        return out if out is not None else a.new_empty((*a.shape[:-1], n), dtype=out_dtype)
+    n, k, m = _checked(op, a, w, a_scale, w_scale, bias, out_dtype, out_scale, out)
     dev = a.get_device()
     key = (op, out_dtype, n, k, m, dev)
-    plan = _PLANS.table.get(key)
-    if plan is None:
-        if torch._C._cuda_getDevice() == dev:
-            plan = _plan(key)
-        else:  # the heuristic reads the SM count of the current device
-            with torch.cuda.device(dev):
-                plan = _plan(key)
-    if plan is TORCH:
-        return _torch_path("selected", op, a, w, a_scale, w_scale, bias, out_dtype, out_scale,
-                           out)
-    if bias is not None and bias.dtype != torch.float32:
-        bias = bias.to(torch.float32)
+    plan = _PLANS.table.get(key) if dev >= 0 else None
+    # A plan exists only for aligned N, K (the key holds them); the rest is per call, checked
+    # inline, the reason looked up only when a check fails.
+    if plan is None or plan is TORCH or not (
+            a.is_cuda and a.is_contiguous() and w.is_contiguous() and a_scale.is_contiguous()
+            and w_scale.is_contiguous() and (bias is None or bias.is_contiguous())
+            and (out is None or out.is_contiguous())
+            and (not isinstance(out_scale, torch.Tensor) or out_scale.get_device() == dev)):
+        if a.device.type == "meta":
+            return out if out is not None else a.new_empty((*a.shape[:-1], n), dtype=out_dtype)
+        reason = _unsupported(a, w, a_scale, w_scale, bias, out_scale, out, n, k)
+        if reason is not None:
+            return _torch_path(reason, op, a, w, a_scale, w_scale, bias, out_dtype, out_scale,
+                               out)
+        if m == 0:
+            return out if out is not None else a.new_empty((*a.shape[:-1], n), dtype=out_dtype)
+        if plan is None:
+            plan = on_device(dev, lambda: _plan(key))  # the heuristic reads the SM count
+        if plan is TORCH:
+            return _torch_path("selected", op, a, w, a_scale, w_scale, bias, out_dtype,
+                               out_scale, out)
+    if bias is not None and bias.dtype is not _F32:
+        bias = bias.to(_F32)
     if out is None:
-        out = a.new_empty((*a.shape[:-1], n), dtype=out_dtype)
-    if isinstance(out_scale, torch.Tensor):
-        os_ptr, os_val = out_scale.data_ptr(), 1.0
+        out = a.new_empty((m, n) if a.dim() == 2 else (*a.shape[:-1], n), dtype=out_dtype)
+    if out_scale is None:
+        os_ptr, os_val = 0, 1.0
+    elif out_scale.__class__ is float:
+        os_ptr, os_val = 0, out_scale
     else:
-        os_ptr, os_val = 0, float(out_scale) if out_scale is not None else 1.0
+        os_ptr, os_val = launch.out_scale_args(out_scale)
     a_ptr, w_ptr, d_ptr = a.data_ptr(), w.data_ptr(), out.data_ptr()
     as_ptr, ws_ptr = a_scale.data_ptr(), w_scale.data_ptr()
     b_ptr = bias.data_ptr() if bias is not None else 0
     if (a_ptr | w_ptr | d_ptr | as_ptr | ws_ptr | b_ptr) & 15 or os_ptr & 3:
         return _torch_path("misaligned", op, a, w, a_scale, w_scale, bias, out_dtype,
                            out_scale, out)
-    status = launch_on(dev, plan, a_ptr, w_ptr, as_ptr, ws_ptr, b_ptr, os_ptr, os_val, d_ptr)
+    status = plan(dev, a_ptr, w_ptr, as_ptr, ws_ptr, b_ptr, os_ptr, os_val, d_ptr)
     if status:
         SERVING.refused(key, plan.config, launch.status_text(status),
                         f"op={op} N={n} K={k} M={m}")
         return _torch_path("refused", op, a, w, a_scale, w_scale, bias, out_dtype, out_scale,
                            out)
     return out
+
+
+def _checked(op: str, a: Any, w: Any, a_scale: Any, w_scale: Any, bias: Any, out_dtype: Any,
+             out_scale: Any, out: Any) -> tuple[int, int, int]:
+    """``(N, K, M)`` of valid arguments: the common case checked inline, anything else (and
+    every error) by :func:`_check`."""
+    try:
+        n, k = w.shape
+        m = a.numel() // k
+        device = a.device
+        if (a.dtype is _I8 and w.dtype is _I8 and a.dim() >= 1 and a.shape[-1] == k
+                and a_scale.dtype is _F32 and a_scale.numel() == m
+                and w_scale.dtype is _F32 and w_scale.numel() == n
+                and w.device == device and a_scale.device == device
+                and w_scale.device == device and out is None
+                and (bias is None or (bias.dtype in _BIAS_DTYPES and bias.dim() == 1
+                                      and bias.numel() == n and bias.device == device))
+                and (out_dtype is torch.float16 or out_dtype is torch.bfloat16
+                     if op == OP_MM else out_scale.__class__ is float)):
+            return n, k, m
+    except (AttributeError, TypeError, ValueError, ZeroDivisionError):
+        pass  # not the common case: _check names what is wrong
+    return _check(op, a, w, a_scale, w_scale, bias, out_dtype, out_scale, out)
 
 
 def _plan(key: tuple) -> Any:

@@ -1,0 +1,107 @@
+"""The family-agnostic half of a family's ``make_bench``: device, weight copies, arms.
+
+A family's bench adapter allocates its operands and reference, writes its torch arm and its
+gate, and leaves the rest here:
+
+- :func:`bench_device`: the measuring device, its index and the lane's kernels loaded from the
+  family's whole-space libraries for that device's arch;
+- :func:`weight_copies`: the weight and the clones the protocol's L2 policy asks for;
+- :func:`kernel_arm`: the arm launching a prepared call (:class:`~oasr_core.kit.PreparedCall`)
+  on the current stream with the operands of each weight copy, exactly as the served op does;
+- :func:`choice_arms`: one arm per choice, or the reason it was rejected.
+
+Imports torch on first use (the build's CPU paths never call these).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from oasr_core.jit.kit import STATUS
+from oasr_core.types import Config, Problem, Sentinel
+
+Arm = Callable[[int], Any]
+"""``run(copy_index) -> output``, the protocol's arm."""
+
+
+@attrs.frozen
+class BenchDevice:
+    """Where one problem is measured."""
+
+    device: Any
+    """The ``torch.device`` of the options."""
+    index: int
+    """Its CUDA index (the current device's when the options name none)."""
+    kernels: Mapping[Any, Any]
+    """The measured lane's kernels on this device's arch (empty without a lane)."""
+
+
+def bench_device(options: Any, full: Any) -> BenchDevice:
+    """The device of ``options`` and the kernels of ``options.lane`` from ``full`` (a
+    :class:`~oasr_core.jit.libraries.Libraries` of whole-space modules by (lane, arch))."""
+    import torch
+
+    from oasr_core.runtime import device_arch_of
+
+    dev = torch.device(options.device)
+    index = dev.index if dev.index is not None else torch.cuda.current_device()
+    lane = options.lane
+    kernels = (full.get(lane, device_arch_of(index)) or {}) if lane else {}
+    return BenchDevice(dev, index, kernels)
+
+
+def weight_copies(w: Any, options: Any, weight_bytes: int) -> tuple[int, list[Any]]:
+    """``(copies, weights)``: how many weight copies the L2 policy asks for at
+    ``weight_bytes`` each, and ``w`` followed by that many minus one clones."""
+    copies = options.copies_for(weight_bytes)
+    return copies, [w] + [w.clone() for _ in range(copies - 1)]
+
+
+def kernel_arm(prepared: Any, index: int, operands: Sequence[Sequence[Any]], out: Any,
+               what: str) -> Arm:
+    """The arm launching ``prepared`` on device ``index``'s current stream with
+    ``operands[copy_index]`` (the launcher's arguments for each weight copy) and returning
+    ``out``; a refusal raises :class:`~oasr_core.kit.LaunchError` naming ``what``."""
+    import torch
+
+    from oasr_core.kit.serving import LaunchError
+
+    stream_of = torch._C._cuda_getCurrentRawStream
+    launch = prepared.launch
+    per_copy = [tuple(o) for o in operands]
+
+    def run(i: int) -> Any:
+        status = launch(index, stream_of(index), *per_copy[i])
+        if status:
+            raise LaunchError(f"{what}: {STATUS.get(status, f'unknown status {status}')}")
+        return out
+
+    return run
+
+
+def choice_arms(problem: Problem, choices: Sequence[Config | Sentinel], options: Any, *,
+                family: str, torch_arm: Callable[[], Arm],
+                kernel_arm: Callable[[Config], Arm]) -> tuple[dict[str, Arm], dict[str, str]]:
+    """``(arms, rejected)``: one arm per choice, named by config id or sentinel value.
+
+    A choice that resolves to a lane config (``options.config_of``) gets ``kernel_arm(config)``;
+    ``torch`` gets ``torch_arm()``; any other sentinel without a config is rejected. An arm
+    factory that raises rejects its choice with the exception's message (a refused shape is
+    one rejected arm, not a failed build).
+    """
+    arms: dict[str, Arm] = {}
+    rejected: dict[str, str] = {}
+    for choice in choices:
+        name = choice.value if isinstance(choice, Sentinel) else choice.id
+        cfg = options.config_of(choice, problem)
+        if cfg is None and choice is not Sentinel.TORCH:
+            rejected[name] = f"{name} has no {family} launcher"
+            continue
+        try:
+            arms[name] = torch_arm() if cfg is None else kernel_arm(cfg)
+        except Exception as exc:  # noqa: BLE001 - recorded as the arm's rejection
+            rejected[name] = str(exc)
+    return arms, rejected
