@@ -9,9 +9,9 @@ not as an infinite regret. Per selector, overall and per signature: geomean regr
 (``exp(mean(log(1 + r))) - 1``), p95, max, weight-averaged regret, and missing.
 
 Selectors: ``default`` (the family's fallback), ``torch`` when measured, the system tier,
-each ``--db NAME=PATH`` (a miss falls to the fallback, as at runtime), and cost models. A
-model is scored only on a log it was provably not calibrated on: its provenance must list
-the runs it was calibrated on, and none may be a run of this log.
+each ``--db NAME=PATH`` (a miss falls to the family's untuned choice, as at runtime), and
+cost models. A model is scored only on a log it was provably not calibrated on: its
+provenance must list the runs it was calibrated on, and none may be a run of this log.
 """
 
 from __future__ import annotations
@@ -67,7 +67,7 @@ class TableSelector:
                 hit = entry.lookup(m)
                 if hit is not None:
                     return hit
-        return self.family.fallback.value
+        return self.family.untuned_choice.value
 
 
 @attrs.frozen

@@ -88,6 +88,19 @@ def test_a_miss_falls_to_the_fallback_and_the_default_id_means_default(tmp_path)
     assert rep.choices[(KEY, 16)] == "default" and rep.choices[(KEY, 1024)] == "default"
 
 
+def test_a_miss_falls_to_the_familys_untuned_choice(tmp_path):
+    """A family whose untuned shapes run on torch (gemm) is scored as the runtime serves it."""
+    import attrs
+
+    from oasr_core.types import Sentinel
+
+    fam = attrs.evolve(FAM, untuned=Sentinel.TORCH)
+    short = table(tmp_path, [(64, LANE.default_config)])
+    report = evaluate.evaluate(rows(), fam, [evaluate.TableSelector("short", short, fam)])
+    rep = by_name(report)["short"]
+    assert rep.choices[(KEY, 16)] == "default" and rep.choices[(KEY, 1024)] == "torch"
+
+
 def test_the_objective_includes_alpha_times_issue_cost():
     report = evaluate.evaluate(rows(alpha=1.0), FAM, [evaluate.FixedSelector("torch", "torch")])
     points = report.points[KEY]
