@@ -15,19 +15,21 @@ The ops are called through their module, bound once, as an engine would; reachin
 hundred nanoseconds more).
 
 Without CUDA the kernel rows measure the Python side of the kernel path alone: the operands
-are CPU tensors that report a CUDA device (``torch.Tensor``'s ``is_cuda`` and ``get_device``
-overridden in Python while the op rows run: two Python-level lookups dearer than torch's), the plan holds a real
+are CPU tensors that report a CUDA device (``torch.Tensor``'s ``is_cuda`` and
+``get_device`` overridden in Python while the op rows run, each a little dearer than torch's
+own), the plan holds a real
 :class:`~oasr_core.kit.calls.PreparedCall` whose launcher is a no-op C function (compiled here
 with ``cc``) taking the family's argument list, and the stream lookups are stubbed; nothing
 else of the op is changed. ``F.linear`` and the torch path then include CPU math, so on a CPU
 the comparison that holds is the torch row minus ``F.linear`` (the op's own overhead), and
 the kernel rows against ``F.linear`` at the smallest M (nearly all host cost). With
 CUDA every row runs on the GPU with real launchers (kernels compiled in this process's
-production module; a shape the module cannot serve prints ``n/a``).
+production module; a shape the module cannot serve prints ``n/a``), or with ``--stub`` real
+CUDA tensors and the no-op launcher (the op's Python side on that host, no compile needed).
 
 Each figure is the best of ``--repeat`` loops of ``--number`` calls (microseconds per call):
 the loop least disturbed by other work on the host. Run:
-``python benchmarks/op_overhead.py [--markdown]``.
+``python benchmarks/op_overhead.py [--stub]``.
 """
 
 from __future__ import annotations
@@ -62,7 +64,8 @@ class _CudaLike:
     reads them, so CPU math and allocation are unchanged)."""
 
     def __enter__(self) -> None:
-        self._saved = torch.Tensor.__dict__.get("is_cuda"), torch.Tensor.__dict__.get("get_device")
+        saved = torch.Tensor.__dict__
+        self._saved = saved.get("is_cuda"), saved.get("get_device")
         torch.Tensor.is_cuda = property(lambda self: True)
         torch.Tensor.get_device = lambda self: 0
 
@@ -93,20 +96,22 @@ def _noop_library(tmp: Path) -> ctypes.CDLL:
     return ctypes.CDLL(str(lib))
 
 
-def _stub_plans(lib: ctypes.CDLL) -> None:
-    """Serve every shape from a no-op prepared kernel (CPU harness; see the docstring)."""
-    from oasr_core.kit import calls
-
+def _stub_plans(lib: ctypes.CDLL, streams: bool) -> None:
+    """Serve every shape from a no-op prepared kernel (see the docstring); ``streams`` also
+    stubs the stream lookups (a CPU-only torch has none)."""
     from oasr_gemm import launch as gemm_launch
     from oasr_gemm import ops as gemm_ops
     from oasr_gemm.config_space import LANE_SM90, SM90_DEFAULT
     from oasr_gemm.config_space import SPACES as GEMM_SPACES
+    from oasr_scaled_mm import config_space as smm_space
     from oasr_scaled_mm import launch as smm_launch
     from oasr_scaled_mm import ops as smm_ops
-    from oasr_scaled_mm import config_space as smm_space
 
-    calls._current_stream = lambda device: 0
-    calls._current_device = lambda: 0
+    from oasr_core.kit import calls
+
+    if streams:
+        calls._current_stream = lambda device: 0
+        calls._current_device = lambda: 0
     gemm_kernel = gemm_launch.Kernel.bind(_Exports(lib, "noop_gemm"),
                                           GEMM_SPACES.config(LANE_SM90, SM90_DEFAULT))
     smm_kernel = smm_launch.Kernel.bind(_Exports(lib, "noop_scaled_mm"),
@@ -141,57 +146,71 @@ class _Exports:
 
 def _torch_plans() -> None:
     """Serve every gemm shape from the torch path (its plan is the kit's TORCH)."""
-    from oasr_core.kit import TORCH
-
     from oasr_gemm import ops as gemm_ops
+
+    from oasr_core.kit import TORCH
 
     gemm_ops._plan = lambda key: gemm_ops.SERVING.plans.store(key, TORCH)
 
 
-def _rows(width: int, number: int, repeat: int, cuda: bool) -> list[tuple[str, str, int, Any]]:
+def _rows(width: int, number: int, repeat: int, cuda: bool,
+          stub: bool) -> list[tuple[str, str, int, Any]]:
+    rows: list[tuple[str, str, int, Any]] = []
+    for mode in (torch.no_grad, torch.inference_mode):
+        for m in MS:
+            with mode():
+                rows += [(mode.__name__, path, m, us)
+                         for path, us in _at(m, width, number, repeat, cuda, stub)]
+    return rows
+
+
+def _at(m: int, width: int, number: int, repeat: int, cuda: bool,
+        stub: bool) -> list[tuple[str, Any]]:
+    """The four rows at one M, under the caller's grad mode."""
     from oasr_gemm import ops as gemm_ops
     from oasr_scaled_mm import ops as smm_ops
 
     device = "cuda" if cuda else "cpu"
-    rows: list[tuple[str, str, int, Any]] = []
-    real_plan = gemm_ops._plan
-    for mode in (torch.no_grad, torch.inference_mode):
-        for m in MS:
-            with mode():
-                a = torch.randn(m, width, device=device).half()
-                w = torch.randn(width, width, device=device).half()
-                b = torch.randn(width, device=device).half()
-                qa = torch.randint(-127, 127, (m, width), dtype=torch.int8, device=device)
-                qw = torch.randint(-127, 127, (width, width), dtype=torch.int8, device=device)
-                sa = torch.rand(m, device=device)
-                sw = torch.rand(width, device=device)
-                qb = torch.rand(width, device=device)
+    a = torch.randn(m, width, device=device).half()
+    w = torch.randn(width, width, device=device).half()
+    b = torch.randn(width, device=device).half()
+    qa = torch.randint(-127, 127, (m, width), dtype=torch.int8, device=device)
+    qw = torch.randint(-127, 127, (width, width), dtype=torch.int8, device=device)
+    sa, sw, qb = torch.rand(m, device=device), torch.rand(width, device=device), \
+        torch.rand(width, device=device)
 
-                def timed(fn: Callable[[], Any]) -> float:
-                    if cuda:
-                        return _best_us(fn, number, repeat)
-                    with _CudaLike():
-                        return _best_us(fn, number, repeat)
+    def gemm() -> Any:
+        return gemm_ops.gemm(a, w, b)
 
-                name = mode.__name__
-                rows.append((name, "F.linear", m, _best_us(lambda: F.linear(a, w, b), number,
-                                                           repeat)))
-                gemm_ops.clear_memo()
-                _torch_plans()
-                rows.append((name, "gemm torch", m, timed(lambda: gemm_ops.gemm(a, w, b))))
-                gemm_ops._plan = real_plan
-                gemm_ops.clear_memo()
-                if not cuda:
-                    _stub_plans(_LIB)
-                served = _kernel_served(gemm_ops, lambda: gemm_ops.gemm(a, w, b), cuda)
-                rows.append((name, "gemm kernel", m,
-                             timed(lambda: gemm_ops.gemm(a, w, b)) if served else None))
-                smm_ops.clear_memo()
-                served = _kernel_served(
-                    smm_ops, lambda: smm_ops.scaled_mm(qa, qw, sa, sw, qb), cuda)
-                rows.append((name, "scaled_mm kernel", m, timed(
-                    lambda: smm_ops.scaled_mm(qa, qw, sa, sw, qb)) if served else None))
-                gemm_ops._plan = real_plan
+    def scaled_mm() -> Any:
+        return smm_ops.scaled_mm(qa, qw, sa, sw, qb)
+
+    def timed(fn: Callable[[], Any]) -> float:
+        if cuda:
+            return _best_us(fn, number, repeat)
+        with _CudaLike():
+            return _best_us(fn, number, repeat)
+
+    rows: list[tuple[str, Any]] = [("F.linear", _best_us(lambda: F.linear(a, w, b), number,
+                                                         repeat))]
+    real_plans = gemm_ops._plan, smm_ops._plan
+    try:
+        gemm_ops.clear_memo()
+        _torch_plans()
+        rows.append(("gemm torch", timed(gemm)))
+        gemm_ops._plan, smm_ops._plan = real_plans
+        gemm_ops.clear_memo()
+        smm_ops.clear_memo()
+        if stub:
+            _stub_plans(_LIB, streams=not cuda)
+        rows.append(("gemm kernel", timed(gemm) if _kernel_served(gemm_ops, gemm, cuda)
+                     else None))
+        rows.append(("scaled_mm kernel", timed(scaled_mm)
+                     if _kernel_served(smm_ops, scaled_mm, cuda) else None))
+    finally:
+        gemm_ops._plan, smm_ops._plan = real_plans
+        gemm_ops.clear_memo()
+        smm_ops.clear_memo()
     return rows
 
 
@@ -219,18 +238,22 @@ def main() -> None:
     ap.add_argument("--number", type=int, default=None,
                     help="calls per loop (default 20000 on a GPU, 2000 on a CPU)")
     ap.add_argument("--repeat", type=int, default=5, help="loops; the best is reported")
-    ap.add_argument("--markdown", action="store_true", help="print a markdown table")
+    ap.add_argument("--stub", action="store_true",
+                    help="with CUDA: launch a no-op C function instead of the kernels (the "
+                         "Python side on real CUDA tensors; always so without CUDA)")
     args = ap.parse_args()
     cuda = torch.cuda.is_available()
     args.width = args.width or (1024 if cuda else 16)
     args.number = args.number or (20_000 if cuda else 2_000)
     torch.set_num_threads(1)  # CPU math on one thread: a busy host's pool spins otherwise
+    stub = args.stub or not cuda
     with tempfile.TemporaryDirectory() as d:
-        if not cuda:
+        if stub:
             _LIB = _noop_library(Path(d))
-        rows = _rows(args.width, args.number, args.repeat, cuda)
-    where = (torch.cuda.get_device_name() if cuda else "CPU only: kernel rows launch a no-op "
-             "C function")
+        rows = _rows(args.width, args.number, args.repeat, cuda, stub)
+    where = torch.cuda.get_device_name() if cuda else "CPU only"
+    if stub:
+        where += ", kernel rows launch a no-op C function"
     print(f"# op host overhead ({platform.python_implementation()} "
           f"{platform.python_version()}, torch {torch.__version__}, {platform.machine()}, "
           f"{where}; N = K = {args.width}, fp16 / int8; best of {args.repeat} x "

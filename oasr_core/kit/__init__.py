@@ -14,7 +14,8 @@ serves its ops and keeps its per-epoch state:
   stream);
 - :mod:`oasr_core.kit.production`: :class:`ProductionSet`, the production compile set of a
   family's lanes from the tiers, and the ``Lane.jit_specs`` / soft-stamp helpers;
-- :mod:`oasr_core.kit.lanes`: :class:`LaneSpaces` and per-lane predicates.
+- :mod:`oasr_core.kit.lanes`: :class:`LaneSpaces`, :class:`LaneRules` and per-lane predicates;
+- :mod:`oasr_core.kit.benching`: the family-agnostic half of a family's ``make_bench``.
 
 Importing the kit (all but :mod:`~oasr_core.kit.launching`) imports no torch and builds no
 runtime; the names above load their module on first access.
@@ -24,10 +25,11 @@ from __future__ import annotations
 
 from typing import Any
 
-_NAMES = {"Epoch": "epoch", "EpochMemo": "epoch", "LaneSpaces": "lanes", "by_lane": "lanes",
-          "fits_arch": "lanes", "ProductionSet": "production", "cutlass_stamps": "production",
-          "lane_specs": "production", "PreparedCall": "calls", "TORCH": "serving", "LaunchError": "serving",
-          "Serving": "serving", "BufferKind": "workspace", "WorkspacePool": "workspace"}
+_NAMES = {"Epoch": "epoch", "EpochMemo": "epoch", "LaneSpaces": "lanes", "LaneRules": "lanes",
+          "by_lane": "lanes", "fits_arch": "lanes", "ProductionSet": "production",
+          "cutlass_stamps": "production", "lane_specs": "production", "PreparedCall": "calls",
+          "TORCH": "serving", "LaunchError": "serving", "Serving": "serving",
+          "BufferKind": "workspace", "WorkspacePool": "workspace"}
 
 __all__ = sorted(_NAMES)
 

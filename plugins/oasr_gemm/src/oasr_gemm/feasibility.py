@@ -25,17 +25,15 @@ The static rules encode failures that were seen, not guessed:
 
 from __future__ import annotations
 
-from oasr_core.kit.lanes import by_lane
-from oasr_core.kit.lanes import fits_arch as _fits
+from oasr_core.kit import lanes
 from oasr_core.types import Config, Problem
 
 from oasr_gemm.config_space import LANE_SM80, LANE_SM90
 
-SMEM_LIMIT = {"sm80": 166912, "sm86": 101376, "sm87": 166912, "sm89": 101376, "sm90": 232448}
-"""Opt-in shared memory per block in bytes (``cudaDevAttrMaxSharedMemoryPerBlockOptin``)."""
-SM80_ARCHES = ("sm80", "sm86", "sm89", "sm90")
-SM80_DEFAULT_ON = ("sm80", "sm86", "sm89")
-SM90_ARCHES = ("sm90",)
+SMEM_LIMIT = lanes.SMEM_LIMIT
+SM80_ARCHES = lanes.CUTLASS2_ARCHES
+SM80_DEFAULT_ON = lanes.CUTLASS2_DEFAULT_ON
+SM90_ARCHES = lanes.CUTLASS3_ARCHES
 ALIGN = 8
 """Elements per 16-byte access for fp16/bf16: N and K must be multiples of it."""
 MAX_PARALLEL_WORKSPACE = 256 << 20
@@ -113,52 +111,29 @@ def _sm80_static(config: Config) -> bool:
 
 
 def _sm90_static(config: Config) -> bool:
-    p = config.params
-    tm, tn, tk = p["tile"]
-    cm, cn = p["cluster"]
-    schedule = p["schedule"]
-    if tm not in (64, 128, 256) or tn % 16 or not 16 <= tn <= 256 or tk not in (64, 128):
+    tile = lanes.cutlass3_tile(config, max_cluster=4)
+    if tile is None:
         return False
-    if cm * cn > 4 or cm < 1 or cn < 1:
+    accum_per_thread = tile.m * tile.n // (128 * tile.consumers)
+    if accum_per_thread > (160 if tile.schedule == "ws" else 192):
         return False
-    if schedule == "cooperative":
-        if tm % 128:
-            return False
-        accum_per_thread = tm * tn // 256
-    else:
-        if tm > 128:
-            return False
-        accum_per_thread = tm * tn // 128
-    if accum_per_thread > (160 if schedule == "ws" else 192):
-        return False
-    if p["stream_k"] and schedule != "cooperative":
-        return False
-    if p["stages"] and p["stages"] < 2:
-        return False
-    epilogue = p.get("epilogue")
+    epilogue = config.params.get("epilogue")
     if epilogue:
         em, en = epilogue
-        if em != (128 if schedule == "cooperative" else 64) or em > tm:
+        if em != 64 * tile.consumers or em > tile.m:
             return False
-        if en % 32 or tn % en:
+        if en % 32 or tile.n % en:
             return False
     return sm90_smem(config) <= SMEM_LIMIT["sm90"]
 
 
-def is_feasible(config: Config) -> bool:
-    """Static predicate: the config builds and computes the right thing on some arch of its lane."""
-    return by_lane({LANE_SM80: _sm80_static, LANE_SM90: _sm90_static}, config)
-
-
-def fits_arch(config: Config, arch: str) -> bool:
-    """Whether ``config`` runs on arch family ``arch`` (``sm90``): lane arches and shared memory."""
-    return _fits(config, arch, arches={LANE_SM80: SM80_ARCHES, LANE_SM90: SM90_ARCHES},
-                 smem={LANE_SM80: sm80_smem}, limits=SMEM_LIMIT)
-
-
-def aligned(n: int, k: int) -> bool:
-    """16-byte alignment of rows: N and K multiples of 8 elements."""
-    return n % ALIGN == 0 and k % ALIGN == 0 and n > 0 and k > 0
+RULES = lanes.LaneRules(static={LANE_SM80: _sm80_static, LANE_SM90: _sm90_static},
+                        arches={LANE_SM80: SM80_ARCHES, LANE_SM90: SM90_ARCHES},
+                        smem={LANE_SM80: sm80_smem}, align=ALIGN)
+"""The lanes' rules; ``is_feasible``, ``fits_arch`` and ``aligned`` are its methods."""
+is_feasible = RULES.is_feasible
+fits_arch = RULES.fits_arch
+aligned = RULES.aligned
 
 
 def supports(config: Config, problem: Problem) -> bool:

@@ -14,6 +14,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
+from oasr_core.kit.gates import Verdict
 
 FACTOR = 4.0
 """A candidate passes within this multiple of torch's relative error."""
@@ -22,21 +23,13 @@ ACTIVATIONS = ("relu", "gelu", "silu")
 
 
 @attrs.frozen
-class GateResult:
-    """The verdict on one candidate output; truthy when it passes."""
+class GateResult(Verdict):
+    """The verdict on one candidate output (truthy when it passes), with the bound it met."""
 
-    passed: bool
-    error: float
-    """The candidate's relative error against the reference."""
-    torch_error: float
+    torch_error: float = attrs.field(kw_only=True)
     """torch's relative error against the same reference."""
-    bound: float
-    """The largest error that passes."""
-    reason: str = ""
-    """Why it failed (empty when it passed)."""
-
-    def __bool__(self) -> bool:
-        return self.passed
+    bound: float = attrs.field(kw_only=True)
+    """The largest relative error that passes."""
 
 
 def relative_error(output: Any, reference: Any) -> float:
@@ -74,16 +67,19 @@ def numerics_gate(candidate: Any, torch_output: Any, reference: Any, *, dtype: s
     torch_err = relative_error(torch_output, reference)
     bound = max(factor * torch_err, UNIT_ROUNDOFF.get(dtype, 2.0 ** -11))
     if tuple(candidate.shape) != tuple(reference.shape):
-        return GateResult(False, float("inf"), torch_err, bound,
-                          f"shape {tuple(candidate.shape)} != {tuple(reference.shape)}")
+        return GateResult(False, float("inf"),
+                          f"shape {tuple(candidate.shape)} != {tuple(reference.shape)}",
+                          torch_error=torch_err, bound=bound)
     finite = bool(torch.isfinite(candidate.detach().float()).all())
     if not finite:
-        return GateResult(False, float("inf"), torch_err, bound, "NaN or Inf in the output")
+        return GateResult(False, float("inf"), "NaN or Inf in the output",
+                          torch_error=torch_err, bound=bound)
     err = relative_error(candidate, reference)
     if err > bound:
-        return GateResult(False, err, torch_err, bound,
-                          f"relative error {err:.3g} > {factor:g} x torch's {torch_err:.3g}")
-    return GateResult(True, err, torch_err, bound)
+        return GateResult(False, err,
+                          f"relative error {err:.3g} > {factor:g} x torch's {torch_err:.3g}",
+                          torch_error=torch_err, bound=bound)
+    return GateResult(True, err, torch_error=torch_err, bound=bound)
 
 
 def apply_activation(x: Any, activation: str | None) -> Any:

@@ -37,11 +37,8 @@ __all__ = ["gemm", "gemm_activation", "reserve_workspace", "stats", "reset_stats
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
-_PLANS = SERVING.plans
-_FALLBACKS = SERVING.fallbacks
-stats = SERVING.stats
-reset_stats = SERVING.reset_stats
-clear_memo = SERVING.clear
+_PLANS, _FALLBACKS = SERVING.plans, SERVING.fallbacks
+stats, reset_stats, clear_memo = SERVING.stats, SERVING.reset_stats, SERVING.clear
 
 
 def gemm(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,

@@ -19,17 +19,15 @@ split, and never for ``scaled_mm_quant`` (there is no quantizing Stream-K launch
 
 from __future__ import annotations
 
-from oasr_core.kit.lanes import by_lane
-from oasr_core.kit.lanes import fits_arch as _fits
+from oasr_core.kit import lanes
 from oasr_core.types import Config, Problem
 
 from oasr_scaled_mm.config_space import LANE_SM80, LANE_SM90, OP_QUANT
 
-SMEM_LIMIT = {"sm80": 166912, "sm86": 101376, "sm87": 166912, "sm89": 101376, "sm90": 232448}
-"""Opt-in shared memory per block in bytes (``cudaDevAttrMaxSharedMemoryPerBlockOptin``)."""
-SM80_ARCHES = ("sm80", "sm86", "sm89", "sm90")
-SM80_DEFAULT_ON = ("sm80", "sm86", "sm89")
-SM90_ARCHES = ("sm90",)
+SMEM_LIMIT = lanes.SMEM_LIMIT
+SM80_ARCHES = lanes.CUTLASS2_ARCHES
+SM80_DEFAULT_ON = lanes.CUTLASS2_DEFAULT_ON
+SM90_ARCHES = lanes.CUTLASS3_ARCHES
 ARCHES = {LANE_SM80: SM80_ARCHES, LANE_SM90: SM90_ARCHES}
 ALIGN = 16
 """N and K must be multiples of this many int8 elements (16 bytes)."""
@@ -67,42 +65,16 @@ def _sm80_static(config: Config) -> bool:
 
 
 def _sm90_static(config: Config) -> bool:
-    p = config.params
-    tm, tn, tk = p["tile"]
-    cm, cn = p["cluster"]
-    schedule = p["schedule"]
-    if tm not in (64, 128, 256) or tn % 16 or not 16 <= tn <= 256 or tk not in (64, 128):
-        return False
-    if cm < 1 or cn < 1 or cm * cn > 2:
-        return False
-    consumers = 2 if schedule == "cooperative" else 1
-    if schedule == "cooperative" and tm % 128:
-        return False
-    if schedule != "cooperative" and tm > 128:
-        return False
-    if tm * tn // (128 * consumers) > SM90_MAX_ACCUMULATORS:
-        return False
-    if p["stream_k"] and schedule != "cooperative":
-        return False
-    if p["stages"] and p["stages"] < 2:
-        return False
-    return sm90_smem(config) <= SMEM_LIMIT["sm90"]
+    tile = lanes.cutlass3_tile(config, max_cluster=2)
+    return (tile is not None
+            and tile.m * tile.n // (128 * tile.consumers) <= SM90_MAX_ACCUMULATORS
+            and sm90_smem(config) <= SMEM_LIMIT["sm90"])
 
 
-def is_feasible(config: Config) -> bool:
-    """Static predicate: the config builds and computes the right thing on its lane."""
-    return by_lane({LANE_SM80: _sm80_static, LANE_SM90: _sm90_static}, config)
-
-
-def fits_arch(config: Config, arch: str) -> bool:
-    """Whether ``config`` runs on arch family ``arch`` (``sm90``): lane arches and shared memory."""
-    return _fits(config, arch, arches={LANE_SM80: SM80_ARCHES, LANE_SM90: SM90_ARCHES},
-                 smem={LANE_SM80: sm80_smem}, limits=SMEM_LIMIT)
-
-
-def aligned(n: int, k: int) -> bool:
-    """N and K positive multiples of :data:`ALIGN`."""
-    return n > 0 and k > 0 and n % ALIGN == 0 and k % ALIGN == 0
+RULES = lanes.LaneRules({LANE_SM80: _sm80_static, LANE_SM90: _sm90_static}, ARCHES,
+                        {LANE_SM80: sm80_smem}, align=ALIGN)
+"""The int8 lanes' rules (static predicates, arches, sm80 shared memory, 16-byte rows)."""
+is_feasible, fits_arch, aligned = RULES.is_feasible, RULES.fits_arch, RULES.aligned
 
 
 def supports(config: Config, problem: Problem) -> bool:

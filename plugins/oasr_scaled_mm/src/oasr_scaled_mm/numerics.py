@@ -14,20 +14,10 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
+from oasr_core.kit.gates import Verdict
 
-
-@attrs.frozen
-class GateResult:
-    """The verdict on one candidate output; truthy when it passes."""
-
-    passed: bool
-    error: float
-    """Fraction of elements that differ from the reference (0.0 when it passes)."""
-    reason: str = ""
-
-    def __bool__(self) -> bool:
-        return self.passed
+GateResult = Verdict
+"""The gate's verdict: ``error`` is the fraction of elements that differ (0.0 on a pass)."""
 
 
 def numerics_gate(candidate: Any, reference: Any) -> GateResult:

@@ -57,11 +57,8 @@ _OUT_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.int8: "int8"}
 _BIAS_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _I8, _F32 = torch.int8, torch.float32
 _compiling = torch.compiler.is_compiling
-_PLANS = SERVING.plans
-_FALLBACKS = SERVING.fallbacks
-stats = SERVING.stats
-reset_stats = SERVING.reset_stats
-clear_memo = SERVING.clear
+_PLANS, _FALLBACKS = SERVING.plans, SERVING.fallbacks
+stats, reset_stats, clear_memo = SERVING.stats, SERVING.reset_stats, SERVING.clear
 
 
 def scaled_mm(a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor, w_scale: torch.Tensor,
