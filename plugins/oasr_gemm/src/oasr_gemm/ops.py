@@ -37,6 +37,7 @@ __all__ = ["gemm", "gemm_activation", "reserve_workspace", "stats", "reset_stats
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
+_SELECTED = "torch:selected"
 _PLANS, _FALLBACKS = SERVING.plans, SERVING.fallbacks
 stats, reset_stats, clear_memo = SERVING.stats, SERVING.reset_stats, SERVING.clear
 
@@ -118,6 +119,9 @@ def _run(op: str, activation: str | None, a: torch.Tensor, w: torch.Tensor,
     plan = _PLANS.table.get(key)
     if plan is TORCH:
         # The tiers chose torch for this shape: no operand checks, torch takes anything.
+        if out is None and activation is None:
+            _FALLBACKS[_SELECTED] += 1
+            return F.linear(a, w, bias)
         return _torch_path("selected", activation, a, w, bias, out)
     # A plan exists only for a dtype the kernels take and aligned N, K (the key holds them);
     # the rest is per call, checked inline, the reason looked up only when a check fails.
