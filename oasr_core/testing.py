@@ -608,9 +608,11 @@ def check_jit_module_lazy(contract: Contract) -> None:
     assert not probe["cuda"], f"importing {contract.modules} initialised CUDA"
 
 
+# Purity first: the space checks ask the predicates, which means nothing if they are impure;
+# the round trip before both, since they serialise configs.
 CONTRACT_CHECKS: tuple[Callable[[Contract], None], ...] = (
-    check_records_validate, check_config_space, check_configs_round_trip,
-    check_predicates_pure, check_jit_module_lazy,
+    check_records_validate, check_configs_round_trip, check_predicates_pure,
+    check_config_space, check_jit_module_lazy,
 )
 
 
