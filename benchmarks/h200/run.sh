@@ -20,6 +20,9 @@
 #   build-table      the gemm table rebuilt twice (seeds 0 and 1) from the Conformer censuses,
 #                    exhaustively (or --prune: pruned by the shipped cost model), evaluated
 #   profile          the measured ArchProfile of the device (h200_profile.json)
+#   served           benchmarks/served_vs_torch.py: the op as served out of the box (tiers, cost
+#                    model, untuned fallback) against F.linear at 11 widths no table covers x 14
+#                    M, separated, with the serving tier per point (h200_served_vs_torch.md)
 #   engine           examples/engine_integration.py: prewarm into a temporary user tier, then
 #                    the captured Conformer vs torch linears (--pdl)
 #   e2e              benchmarks/e2e.py out of the box (shipped tables, production modules):
@@ -77,7 +80,7 @@ case "$EPILOGUE" in plain|fused|both) ;; *) die "--epilogue $EPILOGUE is not pla
 [[ "$E2E_BUDGET" =~ ^[1-9][0-9]*$ ]] || die "--e2e-budget $E2E_BUDGET is not a positive number of seconds"
 for phase in "${PHASES[@]}"; do
   case "$phase" in
-    setup|prebuild|gpu-tests|bench-gemm|ncu|bench-scaled-mm|build-table|profile|engine|e2e|e2e-tuned) ;;
+    setup|prebuild|gpu-tests|bench-gemm|ncu|bench-scaled-mm|build-table|profile|served|engine|e2e|e2e-tuned) ;;
     *) die "unknown phase $phase (see --help)" ;;
   esac
 done
@@ -205,6 +208,13 @@ phase_build_table() {
   head -12 "$dir/evaluate.txt"
   gzip -9f "$dir/gemm_b.jsonl"
   tidy "$dir"
+}
+
+phase_served() {
+  local dir=$1
+  el "served out of the box vs torch at widths no table covers (separated)"
+  timeout 400 python3 benchmarks/served_vs_torch.py --out "$dir/h200_served_vs_torch.md" \
+    2>&1 | grep -E "^- " | head -8
 }
 
 phase_profile() {
