@@ -64,4 +64,5 @@ def test_lane_records():
     assert lanes[cs.LANE_SM80].default.id == cs.SM80_DEFAULT
     for lane in lanes.values():
         specs = lane.jit_specs(lane.arch_families[-1], "production")
-        assert len(specs) == 1 and specs[0].units
+        assert len(specs) == 2 and specs[0].units
+        assert specs[1].name == "scaled_mm_quantize_rows"  # the activation quantizer

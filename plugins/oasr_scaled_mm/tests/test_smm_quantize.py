@@ -92,3 +92,29 @@ def test_the_served_linear_applies_the_activation_after_the_int8_gemm():
     assert torch.equal(linear.linear(x, layer), plain)
     assert torch.equal(linear.linear(x, layer, "gelu"), torch.nn.functional.gelu(plain))
     assert torch.allclose(linear.linear(x, layer, "relu"), torch.relu(layer(x)), atol=0.05)
+
+
+def test_the_reference_divides_as_ieee_float32():
+    """The scale and the quotients are IEEE float32 divisions (what the CUDA kernel does), not
+    multiplications by a reciprocal; rounding is half to even."""
+    import numpy as np
+
+    g = torch.Generator().manual_seed(7)
+    x = (torch.randn(64, 96, generator=g) * 5).to(torch.float16)
+    q, scale = quantize.quantize_rows(x)
+    x32 = x.float().numpy()
+    want_scale = np.abs(x32).max(axis=-1).astype(np.float32) / np.float32(127.0)
+    assert np.array_equal(scale.numpy(), want_scale)
+    want_q = np.clip(np.rint(x32 / want_scale[:, None]), -127, 127).astype(np.int8)
+    assert np.array_equal(q.numpy(), want_q)
+
+
+def test_the_quantizer_module_is_small_and_outside_the_gemm_hash():
+    from oasr_scaled_mm import codegen, quantize_kernel
+
+    spec = quantize_kernel.spec("sm90")
+    assert spec.arch == "90a" and not spec.cutlass
+    assert [u.exports for u in spec.units] == [(quantize_kernel.SYMBOL,)]
+    assert '#include "oasr_quantize/rows.cuh"' in spec.units[0].source
+    assert (codegen.csrc_dir() / "oasr_quantize" / "rows.cuh").is_file()
+    assert not list((codegen.csrc_dir() / "oasr_scaled_mm").glob("rows*"))

@@ -4,10 +4,10 @@
 from __future__ import annotations
 
 import attrs
+from oasr_core import database
+
 from oasr_scaled_mm import heuristic
 from oasr_scaled_mm.config_space import LANE_SM90
-
-from oasr_core import database
 
 
 def test_the_family_stamps_its_ladder_digest(monkeypatch):

@@ -98,9 +98,13 @@ def full_spec(lane: str, arch: str):
 
 def lane_specs(lane: str, arch: str, scope: str) -> list:
     """``Lane.jit_specs``: ``lane``'s production module on ``arch`` (``scope="production"``)
-    or its whole space (``"all"``); none where the lane has no config."""
-    return _lane_specs(lane, arch, scope, production=PRODUCTION, production_spec=production_spec,
-                       full_spec=full_spec)
+    or its whole space (``"all"``), then the activation quantizer the quantized linear calls
+    (:mod:`oasr_scaled_mm.quantize_kernel`); none where the lane has no config."""
+    from oasr_scaled_mm import quantize_kernel
+
+    specs = _lane_specs(lane, arch, scope, production=PRODUCTION,
+                        production_spec=production_spec, full_spec=full_spec)
+    return [*specs, quantize_kernel.spec(arch)] if specs else specs
 
 
 class ScaledMmKernelModule:

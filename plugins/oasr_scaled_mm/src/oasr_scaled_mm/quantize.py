@@ -44,12 +44,37 @@ def quantize_rows(x: Any) -> tuple[Any, Any]:
     """Symmetric int8 per row of the last dim: ``(q int8 [..., K], scale float32 [...])``.
 
     ``scale = absmax / 127`` (1 for an all-zero row), ``q = round_half_even(x / scale)``
-    clamped to [-127, 127].
+    clamped to [-127, 127], both divisions IEEE. A contiguous fp16/bf16 CUDA tensor (outside
+    ``torch.compile`` tracing) takes the one-kernel quantizer
+    (:mod:`oasr_scaled_mm.quantize_kernel`), bit for bit :func:`quantize_rows_reference`;
+    anything else, or a quantizer that cannot be loaded, takes the reference.
+    """
+    import torch
+
+    if (x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and x.is_contiguous()
+            and x.dim() >= 1 and not torch.compiler.is_compiling()):
+        from oasr_core.runtime import device_arch_of
+
+        from oasr_scaled_mm.quantize_kernel import quantize_rows_cuda
+
+        got = quantize_rows_cuda(x.detach(), device_arch_of(x.device.index))
+        if got is not None:
+            return got
+    return quantize_rows_reference(x)
+
+
+def quantize_rows_reference(x: Any) -> tuple[Any, Any]:
+    """:func:`quantize_rows` in torch ops (any device): the definition the kernel matches.
+
+    The scale divides by a tensor of 127s rather than the scalar 127: torch turns a division
+    by a CPU scalar into a multiplication by its reciprocal on CUDA, which is not the IEEE
+    quotient the kernel computes.
     """
     import torch
 
     x32 = x.detach().to(torch.float32)
-    scale = x32.abs().amax(dim=-1) / 127.0
+    amax = x32.abs().amax(dim=-1)
+    scale = amax / torch.full_like(amax, 127.0)
     scale = torch.where(scale > 0, scale, torch.ones_like(scale))
     q = torch.round(x32 / scale.unsqueeze(-1)).clamp_(-127.0, 127.0).to(torch.int8)
     return q, scale
