@@ -92,4 +92,4 @@ step_pack() {
 }
 
 for step in "${STEPS[@]}"; do "step_$step"; done
-du -shc .whl .jit-h200.tgz 2>/dev/null | tail -1 | sed 's/^/prepare.sh: to carry (with the working tree, at most 64 MiB): /'
+du -shc .whl .jit-h200.tgz 2>/dev/null | tail -1 | sed "s/^/prepare.sh: to carry (with the working tree, at most 64 MiB): /" || true
