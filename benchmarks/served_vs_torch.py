@@ -81,7 +81,7 @@ def main(argv: list[str] | None = None) -> int:
             arms = graph_timing.GraphArms(args.graph_calls, back_to_back=args.back_to_back)
             arms.add("oasr", lambda a=a, w=w, b=b: oasr_gemm.gemm(a, w, b))
             arms.add("torch", lambda a=a, w=w, b=b: F.linear(a, w, b))
-            us = arms.rounds(arms.names(), args.rounds, rng)
+            us = arms.rounds(arms.names, args.rounds, rng)
             arms.release()
             rows.append({"n": n, "k": k, "m": m, "tier": sel.tier.value,
                 "config": sel.config.id if sel.config is not None else sel.choice.value,

@@ -214,7 +214,8 @@ phase_served() {
   local dir=$1
   el "served out of the box vs torch at widths no table covers (separated)"
   timeout 400 python3 benchmarks/served_vs_torch.py --out "$dir/h200_served_vs_torch.md" \
-    2>&1 | grep -E "^- " | head -8
+    > "$dir/served.log" 2>&1
+  echo "  rc=$?"; grep -E "^- |Error" "$dir/served.log" | head -12
 }
 
 phase_profile() {
