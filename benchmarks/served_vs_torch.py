@@ -100,7 +100,7 @@ def main(argv: list[str] | None = None) -> int:
     for r in rows:
         by_tier[r["tier"]].append(r)
     lines = [f"# oasr served vs torch at widths no table covers ({torch.cuda.get_device_name()})",
-             "", f"- {graph_timing.mode_line(args.back_to_back)}",
+             "", graph_timing.mode_line(args.back_to_back),
              f"- torch {torch.__version__}, {args.dtype}, {'no bias' if args.no_bias else 'bias'}"
              f", graphs of {args.graph_calls} calls, {args.rounds} rounds, medians",
              *(f"- tier file: {line.strip()}" for line in str(tuning_report()).splitlines()
