@@ -19,13 +19,25 @@ DTYPES = ("fp16", "bf16")
 """Activation dtypes the family serves (its ``Family.dtypes``)."""
 
 
+_OPS: Any = None
+
+
 def linear(x: Any, layer: Any, activation: str | None = None) -> Any:
     """``activation(layer(x))`` with the family's ops."""
-    from oasr_gemm import ops
-
+    ops = _OPS or _load_ops()
     if activation is None:
         return ops.gemm(x, layer.weight, layer.bias)
     return ops.gemm_activation(x, layer.weight, layer.bias, activation)
+
+
+def _load_ops() -> Any:
+    """The ops module, imported on the first call (an import statement per call costs ~1 us
+    of host time on a slow host); its attributes are still read per call."""
+    global _OPS
+    from oasr_gemm import ops
+
+    _OPS = ops
+    return ops
 
 
 def linear_for(dtype: str, quantization: str) -> Callable[..., Any] | None:
