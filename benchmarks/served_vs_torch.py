@@ -48,6 +48,8 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--ms", default=MS, help="comma list of M")
     ap.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16")
     ap.add_argument("--no-bias", action="store_true", help="time without a bias")
+    ap.add_argument("--activation", choices=("relu", "gelu", "silu"),
+                    help="time gemm_activation (fused) against F.linear then the activation")
     ap.add_argument("--graph-calls", type=int, default=8)
     ap.add_argument("--rounds", type=int, default=15)
     ap.add_argument("--seed", type=int, default=0)
@@ -74,13 +76,28 @@ def main(argv: list[str] | None = None) -> int:
         b = None if args.no_bias else torch.randn(n, device="cuda", dtype=dtype, generator=gen)
         for m in (int(x) for x in args.ms.split(",")):
             a = torch.randn(m, k, device="cuda", dtype=dtype, generator=gen)
-            got, want = oasr_gemm.gemm(a, w, b), F.linear(a, w, b)
+            if args.activation:
+                act = getattr(F, args.activation)
+
+                def ours(a=a, w=w, b=b):
+                    return oasr_gemm.gemm_activation(a, w, b, args.activation)
+
+                def theirs(a=a, w=w, b=b, act=act):
+                    return act(F.linear(a, w, b))
+            else:
+                def ours(a=a, w=w, b=b):
+                    return oasr_gemm.gemm(a, w, b)
+
+                def theirs(a=a, w=w, b=b):
+                    return F.linear(a, w, b)
+            got, want = ours(), theirs()
             err = ((got.float() - want.float()).abs().max() /
                    want.float().abs().max().clamp_min(1e-6)).item()
-            sel = select("gemm", "gemm", args.dtype, {"N": n, "K": k}, m)
+            op = "gemm_activation" if args.activation else "gemm"
+            sel = select("gemm", op, args.dtype, {"N": n, "K": k}, m)
             arms = graph_timing.GraphArms(args.graph_calls, back_to_back=args.back_to_back)
-            arms.add("oasr", lambda a=a, w=w, b=b: oasr_gemm.gemm(a, w, b))
-            arms.add("torch", lambda a=a, w=w, b=b: F.linear(a, w, b))
+            arms.add("oasr", ours)
+            arms.add("torch", theirs)
             us = arms.rounds(arms.names, args.rounds, rng)
             arms.release()
             rows.append({"n": n, "k": k, "m": m, "tier": sel.tier.value,
@@ -101,7 +118,8 @@ def main(argv: list[str] | None = None) -> int:
         by_tier[r["tier"]].append(r)
     lines = [f"# oasr served vs torch at widths no table covers ({torch.cuda.get_device_name()})",
              "", graph_timing.mode_line(args.back_to_back),
-             f"- torch {torch.__version__}, {args.dtype}, {'no bias' if args.no_bias else 'bias'}"
+             f"- torch {torch.__version__}, {args.dtype}, {'no bias' if args.no_bias else 'bias'}, "
+             f"{'gemm_activation ' + args.activation if args.activation else 'gemm'}"
              f", graphs of {args.graph_calls} calls, {args.rounds} rounds, medians",
              *(f"- tier file: {line.strip()}" for line in str(tuning_report()).splitlines()
                if line.strip().startswith(("user ", "system "))), ""]
