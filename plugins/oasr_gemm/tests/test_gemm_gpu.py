@@ -247,7 +247,8 @@ def test_ops_through_selection(kernel_tier, dtype):
             got = oasr_gemm.gemm_activation(x, w, b, act, out=out)
             assert got is out
             _check(out, x, w, b, act, f"gemm_activation {act} {name} {m}")
-    assert oasr_gemm.stats() == {}, oasr_gemm.stats()
+    # GELU is not an activation the entries were measured with: torch serves it.
+    assert oasr_gemm.stats() == {"torch:selected": 2}, oasr_gemm.stats()
 
 
 def test_unsupported_inputs_take_the_counted_torch_path():

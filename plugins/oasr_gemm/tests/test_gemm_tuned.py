@@ -51,3 +51,24 @@ def test_regions_choose_the_kernel_or_torch(system_tier):
     counts = get_runtime().counts
     assert counts[("gemm", "gemm", "system")] == 2 and counts[("gemm", "gemm_activation",
                                                               "default")] == 1
+
+
+def test_gelu_runs_on_torch_where_the_entry_was_measured_with_silu(tmp_path, monkeypatch):
+    """An entry of gemm_activation speaks for SiLU and ReLU (what the build measures and a
+    cheaper epilogue); a GELU call at the same shape takes torch."""
+    monkeypatch.setenv("OASR_TUNE_SYSTEM_DB", str(tmp_path))
+    rt = get_runtime()
+    family = rt.registry.family("gemm")
+    lane = rt.registry.lane(cs.LANE_SM90)
+    key = database.signature_key(family, "gemm_activation", "half", (2048, 512))
+    database.write_entries(database.tier_path(tmp_path, "sm90", family), family=family,
+                           arch="sm90", lane=lane,
+                           entries={key: database.Entry(regions=((None, TUNED),))},
+                           configs={c.id: c for c in lane.config_space},
+                           soft=database.current_soft_validators(family))
+    pretend_cuda_device()
+    launch.install_library(cs.LANE_SM90, "sm90", _fake_library())
+    for act in ("silu", "relu"):
+        plan = ops._plan(("gemm_activation", act, torch.float16, 2048, 512, 12000, 0))
+        assert plan is not ops.TORCH and plan.config.id == TUNED, act
+    assert ops._plan(("gemm_activation", "gelu", torch.float16, 2048, 512, 12000, 0)) is ops.TORCH

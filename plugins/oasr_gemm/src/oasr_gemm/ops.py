@@ -156,15 +156,26 @@ def _run(op: str, activation: str | None, a: torch.Tensor, w: torch.Tensor,
     return out
 
 
+MEASURED_ACTIVATIONS = frozenset({"silu", "relu"})
+"""Activations a ``gemm_activation`` entry's measurements speak for: the build measures SiLU
+(:data:`oasr_gemm.bench.BENCH_ACTIVATION`) and ReLU's epilogue is cheaper. GELU (erf) is not
+among them: on the H200 its fused epilogue made pp_128x192x64 take 97 us at M=12000 N=2048
+K=512 where the build had timed it 55 us with SiLU and torch's linear + gelu took 79 us
+(benchmarks/results/h200_served_gelu.md). The entries carry no activation, so a GELU call
+runs on torch until they do."""
+
+
 def _plan(key: tuple) -> Any:
     """Resolve one call shape: select a config, bind its launcher, size its workspace."""
     import oasr_core
 
     op, activation, tdtype, n, k, m, dev = key
     dtype, arch = _DTYPES[tdtype], device_arch_of(dev)
+    unmeasured = activation is not None and activation not in MEASURED_ACTIVATIONS
     return SERVING.plan(
         key, arch,
-        select=lambda: oasr_core.select("gemm", op, dtype, (n, k), m, arch).config,
+        select=lambda: None if unmeasured else oasr_core.select(
+            "gemm", op, dtype, (n, k), m, arch).config,
         kernel_key=lambda config: config.id,
         prepare=lambda kernel: kernel.prepare(dtype, m, n, k, activation),
         what=f"op={op} {dtype} N={n} K={k}")
