@@ -10,7 +10,8 @@ codegen module) must cite.
     git worktree add /tmp/oasr-old <revision>
     python benchmarks/device_code_diff.py --old /tmp/oasr-old --jobs 2
 
-Needs nvcc and the nvidia-cutlass headers, no GPU. Exit status 0 when every sample matches.
+Needs nvcc and the nvidia-cutlass headers, no GPU; it compiles and compares, it times
+nothing. Exit status 0 when every sample matches.
 """
 
 from __future__ import annotations

@@ -7,6 +7,10 @@ report names the GPU, torch, the tuning files in use, and which tier served how 
 ``--out X.md`` writes the markdown report and ``X.json`` beside it (``results/h200_e2e_*``).
 Exit status: 0, 1 when the outputs disagree, 2 for bad input or no CUDA device.
 
+It times whole forwards, not kernels: a captured forward replayed (its GEMMs sit between the
+model's other kernels, as in service, so there is no separator to add) and eager forwards
+each from an idle device.
+
     python benchmarks/e2e.py --workload conformer --batch 8 --frames 1024 --out e2e.md
     python benchmarks/e2e.py --workload conformer --batch 8 --frames 1024 \\
         --quantization int8_w8a8 --out e2e_int8.md     # int8 against its fp16 self
@@ -54,9 +58,9 @@ def main(argv: list[str] | None = None) -> int:
         E2EOptions,
         MismatchError,
         check_scheme,
-        find_workload,
         run_e2e,
     )
+    from oasr_core.census.workloads import find_workload
     from oasr_core.commands.census import _params
     from oasr_core.errors import OasrError
     from oasr_core.runtime import get_runtime

@@ -1,6 +1,10 @@
 """Host cost of one eager op call next to ``F.linear``: the gemm and scaled_mm ops' two served
 kinds, under ``torch.no_grad()`` and ``torch.inference_mode()``, at M in {16, 256, 1000}.
 
+It measures host (CPU) time per call with the host clock, not GPU time, so no kernel is
+timed and there is no separator; ``--stub`` replaces the launcher with a no-op C function so
+that only the Python side of the call is counted (a deliberate harness, not a placeholder).
+
 Rows, per grad mode and M (fp16, N = K = ``--width``):
 
 - ``F.linear``: torch's own call;

@@ -231,32 +231,6 @@ class E2EResult:
         }
 
 
-def find_workload(pm: Any, name: str | None = None, model: str | None = None,
-                  inputs: tuple[str, ...] = ()) -> Any:
-    """The workload ``name`` (registered) or around ``model`` (``package.module:factory``);
-    :class:`~oasr_core.errors.ConfigurationError` unless exactly one names a model."""
-    from oasr_core.census.workloads import collect_workloads, model_workload
-
-    if (name is None) == (model is None):
-        raise ConfigurationError("give exactly one of --workload NAME and --model "
-                                 "package.module:factory")
-    if model is not None:
-        return model_workload(model, inputs=inputs or ("B,T,80",))
-    if inputs:
-        raise ConfigurationError("--input describes a --model; a registered workload declares "
-                                 "its own")
-    available = collect_workloads(pm)
-    if name not in available:
-        import difflib
-
-        close = difflib.get_close_matches(name, list(available), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigurationError(f"unknown workload {name!r}{hint}; available: "
-                                 f"{', '.join(sorted(available)) or 'none'}; or any module "
-                                 "with --model package.module:factory")
-    return available[name][0]
-
-
 def check_scheme(registry: Any, dtype: str, quantization: str) -> None:
     """:class:`~oasr_core.errors.ConfigurationError` unless an installed family serves
     ``quantization`` at ``dtype`` (:mod:`oasr_core.census.choices`), naming what is offered."""

@@ -327,6 +327,34 @@ def model_workload(spec: str, *, inputs: Sequence[str] = ("B,T,80",),
         raise ConfigurationError(f"--model {spec!r}: {exc}") from None
 
 
+def find_workload(pm: Any, name: str | None = None, model: str | None = None,
+                  inputs: Sequence[str] = (), fixed_frames: int | None = None) -> Workload:
+    """The workload ``name`` (registered) or around ``model`` (``package.module:factory``,
+    with ``inputs`` and ``fixed_frames``): what ``--workload`` / ``--model`` name on the
+    command line. :class:`~oasr_core.errors.ConfigurationError` unless exactly one is given,
+    for an unknown name (with the closest registered one), or for ``inputs`` /
+    ``fixed_frames`` given with a registered workload (it declares its own)."""
+    if (name is None) == (model is None):
+        raise ConfigurationError("give exactly one of --workload NAME and --model "
+                                 "package.module:factory")
+    if model is not None:
+        return model_workload(model, inputs=tuple(inputs) or ("B,T,80",),
+                              fixed_frames=fixed_frames)
+    if inputs or fixed_frames is not None:
+        raise ConfigurationError("--input and --fixed-frames describe a --model; a registered "
+                                 "workload declares its own")
+    available = collect_workloads(pm)
+    if name not in available:
+        import difflib
+
+        close = difflib.get_close_matches(name, list(available), n=1)
+        hint = f" (did you mean {close[0]!r}?)" if close else ""
+        raise ConfigurationError(f"unknown workload {name!r}{hint}; available: "
+                                 f"{', '.join(sorted(available)) or 'none'}; or any module "
+                                 "with --model package.module:factory")
+    return available[name][0]
+
+
 def make_inputs(workload: Workload, batch: int, frames: int, *, dtype: Any,
                 device: Any) -> tuple[Any, ...]:
     """The workload's inputs for ``batch`` utterances of ``frames`` frames each."""

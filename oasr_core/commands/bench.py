@@ -68,9 +68,9 @@ def bench_cmd(state: CliState, workload_name: str | None, model: str | None,
         E2EOptions,
         MismatchError,
         check_scheme,
-        find_workload,
         run_e2e,
     )
+    from oasr_core.census.workloads import find_workload
     from oasr_core.commands.census import _params
 
     rt = state.runtime()

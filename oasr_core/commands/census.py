@@ -45,26 +45,9 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
 
 def _workload(state: CliState, name: str | None, model: str | None, inputs: tuple[str, ...],
               fixed_frames: int | None):
-    from oasr_core.census.workloads import collect_workloads, model_workload
+    from oasr_core.census.workloads import find_workload
 
-    if (name is None) == (model is None):
-        raise ConfigurationError("give exactly one of --workload NAME and --model "
-                                 "package.module:factory")
-    if model is not None:
-        return model_workload(model, inputs=inputs or ("B,T,80",), fixed_frames=fixed_frames)
-    if inputs or fixed_frames is not None:
-        raise ConfigurationError("--input and --fixed-frames describe a --model; a registered "
-                                 "workload declares its own")
-    available = collect_workloads(state.runtime().registry.pm)
-    if name not in available:
-        import difflib
-
-        close = difflib.get_close_matches(name, list(available), n=1)
-        hint = f" (did you mean {close[0]!r}?)" if close else ""
-        raise ConfigurationError(f"unknown workload {name!r}{hint}; available: "
-                                 f"{', '.join(sorted(available)) or 'none'}; or census any "
-                                 "module with --model package.module:factory")
-    return available[name][0]
+    return find_workload(state.runtime().registry.pm, name, model, inputs, fixed_frames)
 
 
 def _check_scheme(state: CliState, dtype: str, quantization: str) -> None:
