@@ -1,0 +1,91 @@
+"""The conv1d kernel ABI's Python half: the ctypes mirror of ``oasr_conv1d::Geometry``.
+
+Every conv1d unit, dense or depthwise, exports ``<symbol>(const oasr_kit::CallArgs*, const
+oasr_conv1d::Geometry*, x, w, bias, out, stream)`` and ``<symbol>_workspace(const Geometry*,
+int32 dtype)`` (``csrc/oasr_conv1d/geometry.cuh`` states the contract). This module mirrors
+the record field by field, names the dtype and activation codes, and computes torch's output
+length, so the dense and depthwise lanes build their calls from one place.
+
+Importing it imports neither torch nor CUTLASS.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from pathlib import Path
+
+from oasr_core.jit.kit import CallArgs
+
+CSRC = Path(__file__).resolve().parent / "csrc"
+"""The include dir holding ``oasr_conv1d/*.cuh`` (the family's headers)."""
+HEADER = "oasr_conv1d/geometry.cuh"
+"""The ABI header, as a unit includes it."""
+
+DTYPE_CODE = {"float16": 0, "bfloat16": 1}
+"""``CallArgs.dtype`` code per torch dtype name (``oasr_conv1d::DType``)."""
+ACT_CODE = {None: 0, "relu": 1, "gelu": 2, "silu": 3}
+"""``CallArgs.act`` code per activation (``oasr_conv1d::Act``; GELU is the erf form)."""
+
+
+class Geometry(ctypes.Structure):
+    """One call's convolution geometry (``oasr_conv1d::Geometry``, 56 bytes, field by field).
+
+    ``reserved`` stays zero. Built by :func:`geometry`, which checks the sizes.
+    """
+
+    _fields_ = [
+        ("batch", ctypes.c_int64), ("t_in", ctypes.c_int64), ("t_out", ctypes.c_int64),
+        ("c_in", ctypes.c_int32), ("c_out", ctypes.c_int32), ("kernel", ctypes.c_int32),
+        ("stride", ctypes.c_int32), ("pad", ctypes.c_int32), ("dilation", ctypes.c_int32),
+        ("groups", ctypes.c_int32), ("reserved", ctypes.c_int32),
+    ]
+
+
+assert ctypes.sizeof(Geometry) == 56, "Geometry must match oasr_conv1d::Geometry (56 bytes)"
+
+LAUNCH_ARGTYPES = [ctypes.POINTER(CallArgs), ctypes.POINTER(Geometry), ctypes.c_void_p,
+                   ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p]
+"""ctypes argument types of a unit's launcher: call, geometry, x, w, bias, out, stream."""
+WORKSPACE_ARGTYPES = [ctypes.POINTER(Geometry), ctypes.c_int32]
+"""ctypes argument types of a unit's ``<symbol>_workspace`` query."""
+
+
+def out_length(t_in: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
+    """torch's output length of a 1-D convolution; 0 when the window does not fit."""
+    span = dilation * (kernel - 1) + 1
+    padded = t_in + 2 * pad
+    return 0 if padded < span else (padded - span) // stride + 1
+
+
+def geometry(batch: int, t_in: int, c_in: int, c_out: int, kernel: int, stride: int = 1,
+             pad: int = 0, dilation: int = 1, groups: int = 1) -> Geometry:
+    """The record of one call; a ``ValueError`` naming the bad size when it is not a conv."""
+    for name, value, low in (("batch", batch, 1), ("t_in", t_in, 1), ("c_in", c_in, 1),
+                             ("c_out", c_out, 1), ("kernel", kernel, 1), ("stride", stride, 1),
+                             ("pad", pad, 0), ("dilation", dilation, 1), ("groups", groups, 1)):
+        if int(value) != value or value < low:
+            raise ValueError(f"conv1d geometry: {name}={value!r} must be an integer >= {low}")
+    if c_in % groups or c_out % groups:
+        raise ValueError(f"conv1d geometry: groups={groups} must divide c_in={c_in} and "
+                         f"c_out={c_out}")
+    t_out = out_length(t_in, kernel, stride, pad, dilation)
+    if t_out <= 0:
+        raise ValueError(f"conv1d geometry: t_in={t_in} with pad={pad} is shorter than the "
+                         f"window (kernel={kernel}, dilation={dilation})")
+    return Geometry(batch, t_in, t_out, c_in, c_out, kernel, stride, pad, dilation, groups, 0)
+
+
+def call_args(geo: Geometry, dtype: str, activation: str | None = None,
+              flags: int = 0) -> CallArgs:
+    """The kit's call record for ``geo``: m = batch * t_out, n = c_out,
+    k = c_in / groups * kernel, no workspace (the caller sets one when the unit asks)."""
+    if dtype not in DTYPE_CODE:
+        raise ValueError(f"conv1d: dtype {dtype!r} is not one of {sorted(DTYPE_CODE)}")
+    if activation not in ACT_CODE:
+        raise ValueError(f"conv1d: activation {activation!r} is not one of "
+                         f"{[a for a in ACT_CODE if a]} or None")
+    call = CallArgs()
+    call.m, call.n = geo.batch * geo.t_out, geo.c_out
+    call.k = geo.c_in // geo.groups * geo.kernel
+    call.dtype, call.act, call.split, call.flags = DTYPE_CODE[dtype], ACT_CODE[activation], 1, flags
+    return call
