@@ -430,7 +430,7 @@ def test_tier_gate(model_runtime):
     def no_device():
         raise ConfigurationError("no CUDA device")
 
-    assert ModelTier(live=no_device).live is None
+    assert ModelTier(live=no_device).live() is None
     with pytest.warns(OasrWarning, match="cost model tier skipped"):
         assert ModelTier().oasr_model_select(family=fam, lane=lane, problem=problem,
                                              candidates=candidates, model={"kind": "x"}) is None

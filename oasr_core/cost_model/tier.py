@@ -96,9 +96,12 @@ class ModelTier:
         self._warned: set[str] = set()
         self._feats: dict[tuple[str, str], CostFeatures | None] = {}
 
-    @property
     def live(self) -> ArchProfile | None:
-        """The running device's profile (resolved on first use), or None."""
+        """The running device's profile (resolved on first use), or None.
+
+        A method, not a property: pluggy's ``register`` reads every attribute of a plugin,
+        and a property would probe the GPU (importing torch) whenever the tier is registered.
+        """
         if callable(self._live):
             try:
                 self._live = self._live()
@@ -121,7 +124,7 @@ class ModelTier:
         except ConfigurationError as exc:
             self._warn(f"payload:{id(payload)}", f"oasr: cost model tier skipped: {exc}")
             model = None
-        live = self.live
+        live = self.live()
         if model is not None and live is not None and live.arch == model.profile.arch:
             model = model.on(model.profile.with_live(live))
         if len(self._parsed) >= 64:  # payloads of earlier epochs: let them go
