@@ -16,6 +16,13 @@ from pathlib import Path
 
 from oasr_core.jit.kit import CallArgs
 
+FAMILY = "conv1d"
+LANE_SM80 = "sm80_conv1d"
+"""The CUTLASS 2.x-era lane (mma.sync dense units, direct depthwise units); sm80..sm90."""
+LANE_SM90 = "sm90_conv1d"
+"""The Hopper lane (CUTLASS 3.x dense units, direct depthwise units built for 90a); sm90."""
+LANES = (LANE_SM80, LANE_SM90)
+
 CSRC = Path(__file__).resolve().parent / "csrc"
 """The include dir holding ``oasr_conv1d/*.cuh`` (the family's headers)."""
 HEADER = "oasr_conv1d/geometry.cuh"
