@@ -337,6 +337,57 @@ def oasr_linear(dtype: str, quantization: str) -> Callable[..., Tensor] | None:
     """
 
 
+@hookspec(firstresult=True)
+def oasr_layer(kind: str, dtype: str, quantization: str) -> Callable[..., Tensor] | None:
+    """Serve a kind of layer of the census's reference models other than ``nn.Linear``.
+
+    **When:** the core calls this when ``oasr tune census`` (or the end-to-end benchmark)
+    builds one of its reference workloads, once per layer kind and model build, before any
+    probe. ``kind`` is the class name of the torch module the model holds (``"Conv1d"``:
+    the Conformer's depthwise convolution, the Whisper front end's two convolutions); linear
+    layers are :func:`oasr_linear`'s. The core names no family here: a plugin whose family
+    computes that kind of layer answers for it.
+
+    :param kind: the torch module class name (``"Conv1d"``).
+    :param dtype: the deployment's activation dtype as ``--dtype`` spells it (``"fp16"``).
+    :param quantization: the model's scheme (``"none"``, ``"int8_w8a8"``, ...). A scheme
+        quantizes only the layers its family lists; when no plugin answers for the scheme,
+        the core asks again with ``"none"`` (the layer then stays full precision).
+
+    **Returns:** None ("not mine") or a callable *instance* taking ``(x, layer,
+    activation=None)``: a **channels-last** activation ``[B, T, C_in]``, the torch module it
+    stands for (in eval mode; the model folds a following BatchNorm into a convolution's
+    weight and bias before calling), and None or the name of the activation that follows
+    (``"relu"``, ``"gelu"``, ``"silu"``). It returns ``activation(layer(x))`` channels-last,
+    ``[B, T_out, C_out]`` in ``x``'s dtype, so an engine never transposes around it. It must
+    run on the ``meta`` device and call the ops its family records (``Family.recorder_patches``)
+    through their module at call time. Without an answer the model runs torch's module on
+    ``[B, C, T]`` data, transposing around it, as the published models do.
+
+    **firstresult:** yes. Stops at first non-None result; two plugins serving the same kind
+    are ordered with ``tryfirst``/``trylast`` on the implementation.
+
+    **Example:**
+
+    .. code-block:: python
+
+        from oasr_core import hookimpl
+
+        @hookimpl
+        def oasr_layer(kind, dtype, quantization):
+            if kind != "Conv1d" or quantization != "none":
+                return None
+            from my_conv import ops
+
+            def conv(x, layer, activation=None):
+                return ops.conv1d_activation(x, layer.weight, layer.bias, activation,
+                                             stride=layer.stride[0], padding=layer.padding[0],
+                                             dilation=layer.dilation[0], groups=layer.groups)
+
+            return conv
+    """
+
+
 _QUANTIZED_LINEAR_DEPRECATED = DeprecationWarning(
     "oasr_quantized_linear is deprecated: implement oasr_linear(dtype, quantization), which "
     "serves full-precision and quantized linears alike, and list the scheme in "

@@ -5,8 +5,12 @@ builds these on the meta device). Every linear layer of :class:`GemmOps` (projec
 feed-forward and pointwise layers) runs through ``linear``, the callable a plugin's
 ``oasr_linear`` hook answered for the census's dtype and quantization (a family's GEMM ops,
 or a quantized GEMM), and through plain torch when no plugin answered, as an engine built
-on oasr would; convolutions, the attention products and the subsampling projection stay
-torch.
+on oasr would. Other layers a plugin serves (``oasr_layer``: ``layers`` maps the torch module
+class name, ``"Conv1d"``, to the plugin's callable) run channels-last through it: the
+Conformer's depthwise convolution with its BatchNorm folded in and its SiLU fused, the
+Whisper front end's convolutions with their GELU. Without an answer they are torch's modules
+on ``[B, C, T]`` data, transposed around, as the published models run them. The attention
+products and the subsampling stay torch.
 
 The subsampling projection calls a ``linear`` this module imported from torch before any
 recorder exists, on purpose: the original census missed a whole layer called that way,
@@ -21,7 +25,7 @@ a ``linear_pos`` projection at ``M = 2T - 1``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from types import MappingProxyType
 
 import torch
@@ -33,6 +37,10 @@ Linear = Callable[..., torch.Tensor]
 """``(x, layer, activation=None) -> activation(layer(x))`` with a plugin's ops (the answer of
 ``oasr_linear``); ``activation`` is None or a name of :data:`ACTIVATIONS`."""
 
+Layer = Callable[..., torch.Tensor]
+"""``(x, layer, activation=None) -> activation(layer(x))`` channels-last, for a layer kind
+other than linear (the answer of ``oasr_layer``)."""
+
 ACTIVATIONS = MappingProxyType({"relu": F.relu, "gelu": F.gelu, "silu": F.silu})
 """The activations a reference model puts after a linear layer, by name."""
 
@@ -43,15 +51,34 @@ def activate(y: torch.Tensor, activation: str | None) -> torch.Tensor:
 
 
 class GemmOps:
-    """The linear layers of a model: through ``linear`` (a plugin's, looked up once when the
-    model is built), or torch's ``F.linear`` when it is None.
+    """The served layers of a model: linears through ``linear`` (a plugin's, looked up once
+    when the model is built), or torch's ``F.linear`` when it is None; other layer kinds
+    through ``layers`` (``oasr_layer`` answers by torch module class name), or torch.
 
     The plugin's function reaches its ops through their module at call time, so the census
     recorder, which rebinds module attributes, sees each call under the family that owns it.
     """
 
-    def __init__(self, linear: Linear | None = None) -> None:
+    def __init__(self, linear: Linear | None = None,
+                 layers: Mapping[str, Layer] | None = None) -> None:
         self.served = linear
+        self.layers = MappingProxyType(dict(layers or {}))
+
+    def conv1d(self, x: torch.Tensor, layer: nn.Conv1d, activation: str | None = None,
+               norm: nn.BatchNorm1d | None = None) -> torch.Tensor:
+        """``activation(norm(layer(x)))`` on channels-last ``x [B, T, C]``, channels-last out.
+
+        Served: one call of the plugin's conv with ``norm`` folded into the convolution (eval
+        mode only; a training model keeps torch, whose BatchNorm updates its statistics).
+        Torch: ``layer`` and ``norm`` on the transposed data, then the activation.
+        """
+        served = self.layers.get("Conv1d")
+        if served is not None and not (layer.training or (norm is not None and norm.training)):
+            return served(x, layer if norm is None else folded_conv(layer, norm), activation)
+        h = layer(x.transpose(1, 2))
+        if norm is not None:
+            h = norm(h)
+        return activate(h, activation).transpose(1, 2)
 
     def linear(self, x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
         """``layer(x)``."""
@@ -65,6 +92,37 @@ class GemmOps:
         if self.served is not None:
             return self.served(x, layer, activation)
         return activate(linear(x, layer.weight, layer.bias), activation)
+
+
+_FOLDED = "_oasr_folded"
+
+
+def folded_conv(conv: nn.Conv1d, norm: nn.BatchNorm1d) -> nn.Conv1d:
+    """``conv`` with the eval-mode ``norm`` after it folded into its weight and bias.
+
+    Folded once and kept on ``norm`` (outside the state dict), made again when a parameter
+    or running statistic changes (their versions are the key). Computed in fp32, stored in
+    the convolution's dtype and device.
+    """
+    tensors = [conv.weight, conv.bias, norm.weight, norm.bias, norm.running_mean,
+               norm.running_var]
+    key = tuple((id(t), t._version, t.dtype, t.device) if t is not None else None
+                for t in tensors)
+    cached = getattr(norm, _FOLDED, None)
+    if cached is not None and cached[0] == key:
+        return cached[1]
+    with torch.no_grad():
+        scale = norm.weight.float() / torch.sqrt(norm.running_var.float() + norm.eps)
+        bias = conv.bias.float() if conv.bias is not None else torch.zeros_like(scale)
+        fused = nn.Conv1d(conv.in_channels, conv.out_channels, conv.kernel_size,
+                          stride=conv.stride, padding=conv.padding, dilation=conv.dilation,
+                          groups=conv.groups, bias=True, device=conv.weight.device,
+                          dtype=conv.weight.dtype).eval()
+        fused.weight.copy_(conv.weight.float() * scale.view(-1, 1, 1))
+        fused.bias.copy_((bias - norm.running_mean.float()) * scale + norm.bias.float())
+        fused.requires_grad_(False)
+    object.__setattr__(norm, _FOLDED, (key, fused))
+    return fused
 
 
 def sinusoids(positions: torch.Tensor, channels: int) -> torch.Tensor:
@@ -163,7 +221,7 @@ class ConvModule(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         h = F.glu(self.ops.linear(self.norm(x), self.pointwise_in), dim=-1)
-        h = F.silu(self.bn(self.depthwise(h.transpose(1, 2)))).transpose(1, 2)
+        h = self.ops.conv1d(h, self.depthwise, "silu", norm=self.bn)
         return self.ops.linear(h, self.pointwise_out)
 
 
@@ -191,16 +249,18 @@ class ConformerEncoder(nn.Module):
 
     Defaults are Gulati et al.'s Conformer (M) widths (16 layers, d_model 256, 4 heads, FFN
     1024) with the odd depthwise kernel 31 of ESPnet/WeNet recipes (the paper used 32).
-    ``linear`` serves the linear layers (:class:`GemmOps`; None: torch).
+    ``linear`` serves the linear layers, ``served`` other layer kinds by torch class name
+    (:class:`GemmOps`; None: torch).
     """
 
     def __init__(self, *, input_dim: int = 80, d_model: int = 256, heads: int = 4,
                  ffn_dim: int = 1024, kernel_size: int = 31, layers: int = 16,
-                 linear: Linear | None = None) -> None:
+                 linear: Linear | None = None, served: Mapping[str, Layer] | None = None
+                 ) -> None:
         super().__init__()
         if d_model % heads:
             raise ValueError(f"d_model {d_model} is not divisible by heads {heads}")
-        ops = GemmOps(linear)
+        ops = GemmOps(linear, served)
         self.d_model = d_model
         self.subsample = ConvSubsampling(input_dim, d_model)
         self.layers = nn.ModuleList(ConformerLayer(d_model, heads, ffn_dim, kernel_size, ops)
@@ -248,14 +308,15 @@ class WhisperEncoder(nn.Module):
     ``window / 2`` frames, then pre-norm blocks. Like Whisper's, it accepts exactly
     ``window`` frames (3000: 30 s): a longer or padded input is an error, never rounded.
     Defaults are Whisper base (d_model 512, 6 layers, 8 heads, FFN 2048). ``linear`` serves
-    the linear layers (:class:`GemmOps`; None: torch).
+    the linear layers, ``served`` other layer kinds (:class:`GemmOps`; None: torch).
     """
 
     def __init__(self, *, n_mels: int = 80, d_model: int = 512, heads: int = 8, layers: int = 6,
-                 ffn_dim: int = 2048, window: int = 3000, linear: Linear | None = None
-                 ) -> None:
+                 ffn_dim: int = 2048, window: int = 3000, linear: Linear | None = None,
+                 served: Mapping[str, Layer] | None = None) -> None:
         super().__init__()
-        ops = GemmOps(linear)
+        ops = GemmOps(linear, served)
+        self.ops = ops
         self.window = window
         self.conv1 = nn.Conv1d(n_mels, d_model, 3, padding=1)
         self.conv2 = nn.Conv1d(d_model, d_model, 3, stride=2, padding=1)
@@ -269,7 +330,11 @@ class WhisperEncoder(nn.Module):
         if mel.shape[-1] != self.window:
             raise ValueError(f"the encoder takes exactly {self.window} frames, got "
                              f"{mel.shape[-1]}")
-        x = F.gelu(self.conv2(F.gelu(self.conv1(mel)))).transpose(1, 2)
+        if "Conv1d" in self.ops.layers:
+            h = mel.transpose(1, 2).contiguous()
+            x = self.ops.conv1d(self.ops.conv1d(h, self.conv1, "gelu"), self.conv2, "gelu")
+        else:
+            x = F.gelu(self.conv2(F.gelu(self.conv1(mel)))).transpose(1, 2)
         x = x + self.positional.to(x.dtype)
         for block in self.blocks:
             x = block(x)

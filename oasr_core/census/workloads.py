@@ -187,6 +187,31 @@ def served_linear(pm: Any, *, dtype: str, quantization: str = "none",
     return None
 
 
+LAYER_KINDS = ("Conv1d",)
+"""The layer kinds (torch module class names) the reference models ask ``oasr_layer`` for."""
+
+
+def served_layers(pm: Any, *, dtype: str, quantization: str = "none",
+                  kinds: Sequence[str] = LAYER_KINDS) -> dict[str, Callable[..., Any]]:
+    """The plugins' callables for each layer kind in ``kinds`` (``oasr_layer``), by kind.
+
+    A kind no plugin answers for the scheme is asked again unquantized (a scheme quantizes
+    only what its family serves); a kind no plugin serves is left out (torch runs it).
+    Raises :class:`~oasr_core.errors.PluginError` when a hook raises or answers something
+    that is not callable.
+    """
+    out = {}
+    for kind in kinds:
+        for scheme in dict.fromkeys((quantization, "none")):
+            what = f"layer kind {kind!r}, dtype {dtype!r}, quantization {scheme!r}"
+            layer = _ask(pm, "oasr_layer", what, kind=kind, dtype=dtype, quantization=scheme)
+            if layer is not None:
+                _check_linear(layer, "oasr_layer", what)
+                out[kind] = layer
+                break
+    return out
+
+
 @attrs.frozen
 class ReferenceFactory:
     """The factory of a reference encoder of :mod:`oasr_core.census.models`.
@@ -207,13 +232,15 @@ class ReferenceFactory:
 
     def __call__(self, *, family_ops: bool | None = None, quantization: str = "none",
                  dtype: str = "fp16", **params: Any) -> Any:
-        linear = None
+        linear, layers = None, {}
         if quantization != "none" or family_ops is not False:
             linear = served_linear(self.pm, dtype=dtype, quantization=quantization,
                                    required=family_ops is True)
+        if family_ops is not False:
+            layers = served_layers(self.pm, dtype=dtype, quantization=quantization)
         from oasr_core.census import models
 
-        return getattr(models, self.model)(linear=linear, **params)
+        return getattr(models, self.model)(linear=linear, served=layers, **params)
 
 
 def _conformer_chunk_frames(chunk: int) -> int:
