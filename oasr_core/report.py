@@ -50,7 +50,7 @@ class TierState:
     stale_entries: tuple[str, ...] = ()
     """Signature keys whose own stamp is stale."""
     problem: str | None = None
-    """Why an existing file was skipped."""
+    """Why an existing file was skipped; for a loaded one, which part of it is unusable."""
 
 
 @attrs.frozen
@@ -131,7 +131,7 @@ class TuningReport:
         for fs in self.families:
             out.append(f"{fs.arch}/{fs.family} (lane {fs.lane or '-'})")
             for t in fs.tiers:
-                if t.problem:
+                if t.problem and not t.loaded:
                     state = f"SKIPPED: {t.problem}"
                 elif not t.loaded:
                     state = "absent" if t.path else "disabled"
@@ -141,6 +141,8 @@ class TuningReport:
                         state += f", STALE ({'; '.join(t.stale)})"
                     if t.stale_entries:
                         state += f", {len(t.stale_entries)} stale entr(y/ies)"
+                    if t.problem:
+                        state += f", UNHEALTHY: {t.problem}"
                 out.append(f"  {t.tier:<6} {t.path or '-'}: {state}")
         if self.counts:
             out.append("resolutions per tier:")
@@ -167,7 +169,7 @@ def _tier_state(tier: str, path: Path | None, tf, problems: Iterable[str], curre
     return TierState(
         tier=tier, path=str(path), loaded=True, entries=len(tf.entries), configs=len(tf.configs),
         lane=tf.lane, stale=tuple(database.stale_reasons(tf.soft, current)),
-        stale_entries=tuple(sorted(database.stale_entries(tf, current))))
+        stale_entries=tuple(sorted(database.stale_entries(tf, current))), problem=problem)
 
 
 def tier_arches() -> list[str]:

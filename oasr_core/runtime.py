@@ -149,6 +149,15 @@ class Runtime:
                 problems.append(f"{tier} tier skipped: {exc}")
                 self.warn_once(f"skip:{path}:{self.epoch}",
                                f"oasr: {tier} tier file skipped: {exc}")
+                continue
+            why = _unusable_model(files[tier].model)
+            if why is not None:
+                # The entries stay in service; only the model tier loses this payload.
+                files[tier] = attrs.evolve(files[tier], model=None)
+                problems.append(f"{tier} tier model unusable: {path}: {why}")
+                self.warn_once(f"model:{path}:{self.epoch}",
+                               f"oasr: {tier} tier file {path}: its cost model is unusable "
+                               f"({why}); the model tier skips it and the next tier serves")
         return TierFiles(family=family.name, arch=arch, user_path=paths["user"],
                          system_path=paths["system"], user=files["user"],
                          system=files["system"], problems=tuple(problems))
@@ -202,6 +211,27 @@ class Runtime:
         for listener in listeners:
             listener(self.epoch)
         return self.epoch
+
+
+def _unusable_model(payload: Any) -> str | None:
+    """Why a tuning file's ``model`` payload cannot be used, or None (absent, usable, or a
+    payload of another kind, which belongs to the plugin that reads it)."""
+    if payload is None:
+        return None
+    from collections.abc import Mapping
+
+    from oasr_core.cost_model.model import KIND, CostModel
+    from oasr_core.errors import ConfigurationError
+
+    if not isinstance(payload, Mapping):
+        return f"the model payload is a {type(payload).__name__}, not an object"
+    if payload.get("kind") != KIND:
+        return None
+    try:
+        CostModel.from_json(payload)
+    except ConfigurationError as exc:
+        return str(exc)
+    return None
 
 
 def get_runtime() -> Runtime:

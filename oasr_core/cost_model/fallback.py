@@ -86,9 +86,24 @@ class ArmFit:
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> ArmFit:
-        return cls(coeffs=tuple(float(raw[t]) for t in TERMS), rows=int(raw.get("rows", 0)),
-                   signatures=int(raw.get("signatures", 0)),
-                   n=tuple(int(v) for v in raw["N"]), k=tuple(int(v) for v in raw["K"]))
+        """Inverse of :meth:`to_json`; ``ConfigurationError`` unless every coefficient is a
+        finite non-negative number and ``N`` and ``K`` are ``[lowest, highest]`` integers."""
+        from oasr_core.cost_model.model import count, number
+
+        if not isinstance(raw, Mapping):
+            raise ConfigurationError(f"an arm fit must be an object, not {type(raw).__name__}")
+        spans = []
+        for axis in ("N", "K"):
+            span = raw.get(axis)
+            pair = isinstance(span, list) and len(span) == 2 and all(type(v) is int for v in span)
+            if not pair or span[0] > span[1]:
+                raise ConfigurationError(f"{axis}={span!r} is not a [lowest, highest] pair of "
+                                         "integers")
+            spans.append(tuple(span))
+        return cls(coeffs=tuple(number(raw.get(t), t) for t in TERMS),
+                   rows=count(raw.get("rows", 0), "rows"),
+                   signatures=count(raw.get("signatures", 0), "signatures"),
+                   n=spans[0], k=spans[1])
 
 
 @attrs.frozen
@@ -117,11 +132,17 @@ class FallbackModel:
         """Inverse of :meth:`to_json` (None or absent: no arm is calibrated)."""
         if raw is None:
             return cls()
+        if not isinstance(raw, Mapping) or not all(isinstance(ops, Mapping)
+                                                   for ops in raw.values()):
+            raise ConfigurationError("malformed fallback calibration: expected an object of "
+                                     "arm -> op -> fit")
         try:
             return cls(arms={str(arm): {str(op): ArmFit.from_json(f) for op, f in ops.items()}
                              for arm, ops in raw.items()})
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"malformed fallback calibration: {exc}") from None
         except (AttributeError, KeyError, TypeError, ValueError) as exc:
-            raise ConfigurationError(f"malformed fallback calibration: {exc!r}") from exc
+            raise ConfigurationError(f"malformed fallback calibration: {exc!r}") from None
 
 
 def fit_fallbacks(rows: Iterable[LogRow], profile: ArchProfile, *, min_rows: int = MIN_ROWS,

@@ -58,8 +58,43 @@ class Coeffs:
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any]) -> Coeffs:
-        return cls(a=float(raw["a"]), b=float(raw["b"]), rho=float(raw.get("rho", 1.0)),
-                   rows=int(raw.get("rows", 0)))
+        """Inverse of :meth:`to_json`; ``ConfigurationError`` unless ``a``, ``b`` and ``rho``
+        are finite non-negative numbers and ``rows`` a non-negative integer."""
+        if not isinstance(raw, Mapping):
+            raise ConfigurationError(f"coefficients must be an object, not {type(raw).__name__}")
+        return cls(a=number(raw.get("a"), "a"), b=number(raw.get("b"), "b"),
+                   rho=number(raw.get("rho", 1.0), "rho"),
+                   rows=count(raw.get("rows", 0), "rows"))
+
+
+def number(value: Any, what: str) -> float:
+    """``value`` as a float when it is a finite non-negative JSON number (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)) \
+            or not math.isfinite(value) or value < 0:
+        raise ConfigurationError(f"{what}={value!r} is not a finite non-negative number")
+    return float(value)
+
+
+def count(value: Any, what: str) -> int:
+    """``value`` when it is a non-negative JSON integer (not a bool)."""
+    if isinstance(value, bool) or not isinstance(value, int) or value < 0:
+        raise ConfigurationError(f"{what}={value!r} is not a non-negative integer")
+    return value
+
+
+def _table(raw: Any, what: str) -> dict[str, Coeffs]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, Mapping):
+        raise ConfigurationError(f"{what} must be an object of name -> coefficients, not "
+                                 f"{type(raw).__name__}")
+    out = {}
+    for name, value in raw.items():
+        try:
+            out[name] = Coeffs.from_json(value)
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"{what}[{name!r}]: {exc}") from None
+    return out
 
 
 _UNIT = Coeffs(1.0, 1.0, 1.0)
@@ -160,16 +195,26 @@ class CostModel:
                                      f"oasr reads ({SCHEMA_VERSION}); upgrade oasr")
         data = thaw(raw)
         try:
+            profile = data.get("profile")
+            if not isinstance(profile, Mapping):
+                raise ConfigurationError("profile must be an object")
+            lane, ops, evidence = data.get("lane"), data.get("ops", []), data.get("evidence", {})
+            if lane is not None and not isinstance(lane, str):
+                raise ConfigurationError(f"lane={lane!r} is not a lane name")
+            if not isinstance(ops, list) or not all(isinstance(o, str) for o in ops):
+                raise ConfigurationError(f"ops={ops!r} is not a list of op names")
+            if not isinstance(evidence, Mapping):
+                raise ConfigurationError("evidence must be an object")
             return cls(
-                profile=ArchProfile.from_json(data["profile"]),
-                knobs=Knobs.from_json(data.get("knobs")), lane=data.get("lane"),
-                ops=tuple(data.get("ops", ())), serve=data.get("serve", "structure"),
-                groups={k: Coeffs.from_json(v) for k, v in data.get("groups", {}).items()},
-                configs={k: Coeffs.from_json(v) for k, v in data.get("configs", {}).items()},
-                evidence=data.get("evidence", {}),
-                fallbacks=FallbackModel.from_json(data.get("fallbacks")))
-        except (KeyError, TypeError, ValueError) as exc:
-            raise ConfigurationError(f"malformed cost model payload: {exc!r}") from exc
+                profile=ArchProfile.from_json(profile), knobs=Knobs.from_json(data.get("knobs")),
+                lane=lane, ops=tuple(ops), serve=data.get("serve", "structure"),
+                groups=_table(data.get("groups"), "groups"),
+                configs=_table(data.get("configs"), "configs"),
+                evidence=evidence, fallbacks=FallbackModel.from_json(data.get("fallbacks")))
+        except ConfigurationError as exc:
+            raise ConfigurationError(f"malformed cost model payload: {exc}") from None
+        except (KeyError, TypeError, ValueError, AttributeError) as exc:
+            raise ConfigurationError(f"malformed cost model payload: {exc!r}") from None
 
 
 def _features(config: Config, features: FeatureSource | None, lane: Any) -> CostFeatures | None:

@@ -75,12 +75,32 @@ class Knobs:
 
     @classmethod
     def from_json(cls, raw: Mapping[str, Any] | None) -> Knobs:
-        raw = dict(raw or {})
-        names = {a.name for a in attrs.fields(cls)}
-        unknown = set(raw) - names
+        """Inverse of :meth:`to_json`; ``ConfigurationError`` for an unknown knob or a value
+        that is not a finite non-negative number (an integer where the default is one; at
+        least 1 for the two counts the structure divides by)."""
+        if raw is None:
+            return cls()
+        if not isinstance(raw, Mapping):
+            raise ConfigurationError(f"cost model knobs must be an object, not "
+                                     f"{type(raw).__name__}")
+        fields = {a.name: a for a in attrs.fields(cls)}
+        unknown = set(raw) - set(fields)
         if unknown:
-            raise ConfigurationError(f"cost model knobs: unknown {', '.join(sorted(unknown))}")
-        return cls(**raw)
+            raise ConfigurationError(f"cost model knobs: unknown {', '.join(sorted(map(str, unknown)))}")
+        values = {}
+        for name, value in raw.items():
+            integral = isinstance(fields[name].default, int)
+            if isinstance(value, bool) or not isinstance(value, int if integral else (int, float)) \
+                    or not math.isfinite(value) or value < _KNOB_FLOOR.get(name, 0):
+                kind = "an integer" if integral else "a finite number"
+                raise ConfigurationError(f"cost model knobs: {name}={value!r} is not {kind} "
+                                         f">= {_KNOB_FLOOR.get(name, 0)}")
+            values[name] = value
+        return cls(**values)
+
+
+_KNOB_FLOOR = {"max_ctas_per_sm": 1, "min_iters_per_sk_unit": 1}
+"""Knobs the structure divides by or takes as a count of CTAs: at least 1."""
 
 
 DEFAULT_KNOBS = Knobs()

@@ -194,6 +194,13 @@ class ModelTier:
         except PluginError as exc:
             self._warn(f"lane:{lane.name}", f"oasr: cost model tier skipped: {exc}")
             return Decision(None, f"the lane's cost features are malformed: {exc}")
+        except (ArithmeticError, TypeError, ValueError, AttributeError) as exc:
+            # A payload that passed from_json but still cannot predict (values no validator
+            # anticipates): the model is unusable here, never a crash of the op call.
+            text = f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+            self._warn(f"predict:{id(model)}", f"oasr: cost model tier skipped: the model "
+                       f"payload cannot predict ({text}); the next tier serves")
+            return Decision(None, f"the cost model cannot predict here ({text})")
         if best is None:
             return Decision(None, "no compiled candidate can run this shape")
         if stands is not None and best.id == stands.id:
