@@ -159,7 +159,8 @@ class TuningReport:
         return "\n".join(self.lines())
 
 
-def _tier_state(tier: str, path: Path | None, tf, problems: Iterable[str], current) -> TierState:
+def _tier_state(tier: str, path: Path | None, tf, problems: Iterable[str], current,
+                lane=None) -> TierState:
     from oasr_core import database
 
     problem = next((p for p in problems if p.startswith(f"{tier} tier")), None)
@@ -169,7 +170,8 @@ def _tier_state(tier: str, path: Path | None, tf, problems: Iterable[str], curre
     return TierState(
         tier=tier, path=str(path), loaded=True, entries=len(tf.entries), configs=len(tf.configs),
         lane=tf.lane, stale=tuple(database.stale_reasons(tf.soft, current)),
-        stale_entries=tuple(sorted(database.stale_entries(tf, current))), problem=problem)
+        stale_entries=tuple(sorted(database.stale_entries(tf, current, lane=lane))),
+        problem=problem)
 
 
 def tier_arches() -> list[str]:
@@ -212,9 +214,10 @@ def tuning_report(arch: str | None = None, families: Iterable[str] | None = None
             lane = registry.active_lane(name, a)
             states.append(FamilyState(
                 family=name, arch=a, lane=lane.name if lane else None,
-                tiers=(_tier_state("user", tiers.user_path, tiers.user, tiers.problems, current),
+                tiers=(_tier_state("user", tiers.user_path, tiers.user, tiers.problems, current,
+                                   lane),
                        _tier_state("system", tiers.system_path, tiers.system, tiers.problems,
-                                   current))))
+                                   current, lane))))
     coverage: tuple[Coverage, ...] = ()
     if census is not None:
         shapeset = _shapeset(census)

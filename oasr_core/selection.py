@@ -226,7 +226,11 @@ def _from_file(rt, fam: Family, lane: Lane, tier: Tier, tf, problem: Problem) ->
         config = tf.configs[choice_id]
         why = unusable_reason(lane, config, problem)
         if why is None:
-            return Selection(choice=config, tier=tier, lane=lane.name, config=config,
+            # The lane's own record, never the file's parameters under that id: it is what
+            # the predicates judged and what the launcher runs (a file whose parameters
+            # differ is reported stale for this entry by ``oasr tune status``).
+            own = lane.config(config.id)
+            return Selection(choice=own, tier=tier, lane=lane.name, config=own,
                              reason=f"{tier.value} tier entry {key}")
         rt.warn_once(f"{tier.value}:{tf.lane}:{config.lane}:{config.id}:{why}",
                      f"oasr: {tier.value} tier entry {key} names config {config.id!r} "

@@ -16,7 +16,7 @@ from typing import Any
 
 from oasr_core.errors import PluginError
 from oasr_core.serialization import Invalid, check_json
-from oasr_core.types import Family, thaw
+from oasr_core.types import Family, Lane, thaw
 
 from .schema import TuningFile
 
@@ -26,6 +26,10 @@ WILDCARD = "*"
 @functools.cache
 def current_sku() -> dict[str, Any] | None:
     """This process's GPU as ``{name, sms, l2}``, or None without CUDA (cached)."""
+    from oasr_core.gpu_probe import gpu_visible
+
+    if not gpu_visible():
+        return None
     try:
         import torch
     except ImportError:
@@ -126,16 +130,40 @@ def stale_reasons(stamped: Mapping[str, Any], current: Mapping[str, Any]) -> lis
     return reasons
 
 
-def stale_entries(tuning_file: TuningFile,
-                  current: Mapping[str, Any]) -> dict[str, list[str]]:
+def stale_entries(tuning_file: TuningFile, current: Mapping[str, Any], *,
+                  lane: Lane | None = None) -> dict[str, list[str]]:
     """Every stale entry of ``tuning_file`` with its reasons, by signature key (sorted).
 
     Each entry is judged by the stamp it was measured under (its own ``soft``, else the
-    file's), so an entry kept from an older build stays stale after a newer write.
+    file's), so an entry kept from an older build stays stale after a newer write. With
+    ``lane``, an entry naming a config whose parameters in the file differ from the lane's
+    own record of that id (:func:`drifted_configs`) is stale too: selection serves the
+    lane's record, which is not what was measured.
     """
+    drifted = drifted_configs(tuning_file, lane) if lane is not None else {}
     out = {}
     for key in sorted(tuning_file.entries):
         reasons = stale_reasons(tuning_file.entry_soft(key), current)
+        for cid in sorted(tuning_file.entries[key].choices() & drifted.keys()):
+            reasons.append(f"config {cid!r}: {drifted[cid]}")
         if reasons:
             out[key] = reasons
     return out
+
+
+def drifted_configs(tuning_file: TuningFile, lane: Lane) -> dict[str, str]:
+    """Config ids of ``lane`` whose parameters in ``tuning_file`` differ from the lane's own
+    record, each with a one-line description; ids the lane lacks are not here (selection
+    skips them as unusable)."""
+    out = {}
+    for cid, config in tuning_file.configs.items():
+        own = lane.config(cid) if config.lane == lane.name else None
+        if own is not None and thaw(own.params) != thaw(config.params):
+            out[cid] = (f"the file's parameters {_short(config.to_json())} differ from lane "
+                        f"{lane.name!r}'s record {_short(own.to_json())}")
+    return out
+
+
+def _short(doc: Any) -> str:
+    text = json.dumps(doc, sort_keys=True, separators=(",", ":"))
+    return text if len(text) <= 120 else text[:117] + "..."
