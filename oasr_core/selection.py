@@ -323,4 +323,10 @@ def _fallback(rt, fam: Family, lane: Lane | None, problem: Problem) -> Selection
     sel = _from_sentinel(fam, lane, tier, choice, problem)
     why = _model_reason(rt, lane, problem)
     reason = f"no user or system entry covers it; the family's untuned selector is {choice.value}"
+    if sel.config is not None and not lane.supports(sel.config, problem):
+        # A fallback answers only what the shape can run: else no lane config (torch).
+        reason += f", whose {sel.config.id} cannot run this shape, so no lane config serves"
+        sel = attrs.evolve(sel, config=None)
+    elif sel.config is None and choice is Sentinel.HEURISTIC and lane is not None:
+        reason += ", which has no config that can run this shape, so no lane config serves"
     return attrs.evolve(sel, reason=f"{reason}; cost model: {why}" if why else reason)

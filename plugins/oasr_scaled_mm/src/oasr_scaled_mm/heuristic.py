@@ -381,11 +381,14 @@ def _tiles(lane: Lane, ladder: Ladder) -> dict[str, Sequence[int]]:
 
 
 def heuristic_config(problem: Problem, lane: Lane, *, sm_count: int | None = None,
-                     arch: str | None = None) -> Config:
+                     arch: str | None = None) -> Config | None:
     """The ladder's config for ``problem`` on ``lane`` with ``sm_count`` SMs.
 
     Without ``sm_count``/``arch`` they come from the current CUDA device when its arch family
     is one of the lane's, else from the lane's first default arch (:data:`DEFAULT_SM_COUNT`).
+    The rung the fill rule picks serves only if the lane can run the shape with it
+    (``Lane.supports``); else the next smaller rung that can, and None (the torch path) when
+    none can, as for a width that is not 16-byte aligned.
     """
     if sm_count is None or arch is None:
         found_arch, found_sms = device_sms(lane.name, lane.arch_families, lane.default_on)
@@ -397,10 +400,14 @@ def heuristic_config(problem: Problem, lane: Lane, *, sm_count: int | None = Non
         ladder = half_wave_ladder(lane)
         tiles = _tiles(lane, ladder)
     i = ladder.pick(problem.dim("N"), problem.dim("K"), problem.m, sm_count, tiles)
-    return lane.config(ladder.rungs[i])
+    for rung in ladder.rungs[i:]:
+        config = lane.config(rung)
+        if lane.supports(config, problem):
+            return config
+    return None
 
 
-def sentinel_heuristic(problem: Problem, lane: Lane) -> Config:
+def sentinel_heuristic(problem: Problem, lane: Lane) -> Config | None:
     """``Family.sentinel_heuristic``: :func:`heuristic_config` on this process's device."""
     return heuristic_config(problem, lane)
 
