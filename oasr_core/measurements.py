@@ -90,6 +90,8 @@ def arm_result(row: Mapping[str, Any]) -> ArmResult:
 def arm_row(arm: ArmResult, context: Mapping[str, Any]) -> dict[str, Any]:
     """The log row of ``arm``; ``context`` supplies every other field of :data:`ARM_FIELDS`."""
     row = {f: context.get(f) for f in ARM_FIELDS}
+    if context.get("points"):
+        row["points"] = list(context["points"])  # exact points (exact-point families only)
     row.update(row="arm", schema_version=LOG_SCHEMA_VERSION, config=arm.name,
                status=arm.status.value, reason=arm.reason or None,
                median_ms=number(arm.median_ms), sigma_ms=number(arm.sigma_ms),

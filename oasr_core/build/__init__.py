@@ -107,7 +107,7 @@ def default_paths(out: Path, family: Family) -> tuple[Path, Path]:
 
 
 def _incumbent(entry: Any, m: int, family: Family, lane: Lane, problem: Any) -> str | None:
-    choice = entry.lookup(m) if entry is not None else None
+    choice = entry.lookup(m, problem.point) if entry is not None else None
     if choice is None:
         return None
     sentinel = Sentinel.parse(choice)
@@ -142,7 +142,7 @@ def with_incumbents(signatures: Sequence[Signature], files: Sequence[Path], fami
     for sig in signatures:
         entry = next((t.entries[sig.key] for t in tables if sig.key in t.entries), None)
         points = [attrs.evolve(p, incumbent=_incumbent(entry, p.m, family, lane,
-                                                       sig.problem(family, p.m)))
+                                                       sig.problem(family, p.m, p.point)))
                   for p in sig.points]
         result.append(attrs.evolve(sig, points=points))
     return result

@@ -164,13 +164,15 @@ def _point_note(axis: str, p: Point, choice: str, fallback: str, contended: bool
 
 
 def make_entry(axis: str, points: Sequence[Point], measured: Mapping[int, Measured],
-               part: Partition, fallback: str, failures: Sequence[str] = ()) -> Entry | None:
-    """The tuning entry of a partition, with evidence and per-point notes (None: no region).
+               part: Partition, fallback: str, failures: Sequence[str] = (),
+               exact: Mapping[str, str] | None = None) -> Entry | None:
+    """The tuning entry of a partition, with evidence and per-point notes (None: no region
+    and no exact point).
 
     ``axis`` names the dynamic axis in notes (``M``); ``failures`` are notes on points
-    that could not be measured.
+    that could not be measured; ``exact`` the entry's exact points (point key -> choice).
     """
-    if not part.regions:
+    if not part.regions and not exact:
         return None
     pts = sorted(points, key=lambda p: p.m)
     evidence = {}
@@ -179,7 +181,8 @@ def make_entry(axis: str, points: Sequence[Point], measured: Mapping[int, Measur
         evidence[f"{axis}={p.m}"] = _evidence(p, measured[p.m], fallback, choice)
         notes.append(_point_note(axis, p, choice, fallback, measured[p.m].contended))
     notes.extend(failures)
-    return Entry(regions=part.regions, evidence=evidence, source=Source.AOT, notes=notes)
+    return Entry(regions=part.regions, points=dict(exact or {}), evidence=evidence,
+                 source=Source.AOT, notes=notes)
 
 
 def failure_note(axis: str, m: int, main: Measured) -> str:

@@ -11,8 +11,10 @@
 
 Required per point: ``op``, ``dtype``, ``M`` (or ``m``) and every static dim of the family
 (top-level fields or a ``dims`` object). Optional: ``batch`` (1), ``calls`` (1),
-``weight`` (= calls), ``must`` (false), ``eager_fraction`` (0; also ``alpha``), ``family``.
-Other fields (``keys``, ``point``, top-level ``signatures``, ``provenance``) are ignored.
+``weight`` (= calls), ``must`` (false), ``eager_fraction`` (0; also ``alpha``), ``family``,
+and for a family with exact points ``point`` (``"8x3000"``: the census writes one only for a
+fixed-window workload). Other fields (``keys``, top-level ``signatures``, ``provenance``)
+are ignored.
 This is the ShapeSet of :mod:`oasr_core.census` (schema_version 1).
 Points of another family or op, of a dtype the family does not serve, or with ``batch`` > 1
 for a family without a batch dim are skipped and counted. Without a census, ``--widths``
@@ -21,7 +23,9 @@ and ``--m-ladder`` make one (:func:`census_from_widths`).
 **Plan.** Points group into signatures (op, key dtype, static dims): fp16 and bf16 share a
 ``dt=half`` key unless the build keys by exact dtype, measured in the dtype carrying more
 weight. Each signature measures its census sizes (thinned to ``max_points`` with ``thin``)
-plus ladder fill points up to ``max_points`` in all.
+plus ladder fill points up to ``max_points`` in all. A signature of an exact-point family
+whose census points all carry exact points is an **exact signature**: it measures exactly
+those points (no fill) and its entry serves them by point (see :mod:`oasr_core.build.pipeline`).
 """
 
 from __future__ import annotations
@@ -60,6 +64,8 @@ class ShapePoint:
     weight: float = 1.0
     must: bool = False
     eager_fraction: float = 0.0
+    point: str | None = None
+    """The exact point (exact-point families only)."""
 
 
 @attrs.frozen
@@ -153,7 +159,8 @@ def _skip_reason(p: Mapping[str, Any], family: Family) -> str | None:
         return f"op {p.get('op')!r} is not an op of {family.name}"
     if normalise_dtype(p.get("dtype", "")) not in family.dtypes:
         return f"dtype {p.get('dtype')!r} is not served by {family.name}"
-    if "batch" not in family.dims and p.get("batch", 1) not in (1, None):
+    if "batch" not in family.dims and p.get("batch", 1) not in (1, None) and not (
+            family.exact_points and p.get("point")):
         return "batched (batch > 1) calls are keyed without the batch count"
     return None
 
@@ -175,9 +182,13 @@ def _point(p: Mapping[str, Any], family: Family, origin: str, where: str) -> Sha
     calls = _num(p.get("calls"), origin, f"{where}.calls", 1.0)
     eager = _num(p.get("eager_fraction", p.get("alpha")), origin, f"{where}.eager_fraction",
                  0.0)
+    point = p.get("point") if family.exact_points else None
+    if point is not None and (not isinstance(point, str) or not point or "|" in point):
+        raise _bad(origin, f"{where}.point", f"{point!r} is not an exact point like '1x3000'")
     return ShapePoint(op=p["op"], dtype=normalise_dtype(p["dtype"]), dims=tuple(dims), m=m,
                       calls=calls, weight=_num(p.get("weight"), origin, f"{where}.weight", calls),
-                      must=bool(p.get("must", False)), eager_fraction=min(eager, 1.0))
+                      must=bool(p.get("must", False)), eager_fraction=min(eager, 1.0),
+                      point=point)
 
 
 def _int_list(text: str, what: str) -> list[int]:
@@ -227,10 +238,11 @@ def merge_censuses(censuses: Sequence[Census]) -> Census:
     merged: dict[tuple, ShapePoint] = {}
     for census in censuses:
         for p in census.points:
-            merged[(p.op, p.dtype, p.dims, p.m)] = _fold(merged.get((p.op, p.dtype, p.dims,
-                                                                    p.m)), p)
+            key = (p.op, p.dtype, p.dims, p.m, p.point)
+            merged[key] = _fold(merged.get(key), p)
     sets = [c.working_set_bytes for c in censuses if c.working_set_bytes is not None]
-    return Census(sorted(merged.values(), key=lambda p: (p.op, p.dims, p.dtype, p.m)),
+    return Census(sorted(merged.values(),
+                         key=lambda p: (p.op, p.dims, p.dtype, p.m, p.point or "")),
                   max(sets) if sets else None, [s for c in censuses for s in c.skipped])
 
 
@@ -242,6 +254,8 @@ def _fold(into: Any, p: Any) -> Any:
     alpha = ((into.calls * _alpha(into) + p.calls * _alpha(p)) / calls) if calls else max(
         _alpha(into), _alpha(p))
     fields = {"calls": calls, "weight": into.weight + p.weight, "must": into.must or p.must}
+    if hasattr(into, "points"):
+        fields["points"] = tuple(dict.fromkeys((*into.points, *p.points)))
     fields["eager_fraction" if hasattr(into, "eager_fraction") else "alpha"] = alpha
     return attrs.evolve(into, **fields)
 
@@ -261,6 +275,13 @@ class PlannedPoint:
     alpha: float = 0.0
     fill: bool = False
     incumbent: str | None = None
+    points: tuple[str, ...] = attrs.field(default=(), converter=tuple)
+    """The census's exact points at this size, heaviest first (exact-point families)."""
+
+    @property
+    def point(self) -> str | None:
+        """The exact point this size is measured at (None: the family picks a shape)."""
+        return self.points[0] if self.points else None
 
 
 @attrs.frozen
@@ -277,13 +298,19 @@ class Signature:
     """The largest census size (the catch-all may extend only a point measured there)."""
 
     @property
+    def exact(self) -> bool:
+        """Whether every point is an exact one: the entry then serves them by point."""
+        return bool(self.points) and all(p.points for p in self.points)
+
+    @property
     def weight(self) -> float:
         """Total weight of the points."""
         return sum(p.weight for p in self.points)
 
-    def problem(self, family: Family, m: int) -> Problem:
-        """The :class:`Problem` of this signature at size ``m``."""
-        return Problem(family=family.name, op=self.op, dtype=self.dtype, dims=self.dims, m=m)
+    def problem(self, family: Family, m: int, point: str | None = None) -> Problem:
+        """The :class:`Problem` of this signature at size ``m`` (exact ``point`` if any)."""
+        return Problem(family=family.name, op=self.op, dtype=self.dtype, dims=self.dims, m=m,
+                       point=point)
 
 
 def key_dtype(family: Family, dtype: str, exact: bool) -> str | None:
@@ -312,12 +339,14 @@ def plan(census: Census, family: Family, *, max_points: int = 24, thin: bool = F
         dtype = max(family.dtypes, key=lambda d: (per_dtype.get(d, -1.0),
                                                   -family.dtypes.index(d)))
         by_m: dict[int, PlannedPoint] = {}
-        for p in pts:
-            pp = PlannedPoint(p.m, p.weight, p.calls, p.must, p.eager_fraction)
+        for p in sorted(pts, key=lambda p: -p.weight):
+            pp = PlannedPoint(p.m, p.weight, p.calls, p.must, p.eager_fraction,
+                              points=(p.point,) if p.point else ())
             by_m[p.m] = _fold(by_m.get(p.m), pp)
-        points = _thin([by_m[m] for m in sorted(by_m)], max_points) if thin else [
+        exact = all(pp.points for pp in by_m.values())
+        points = _thin([by_m[m] for m in sorted(by_m)], max_points) if thin and not exact else [
             by_m[m] for m in sorted(by_m)]
-        room = max(0, max_points - len(points)) if fill else 0
+        room = max(0, max_points - len(points)) if fill and not exact else 0
         out.append(Signature(signature_key(family, op, kdt, dims), op, dtype,
                              tuple(zip(family.dims, dims, strict=True)),
                              _with_fill(points, room), census_max=max(by_m)))

@@ -13,7 +13,10 @@ heaviest signature first:
    against the family's fallback (:mod:`oasr_core.partition`) and makes the entry. An
    entry is written whenever a point was measured, even when every region is the
    fallback: ``[[null, "heuristic"]]`` says measured, where an absent entry says never
-   looked;
+   looked. An **exact signature** (an exact-point family's, every census point carrying
+   its exact point, e.g. a fixed window's ``"8x3000"``) is measured at exactly those shapes
+   and its entry serves them by point; with :data:`EXACT_REGION_SIZES` sizes or more it
+   gets regions over the dynamic axis too (:func:`exact_decisions`);
 3. writes the entry through the core's locked merge (:func:`oasr_core.database.write_entries`)
    and checkpoints the signature (fsync'ed), so a killed build loses at most the signature it
    was measuring.
@@ -159,7 +162,10 @@ def tune_signature(sig: Signature, source: MeasurementSource, family: Family,
             main, contended=main.contended or cross.contended,
             params={**cross.params, **main.params})
     part = partition(points, fallback, options.partition_options(), census_max=sig.census_max)
-    entry = make_entry(family.dynamic_axis, points, measured, part, fallback, failures)
+    exact: dict[str, str] = {}
+    if sig.exact and timed:
+        part, exact = exact_decisions(timed, points, part, fallback, options)
+    entry = make_entry(family.dynamic_axis, points, measured, part, fallback, failures, exact)
     params = {}
     for m in measured.values():
         params.update(m.params)
@@ -171,6 +177,32 @@ def tune_signature(sig: Signature, source: MeasurementSource, family: Family,
                    any(m.contended for m in measured.values()))
 
 
+EXACT_REGION_SIZES = 6
+"""An exact signature measured at this many sizes or more also gets regions over the dynamic
+axis (its points then stay only where they differ from the region's choice)."""
+
+
+def exact_decisions(timed: Sequence[Any], points: Sequence[Point], part: Any, fallback: str,
+                    options: BuildOptions) -> tuple[Any, dict[str, str]]:
+    """An exact signature's partition and its exact points (point key -> choice).
+
+    Each point's own choice is the partition of that point alone (the same gate against the
+    fallback). Below :data:`EXACT_REGION_SIZES` sizes the entry has no regions: it serves
+    exactly its points, and every other shape falls to the next tier, as an unmeasured one.
+    """
+    opts = options.partition_options()
+    by_m = {p.m: p for p in points}
+    own = {m: partition([p], fallback, opts, census_max=m).choices[0] for m, p in by_m.items()}
+    ms = sorted(by_m)
+    if len(ms) >= EXACT_REGION_SIZES:
+        served = dict(zip(ms, part.choices, strict=True))
+        slower = {m for m in ms if by_m[m].time(served[m]) > by_m[m].time(own[m]) * (1 + opts.tie)}
+        exact = {key: own[pp.m] for pp in timed for key in pp.points if pp.m in slower}
+        return part, exact
+    exact = {key: own[pp.m] for pp in timed for key in pp.points}
+    return attrs.evolve(part, regions=(), choices=tuple(own[m] for m in ms)), exact
+
+
 def signature_digest(sig: Signature, options: BuildOptions, fingerprint: Sequence[str]) -> str:
     """What a signature measures and how it decides: a checkpoint record is reused iff equal.
 
@@ -179,7 +211,8 @@ def signature_digest(sig: Signature, options: BuildOptions, fingerprint: Sequenc
     """
     return digest({"key": sig.key, "dtype": sig.dtype, "census_max": sig.census_max,
                    "points": [[p.m, round(p.weight, 9), round(p.calls, 9), p.must,
-                               round(p.alpha, 6), p.fill] for p in sig.points],
+                               round(p.alpha, 6), p.fill, *([list(p.points)] if p.points else [])]
+                              for p in sig.points],
                    "knobs": options.knobs(), "candidates": list(fingerprint),
                    "protocol": PROTOCOL_VERSION})
 
@@ -193,13 +226,17 @@ def _record(out: Outcome, dg: str, arch: str, lane: str, impl_hash: Any) -> dict
 
 
 def _entry_json(entry: Entry) -> dict[str, Any]:
-    return {"regions": [list(r) for r in entry.regions], "evidence": thaw(entry.evidence),
-            "source": entry.source.value, "notes": list(entry.notes)}
+    out = {"regions": [list(r) for r in entry.regions], "evidence": thaw(entry.evidence),
+           "source": entry.source.value, "notes": list(entry.notes)}
+    if entry.points:
+        out["points"] = dict(entry.points)
+    return out
 
 
 def _from_record(rec: Mapping[str, Any]) -> Outcome:
     raw = rec.get("entry")
     entry = None if raw is None else Entry(regions=[tuple(r) for r in raw["regions"]],
+                                           points=raw.get("points") or {},
                                            evidence=raw["evidence"], source=raw["source"],
                                            notes=raw["notes"])
     return Outcome(str(rec["key"]), entry,

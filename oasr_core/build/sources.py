@@ -123,7 +123,7 @@ class LiveSource:
     def candidates(self, sig: Signature, point: PlannedPoint) -> list[Config | Sentinel]:
         """Forced sentinels, plus the usable configs (pruned to the rankers' top-k union
         when the caller gives rankers, which are cost models of the lane)."""
-        problem = sig.problem(self.family, point.m)
+        problem = sig.problem(self.family, point.m, point.point)
         configs = self.usable(problem)
         if self.rankers:
             picked: set[str] = set()
@@ -147,7 +147,7 @@ class LiveSource:
                            not self.exhaustive)
 
     def cross(self, sig: Signature, point: PlannedPoint, arms: Sequence[str]) -> Measured:
-        problem = sig.problem(self.family, point.m)
+        problem = sig.problem(self.family, point.m, point.point)
         choices: list[Config | Sentinel] = []
         unbuilt: dict[str, str] = {}
         for name in arms:
@@ -176,7 +176,7 @@ class LiveSource:
     def _bench(self, sig: Signature, point: PlannedPoint, choices: list[Config | Sentinel],
                phase: str, keep: Collection[str], halving: bool,
                unbuilt: Mapping[str, str] | None = None) -> Measured:
-        problem = sig.problem(self.family, point.m)
+        problem = sig.problem(self.family, point.m, point.point)
         try:
             result = bench_problem(self.family, problem, choices, self.timer, self.options,
                                    alpha=point.alpha, keep=keep, halving=halving)
@@ -204,8 +204,9 @@ class LiveSource:
             "M": point.m, "batch": 1, "weight": point.weight, "calls": point.calls,
             "must": point.must, "alpha": point.alpha, "fill": point.fill,
             "incumbent": point.incumbent, "census_max": sig.census_max,
+            **({"points": list(point.points)} if point.points else {}),
             "fallback": self.family.fallback.value,
-            "params": self._params(name, sig.problem(self.family, point.m)),
+            "params": self._params(name, sig.problem(self.family, point.m, point.point)),
             "l2": result.l2, "copies": result.copies, "graph_calls": result.calls,
             "separator_ms": round(result.separator_ms, 8), "contended": result.contended,
             "sm_clock_mhz": [start.sm_clock_mhz, end.sm_clock_mhz],
@@ -243,7 +244,8 @@ class LogSource:
             points.setdefault(key, []).append(PlannedPoint(
                 m=m, weight=float(r.get("weight") or 0.0), calls=float(r.get("calls") or 0.0),
                 must=bool(r.get("must")), alpha=float(r.get("alpha") or 0.0),
-                fill=bool(r.get("fill")), incumbent=r.get("incumbent")))
+                fill=bool(r.get("fill")), incumbent=r.get("incumbent"),
+                points=tuple(str(p) for p in r.get("points") or () if isinstance(p, str))))
         sigs = []
         for key, pts in points.items():
             r = first[key]

@@ -148,6 +148,22 @@ def _torch_dtype(name: str) -> Any:
     return {"fp16": torch.float16, "bf16": torch.bfloat16}[name]
 
 
+def _exact_points(counts: Mapping[Call, int], workload: Workload) -> dict[Call, int]:
+    """``counts`` with exact points kept only for a fixed-window workload.
+
+    An exact point (conv1d's ``"BxT"``) says the engine runs that shape and no other near it:
+    true of a fixed window (Whisper's 3000 frames), not of bucketed frame counts, whose
+    calls are served as regions over the dynamic axis like every other family's.
+    """
+    if workload.fixed_frames is not None:
+        return dict(counts)
+    out: dict[Call, int] = {}
+    for call, n in counts.items():
+        plain = call if call.point is None else attrs.evolve(call, point=None)
+        out[plain] = out.get(plain, 0) + n
+    return out
+
+
 def run_census(workload: Workload, config: EngineConfig, traffic: Traffic,
                patches: Sequence[RecorderPatch], *, dtype: str = "fp16",
                params: Mapping[str, Any] | None = None, probe_device: str = "meta",
@@ -184,8 +200,8 @@ def run_census(workload: Workload, config: EngineConfig, traffic: Traffic,
                 raise ConfigurationError(f"workload {workload.name!r} failed at {key.label} on "
                                          f"{probe_device}: {type(exc).__name__}: "
                                          f"{' '.join(str(exc).split())[:300]}{hint}") from exc
-            builder.add(recorder.take(), share=key.weight / total, captured=key.captured,
-                        label=key.label)
+            builder.add(_exact_points(recorder.take(), workload), share=key.weight / total,
+                        captured=key.captured, label=key.label)
             if progress is not None:
                 progress(key, done, len(keys))
     provenance = {
