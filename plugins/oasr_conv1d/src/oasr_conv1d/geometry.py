@@ -28,8 +28,8 @@ CSRC = Path(__file__).resolve().parent / "csrc"
 HEADER = "oasr_conv1d/geometry.cuh"
 """The ABI header, as a unit includes it."""
 
-DTYPE_CODE = {"float16": 0, "bfloat16": 1}
-"""``CallArgs.dtype`` code per torch dtype name (``oasr_conv1d::DType``)."""
+DTYPE_CODE = {"fp16": 0, "bf16": 1}
+"""``CallArgs.dtype`` code per family dtype (``oasr_conv1d::DType``)."""
 ACT_CODE = {None: 0, "relu": 1, "gelu": 2, "silu": 3}
 """``CallArgs.act`` code per activation (``oasr_conv1d::Act``; GELU is the erf form)."""
 

@@ -21,7 +21,7 @@ from oasr_core.types import Config
 from oasr_conv1d.geometry import DTYPE_CODE, LANE_SM80, LANE_SM90
 
 DTYPES = ("fp16", "bf16")
-_CODE = {"fp16": DTYPE_CODE["float16"], "bf16": DTYPE_CODE["bfloat16"]}
+_CODE = DTYPE_CODE
 _CXX = {"fp16": "__half", "bf16": "__nv_bfloat16"}
 _STAGE = {"reg": "oasr_conv1d::depthwise::kStageReg", "smem": "oasr_conv1d::depthwise::kStageSmem"}
 LANE_TAG = {LANE_SM80: "sm80", LANE_SM90: "sm90"}
@@ -61,6 +61,6 @@ def translation_unit(config: Config, dtypes: Sequence[str] = DTYPES):
     """The :class:`oasr_core.jit.TranslationUnit` compiling ``config``."""
     from oasr_core.jit import TranslationUnit
 
-    return TranslationUnit(name=f"dw_{config.params['unit']}",
+    return TranslationUnit(name=config.params["unit"],
                            source=unit_source(config, dtypes),
                            exports=(symbol(config), symbol(config) + "_workspace"))

@@ -1,0 +1,110 @@
+"""How the census sees conv1d calls: the conv1d family's recorder patches.
+
+``recorder_patches()`` is the conv1d ``Family.recorder_patches``. It observes
+``torch.nn.functional.conv1d`` (so ``nn.Conv1d`` too; its input is torch's ``(B, Cin, T)``
+or unbatched ``(Cin, T)``) and the family's own ops on channels-last ``(B, T, Cin)`` data
+(``oasr_conv1d.ops.conv1d``, ``conv1d_activation``). Each call is filed under op ``conv1d``
+or ``conv1d_<activation>`` with dims ``(Cin, Cout, k, stride, pad, dil, groups)``,
+``m = B * T_out``, ``batch = B`` and the exact point ``"<B>x<T_in>"``. A call with string
+padding is filed with torch's equivalent integer padding when it has one (``"valid"`` is 0;
+``"same"`` at an odd span); otherwise it is not the family's. Only floating-point operands
+are recorded (an fp32 CPU probe is recorded as the deployment dtype by the census).
+
+Importing this module imports neither torch nor the ops; the functions only read shapes.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oasr_core.census.recorder import Call, RecorderPatch, dtype_name
+
+from oasr_conv1d.geometry import FAMILY, out_length
+from oasr_conv1d.ops_names import ACTIVATIONS
+
+_FLOAT = frozenset({"fp16", "bf16", "fp32"})
+DIMS = ("Cin", "Cout", "k", "stride", "pad", "dil", "groups")
+
+
+def _one(value: Any) -> Any:
+    if isinstance(value, (tuple, list)) and len(value) == 1:
+        return value[0]
+    return value
+
+
+def conv_call(op: str, dtype: Any, batch: int, t_in: int, cin: int, weight: Any, stride: Any,
+              padding: Any, dilation: Any, groups: Any) -> Call | None:
+    """The :class:`Call` of one convolution; None when it is not the family's."""
+    dt = dtype_name(dtype)
+    if dt not in _FLOAT or weight is None or not hasattr(weight, "dim") or weight.dim() != 3:
+        return None
+    stride, dilation, groups = _one(stride), _one(dilation), _one(groups)
+    cout, cpg, k = (int(v) for v in weight.shape)
+    padding = _one(padding)
+    if padding == "valid":
+        padding = 0
+    elif padding == "same":
+        span = dilation * (k - 1)
+        if span % 2 or stride != 1:
+            return None
+        padding = span // 2
+    if not all(isinstance(v, int) for v in (stride, padding, dilation, groups)):
+        return None
+    if groups < 1 or cin != cpg * groups or min(batch, t_in, stride, dilation) < 1 or padding < 0:
+        return None
+    t_out = out_length(t_in, k, stride, padding, dilation)
+    if t_out <= 0:
+        return None
+    m = batch * t_out
+    return Call(family=FAMILY, op=op, dtype=dt,
+                dims=tuple(zip(DIMS, (cin, cout, k, stride, padding, dilation, groups))),
+                m=m, batch=batch, point=f"{batch}x{t_in}",
+                elements=batch * t_in * cin + cout * cpg * k + m * cout,
+                flops=2 * m * cout * cpg * k, weight_elements=cout * cpg * k)
+
+
+def record_f_conv1d(input: Any, weight: Any, bias: Any = None, stride: Any = 1,
+                    padding: Any = 0, dilation: Any = 1, groups: Any = 1) -> Call | None:
+    """``torch.nn.functional.conv1d`` on ``(B, Cin, T)`` (or unbatched ``(Cin, T)``)."""
+    if not hasattr(input, "dim") or input.dim() not in (2, 3):
+        return None
+    batch = int(input.shape[0]) if input.dim() == 3 else 1
+    cin, t_in = (int(v) for v in input.shape[-2:])
+    return conv_call("conv1d", input.dtype, batch, t_in, cin, weight, stride, padding,
+                     dilation, groups)
+
+
+def _channels_last(op: str, x: Any, weight: Any, stride: Any, padding: Any, dilation: Any,
+                   groups: Any) -> Call | None:
+    if not hasattr(x, "dim") or x.dim() != 3:
+        return None
+    batch, t_in, cin = (int(v) for v in x.shape)
+    return conv_call(op, x.dtype, batch, t_in, cin, weight, stride, padding, dilation, groups)
+
+
+def record_conv1d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
+                  dilation: Any = 1, groups: Any = 1) -> Call | None:
+    """``oasr_conv1d.conv1d(x, weight, bias, stride, padding, dilation, groups)``."""
+    return _channels_last("conv1d", x, weight, stride, padding, dilation, groups)
+
+
+def record_conv1d_activation(x: Any, weight: Any, bias: Any = None, activation: Any = "silu",
+                             stride: Any = 1, padding: Any = 0, dilation: Any = 1,
+                             groups: Any = 1) -> Call | None:
+    """``oasr_conv1d.conv1d_activation(x, weight, bias, activation, ...)``."""
+    if activation is not None and activation not in ACTIVATIONS:
+        return None
+    op = "conv1d" if activation is None else f"conv1d_{activation}"
+    return _channels_last(op, x, weight, stride, padding, dilation, groups)
+
+
+def recorder_patches() -> list[RecorderPatch]:
+    """The conv1d family's patches (``Family.recorder_patches``)."""
+    table = (
+        ("oasr_conv1d.ops:conv1d", record_conv1d, "the family op"),
+        ("oasr_conv1d.ops:conv1d_activation", record_conv1d_activation,
+         "the fused bias + activation ops"),
+        ("torch.nn.functional:conv1d", record_f_conv1d, "nn.Conv1d and F.conv1d"),
+    )
+    return [RecorderPatch(family=FAMILY, target=target, record=fn, description=text)
+            for target, fn, text in table]
