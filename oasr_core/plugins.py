@@ -79,6 +79,12 @@ def who(plugin: str, distribution: str) -> str:
     return f"plugin {plugin!r} ({where})"
 
 
+def _dist_name(ep: importlib.metadata.EntryPoint) -> str:
+    dist = getattr(ep, "dist", None)
+    name = getattr(dist, "name", None) if dist is not None else None
+    return name.lower() if isinstance(name, str) else ""
+
+
 def _one_line(exc: BaseException) -> str:
     text = " ".join(str(exc).split())
     return f"{type(exc).__name__}: {text}" if text else type(exc).__name__
@@ -148,7 +154,10 @@ class OasrPluginManager(pluggy.PluginManager):
         if only is not None:
             self._check_selection(only, by_name, group)
         loaded = 0
-        for name, eps in by_name.items():
+        # Sorted by (distribution, entry-point name), not sys.path order, so registration
+        # order, and with it every order the registry reports, is the same on every machine.
+        for name, eps in sorted(by_name.items(), key=lambda item: (
+                min(_dist_name(ep) for ep in item[1]), item[0])):
             if (only is not None and name not in only) or self.is_blocked(name):
                 continue
             if self.get_plugin(name) is not None:

@@ -2,8 +2,20 @@
 
 :meth:`Registry.from_plugin_manager` calls each plugin's registration hooks on their own, so
 every record is attributed to the plugin and distribution that returned it, and one broken
-plugin costs only its own records. Conflicts are never resolved silently: a family or lane name
-registered twice drops every record of that name and says so.
+plugin costs only its own records.
+
+Name ownership is deterministic and never silent. When several plugins register one family
+name, its **owner** is, in this order: the plugin whose entry-point name is the family's name
+(``gemm = "oasr_gemm.hooks"`` owns ``gemm``), then the first by (distribution name, plugin
+name); in-process plugins, which have no distribution, sort before installed ones. A lane
+name registered several times goes to the registration from the distribution (or in-process
+plugin) that owns the lane's family, then to a lane of a family whose owner follows the
+naming rule above, then by (distribution name, plugin name). A plugin registering one name
+twice keeps its first record. Every refused registration is reported in one line naming the
+owner and the refused provider (an error under ``strict``), and the owner keeps working: a
+third-party package cannot disable a family or lane by reusing its name. Among the lanes
+``default_on`` an arch, the family owner's lane is the default; other claims are refused the
+same way.
 """
 
 from __future__ import annotations
@@ -57,12 +69,11 @@ def provider_of(pm: OasrPluginManager, plugin: object) -> Provider:
 
 @attrs.define
 class _Collector:
-    """The mutable state of one registry build: failures found and names dropped."""
+    """The mutable state of one registry build: the failures found."""
 
     pm: OasrPluginManager
     strict: bool
     failures: list[PluginLoadFailure] = attrs.Factory(list)
-    dropped: set[tuple[Kind, str]] = attrs.Factory(set)
 
     def fail(
         self,
@@ -79,8 +90,10 @@ class _Collector:
             self.failures.append(PluginLoadFailure(p.plugin, p.label, message, kind))
         self.pm.report(message, exc=exc, level=level)
 
-    def collect(self, kind: Kind) -> dict[str, tuple[Any, Provider]]:
-        """Call every implementation of ``kind``'s hook; keep the valid, unique records."""
+    def collect(self, kind: Kind, owners: Mapping[str, Provider] | None = None
+                ) -> dict[str, tuple[Any, Provider]]:
+        """Call every implementation of ``kind``'s hook; keep the valid records, one per name
+        (the module docstring says which). ``owners`` are the family owners, for lanes."""
         hook_name = _HOOKS[kind]
         kwargs: dict[str, Any] = {}
         found: list[tuple[Any, Provider]] = []
@@ -100,34 +113,52 @@ class _Collector:
                 self.fail([provider], "record", f"{provider} hook {hook_name}: "
                           f"{'; '.join(problems)} (ignored; its valid records are kept)")
             found.extend((r, provider) for r in records)
-        return self._unique(kind, found)
+        return self._unique(kind, found, owners or {})
 
-    def _unique(self, kind: Kind, found: list[tuple[Any, Provider]]) -> dict[str, Any]:
-        by_name: dict[str, list[Provider]] = {}
-        for record, provider in found:
-            by_name.setdefault(record.name, []).append(provider)
-        unique = {}
-        for record, provider in found:
-            providers = sorted(by_name[record.name], key=lambda p: p.plugin)
-            if len(providers) == 1:
-                unique[record.name] = (record, provider)
-            elif (kind, record.name) not in self.dropped:
-                self.dropped.add((kind, record.name))
-                self.fail(providers, "duplicate", _conflict(kind, record.name, providers),
+    def _unique(self, kind: Kind, found: list[tuple[Any, Provider]],
+                owners: Mapping[str, Provider]) -> dict[str, Any]:
+        by_name: dict[str, list[tuple[int, Any, Provider]]] = {}
+        for i, (record, provider) in enumerate(found):
+            by_name.setdefault(record.name, []).append((i, record, provider))
+        kept: dict[int, tuple[Any, Provider]] = {}
+        for name, regs in by_name.items():
+            ranked = sorted(regs, key=lambda r: (*_rank(kind, r[1], r[2], owners), r[0]))
+            _, record, owner = ranked[0]
+            kept[ranked[0][0]] = (record, owner)
+            for _, _, refused in ranked[1:]:
+                self.fail([refused], "duplicate", _conflict(kind, name, owner, refused),
                           level=logging.ERROR)
-        return unique
+        return {found[i][0].name: kept[i] for i in sorted(kept)}
 
 
-def _conflict(kind: Kind, name: str, providers: list[Provider]) -> str:
-    if len(set(providers)) == 1:
-        by = f"{len(providers)} times by {providers[0]}"
-    else:
-        by = "by " + " and ".join(map(str, providers))
-    dropped = "both are dropped" if len(providers) == 2 else f"all {len(providers)} are dropped"
+def same_source(a: Provider, b: Provider) -> bool:
+    """Whether two providers are one distribution (or, in-process, one plugin)."""
+    if a.distribution is None or b.distribution is None:
+        return a.plugin == b.plugin and a.distribution == b.distribution
+    return a.distribution == b.distribution
+
+
+def _rank(kind: Kind, record: Any, provider: Provider,
+          owners: Mapping[str, Provider]) -> tuple[Any, ...]:
+    """Sort key of one registration of a name: lowest owns it (see the module docstring)."""
+    order = (provider.distribution or "", provider.plugin)
+    if kind == "family":
+        return (provider.plugin != record.name, *order)
+    owner = owners.get(record.family)
+    own = owner is not None and same_source(owner, provider)
+    canonical = owner is not None and owner.plugin == record.family
+    return (not own, not canonical, *order)
+
+
+def _conflict(kind: Kind, name: str, owner: Provider, refused: Provider) -> str:
+    if owner == refused:
+        return (f"{kind} {name!r} is registered more than once by {owner}; the first record "
+                "is kept and the others are refused. Please report this to the plugin author")
     return (
-        f"{kind} {name!r} is registered {by}; {dropped}. Please report this conflict to the "
-        "plugin author(s); until it is fixed, uninstall one distribution or leave one plugin "
-        "out (OASR_PLUGINS, or -p no:<plugin>)"
+        f"{kind} {name!r} is registered by {owner} and {refused}; {owner} owns it and the "
+        f"registration of {refused} is refused. Please report this conflict to the plugin "
+        "author(s); to silence it, uninstall one distribution or leave one plugin out "
+        "(OASR_PLUGINS, or -p no:<plugin>)"
     )
 
 
@@ -196,15 +227,13 @@ class Registry:
         strict = bool(getattr(pm, "strict", False)) if strict is None else strict
         c = _Collector(pm, strict)
         families = c.collect("family")
-        lanes = c.collect("lane")
+        lanes = c.collect("lane", {n: p for n, (_, p) in families.items()})
         for name, (lane, provider) in list(lanes.items()):
             if lane.family in families:
                 continue
-            why = ("was dropped because of a name conflict" if ("family", lane.family)
-                   in c.dropped else "no loaded plugin registers")
             c.fail([provider], "record", f"{provider} registers lane {name!r} of family "
-                   f"{lane.family!r}, which {why}; the lane is dropped (install or fix the "
-                   f"plugin that provides {lane.family!r})")
+                   f"{lane.family!r}, which no loaded plugin registers; the lane is dropped "
+                   f"(install or fix the plugin that provides {lane.family!r})")
             del lanes[name]
         providers = {("family", n): p for n, (_, p) in families.items()}
         providers.update({("lane", n): p for n, (_, p) in lanes.items()})
@@ -255,6 +284,8 @@ class Registry:
             self._bad_lane_answer(fam, arch, lanes, answer)
         defaults = [lane for lane in lanes if arch in lane.default_on]
         if len(defaults) > 1:
+            defaults = self._owned_default(fam, arch, defaults)
+        if len(defaults) > 1:
             named = " and ".join(f"lane {lane.name!r} of {self.provider('lane', lane.name)}"
                                  for lane in defaults)
             raise PluginError(
@@ -265,6 +296,25 @@ class Registry:
         if defaults:
             return defaults[0]
         return lanes[0] if len(lanes) == 1 else None
+
+    def _owned_default(self, fam: Family, arch: str, defaults: list[Lane]) -> list[Lane]:
+        """The family owner's lane alone when exactly one of ``defaults`` is its (the other
+        claims reported once each); else ``defaults`` unchanged."""
+        owner = self._providers.get(("family", fam.name))
+        owned = [lane for lane in defaults if owner is not None
+                 and same_source(owner, self._providers["lane", lane.name])]
+        if len(owned) != 1:
+            return defaults
+        for lane in defaults:
+            if lane is not owned[0]:
+                message = (f"lane {lane.name!r} of {self.provider('lane', lane.name)} claims to "
+                           f"be the default for family {fam.name!r} on {arch}, as does lane "
+                           f"{owned[0].name!r} of the family's owner {owner}; the owner's lane "
+                           "is the default (pick another with an oasr_select_lane hook)")
+                if self.strict:
+                    raise PluginError(message)
+                self.pm.report(message)
+        return owned
 
     def _bad_lane_answer(
         self, fam: Family, arch: str, lanes: tuple[Lane, ...], answer: Any

@@ -148,22 +148,19 @@ def two_distributions_with_fake(fake_distribution, monkeypatch):
     monkeypatch.setenv("OASR_PLUGINS", "fake,fork")
 
 
-def test_duplicate_family_is_dropped_and_reported_once(two_distributions_with_fake, caplog):
+def test_duplicate_family_is_kept_by_its_owner_and_reported_once(two_distributions_with_fake,
+                                                                 caplog):
     pm = make_plugin_manager(strict=False)
     pm.register(Lanes(fake_lane_record()), name="lanes")
     registry = build(pm)
-    assert dict(registry.families) == {} and dict(registry.lanes) == {}
-    duplicates = [f for f in registry.failures if f.kind == "duplicate"]
-    assert {(f.plugin, f.distribution) for f in duplicates} == {
-        ("fake", "oasr-fake 1.0"), ("fork", "oasr-fake-fork 2.1")}
-    message = duplicates[0].error
+    assert list(registry.families) == ["fake"] and list(registry.lanes) == ["fake_lane"]
+    assert registry.provider("family", "fake").plugin == "fake"  # entry point named for it
+    [refused] = [f for f in registry.failures if f.kind == "duplicate"]
+    assert (refused.plugin, refused.distribution) == ("fork", "oasr-fake-fork 2.1")
     assert "family 'fake' is registered by plugin 'fake' (oasr-fake 1.0) and plugin 'fork' " \
-           "(oasr-fake-fork 2.1); both are dropped" in message
-    assert "report this conflict to the plugin author" in message
-    assert [r.levelname for r in caplog.records if "both are dropped" in r.getMessage()] == [
-        "ERROR"]
-    [orphan] = [f for f in registry.failures if f.plugin == "lanes"]
-    assert "was dropped because of a name conflict" in orphan.error
+           "(oasr-fake-fork 2.1); plugin 'fake' (oasr-fake 1.0) owns it" in refused.error
+    assert "report this conflict to the plugin author" in refused.error
+    assert [r.levelname for r in caplog.records if "owns it" in r.getMessage()] == ["ERROR"]
 
 
 def test_duplicate_family_is_an_error_in_strict_mode(two_distributions_with_fake, monkeypatch):
@@ -173,20 +170,23 @@ def test_duplicate_family_is_an_error_in_strict_mode(two_distributions_with_fake
         build(make_plugin_manager())
 
 
-def test_duplicate_lane_drops_both(fake_family, register_plugin, plugin_manager) -> None:
+def test_duplicate_lane_is_kept_by_the_familys_owner(fake_family, register_plugin,
+                                                     plugin_manager) -> None:
     register_plugin(Lanes(lane("fake_lane")), name="copycat")
     registry = build(plugin_manager)
-    assert "fake_lane" not in registry.lanes and "fake" in registry.families
-    assert {f.plugin for f in registry.failures} == {"fake", "copycat"}
-    assert "lane 'fake_lane' is registered by plugin 'copycat' (registered in-process) and " \
-        "plugin 'fake'" in registry.failures[0].error
+    assert registry.provider("lane", "fake_lane").plugin == "fake"
+    assert {f.plugin for f in registry.failures} == {"copycat"}
+    assert "lane 'fake_lane' is registered by plugin 'fake' (registered in-process) and " \
+        "plugin 'copycat'" in registry.failures[0].error
 
 
 def test_one_plugin_registering_a_name_twice(register_plugin, plugin_manager) -> None:
     register_plugin(Lanes(lane("twice"), lane("twice")), name="stutter")
     register_plugin(FakeFamilyPlugin(), name="fake")
-    [failure] = build(plugin_manager).failures
-    assert "lane 'twice' is registered 2 times by plugin 'stutter'" in failure.error
+    registry = build(plugin_manager)
+    [failure] = registry.failures
+    assert "lane 'twice' is registered more than once by plugin 'stutter'" in failure.error
+    assert "twice" in registry.lanes
 
 
 def test_lane_of_an_unknown_family_is_dropped(register_plugin, plugin_manager) -> None:
@@ -234,11 +234,23 @@ def test_active_lane_rules(fake_family, register_plugin, plugin_manager) -> None
     assert registry.active_lane("fake", "sm70") is None
 
 
-def test_two_default_lanes_name_both(fake_family, register_plugin, plugin_manager) -> None:
+def test_two_default_lanes_name_both(register_plugin, plugin_manager) -> None:
+    from oasr_core.testing import fake_family_record
+
+    register_plugin(Returns(families=[fake_family_record()]), name="fake")
+    register_plugin(Lanes(lane("one", default_on=("sm90",))), name="one")
     register_plugin(Lanes(lane("rival", default_on=("sm90",))), name="rival")
-    with pytest.raises(PluginError, match=r"lane 'fake_lane' of plugin 'fake'.*and lane 'rival' "
+    with pytest.raises(PluginError, match=r"lane 'one' of plugin 'one'.*and lane 'rival' "
                                           r"of plugin 'rival'.*report"):
         build(plugin_manager).active_lane("fake", "sm90")
+
+
+def test_the_family_owners_default_lane_wins(fake_family, register_plugin, plugin_manager,
+                                             caplog) -> None:
+    register_plugin(Lanes(lane("rival", default_on=("sm90",))), name="rival")
+    assert build(plugin_manager).active_lane("fake", "sm90").name == "fake_lane"
+    assert any("lane 'rival'" in r.getMessage() and "owner's lane is the default"
+               in r.getMessage() for r in caplog.records)
 
 
 class Picker:
