@@ -41,21 +41,13 @@ from oasr_core.types import PluginLoadFailure
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "oasr"
-_TRUE = frozenset({"1", "true", "yes", "on"})
-_FALSE = frozenset({"", "0", "false", "no", "off"})
 
 
 def env_flag(name: str) -> bool:
     """Read a boolean environment switch; a malformed value is a ConfigurationError."""
-    raw = os.environ.get(name, "")
-    value = raw.strip().lower()
-    if value in _TRUE:
-        return True
-    if value in _FALSE:
-        return False
-    raise ConfigurationError(
-        f"{name}={raw!r} is not a boolean; use 1/0 (or true/false, yes/no, on/off)"
-    )
+    from oasr_core.environment import parse_bool
+
+    return parse_bool(name, os.environ.get(name, ""))
 
 
 def env_plugin_names() -> frozenset[str] | None:
@@ -279,9 +271,13 @@ def make_plugin_manager(
     :param block: plugin names never to register (the CLI's ``-p no:<name>``).
     :param strict: raise on any plugin failure; ``None`` reads ``OASR_STRICT_PLUGINS``.
     :param verbose: include tracebacks in failure warnings (the CLI's ``-v``).
-    :raises ConfigurationError: a malformed ``OASR_*`` switch.
+    :raises ConfigurationError: a malformed ``OASR_*`` variable
+        (:func:`oasr_core.environment.check_environment`).
     :raises PluginLoadError: in strict mode, a plugin that does not load.
     """
+    from oasr_core.environment import check_environment
+
+    check_environment()  # every OASR_* variable, before anything reads one
     if strict is None:
         strict = env_flag("OASR_STRICT_PLUGINS")
     trace = env_flag("OASR_TRACE_PLUGINS")
