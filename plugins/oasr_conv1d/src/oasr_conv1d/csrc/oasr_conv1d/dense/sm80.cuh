@@ -1,0 +1,141 @@
+// oasr_conv1d dense lane sm80_conv1d: CUTLASS 2.x implicit-GEMM convolution forward
+// (ImplicitGemmConvolution, mma.sync) for sm80..sm90.
+//
+// A conv1d is CUTLASS's 2-D fprop over NHWC activations with H = 1: x (batch, t_in, c_in) is
+// N x 1 x W x C, the packed weight (c_out, kernel, c_in) is the KRSC filter with R = 1, the
+// output (batch, t_out, c_out) is N x 1 x Q x K. The iterator algorithm is fixed per unit:
+//   kOptimized    precomputed masks and incremental offsets; c_in a multiple of the access
+//                 width and kernel <= 32 (the mask bits of Conv2dFpropActivation...Optimized);
+//   kAnalytic     coordinates recomputed per access; any kernel size;
+//   kFewChannels  (kernel, c_in) flattened into one K dimension read AlignIn channels at a
+//                 time, for front ends with c_in < 8 (raw audio: c_in = 1), where the other
+//                 two would spend a whole K tile per filter tap.
+// AlignIn is the access width in elements of x and the weight (c_in must be a multiple);
+// AlignOut that of the output and bias (c_out must be a multiple). The multistage main loop
+// copies with cp.async, which moves 4, 8 or 16 bytes: an AlignIn of one 16-bit element needs
+// the two-stage main loop (Stages == 2, ImplicitGemmPipelined, register-staged loads).
+//
+// The bias is the epilogue's source tensor with a zero stride (one row broadcast over every
+// output step); without a bias beta is zero and the epilogue reads no source.
+#pragma once
+
+#include "cutlass/conv/conv2d_problem_size.h"
+#include "cutlass/conv/convolution.h"
+#include "cutlass/conv/device/implicit_gemm_convolution.h"
+#include "cutlass/conv/kernel/default_conv2d_fprop.h"
+#include "cutlass/device_kernel.h"
+#include "cutlass/epilogue/thread/linear_combination_generic.h"
+#include "cutlass/gemm/threadblock/threadblock_swizzle.h"
+#include "oasr_conv1d/dense/common.cuh"
+
+namespace oasr_conv1d {
+namespace dense {
+namespace sm80 {
+
+enum Algo : int { kAnalytic = 0, kOptimized = 1, kFewChannels = 2 };
+
+template <int A>
+constexpr cutlass::conv::IteratorAlgorithm kIterator =
+    A == kOptimized    ? cutlass::conv::IteratorAlgorithm::kOptimized
+    : A == kFewChannels ? cutlass::conv::IteratorAlgorithm::kFewChannels
+                        : cutlass::conv::IteratorAlgorithm::kAnalytic;
+
+template <class T, int BM, int BN, int BK, int WM, int WN, int WK, int Stages, int A,
+          int AlignIn, int AlignOut>
+struct Kernel {
+  static_assert(Stages >= 3 || Stages == 2, "CUTLASS 2.x main loops have two or more stages");
+  static_assert(Stages == 2 || AlignIn * int(sizeof(T)) >= 4,
+                "cp.async moves 4, 8 or 16 bytes: AlignIn 1 needs the two-stage main loop");
+
+  using OutputOp = cutlass::epilogue::thread::LinearCombinationGeneric<
+      ActOf, T, AlignOut, float, float, cutlass::epilogue::thread::ScaleType::Default,
+      cutlass::FloatRoundStyle::round_to_nearest, true>;
+  using ConvKernel = typename cutlass::conv::kernel::DefaultConv2dFprop<
+      T, cutlass::layout::TensorNHWC, T, cutlass::layout::TensorNHWC, T,
+      cutlass::layout::TensorNHWC, float, cutlass::arch::OpClassTensorOp, cutlass::arch::Sm80,
+      cutlass::gemm::GemmShape<BM, BN, BK>, cutlass::gemm::GemmShape<WM, WN, WK>,
+      cutlass::gemm::GemmShape<16, 8, 16>, OutputOp,
+      cutlass::gemm::threadblock::GemmIdentityThreadblockSwizzle<4>, Stages,
+      cutlass::arch::OpMultiplyAdd, kIterator<A>, cutlass::conv::StrideSupport::kStrided,
+      AlignIn, AlignIn>::Kernel;
+  using Device = cutlass::conv::device::ImplicitGemmConvolution<ConvKernel>;
+  using Arguments = typename ConvKernel::Arguments;
+  using Params = typename ConvKernel::Params;
+  static constexpr int kSmem = int(sizeof(typename ConvKernel::SharedStorage));
+  static constexpr int kThreads = ConvKernel::kThreadCount;
+
+  static cutlass::conv::Conv2dProblemSize problem(Geometry const& g) {
+    return cutlass::conv::Conv2dProblemSize(
+        int(g.batch), 1, int(g.t_in), g.c_in, g.c_out, 1, g.kernel, 1, int(g.t_out), 0, g.pad,
+        1, g.stride, 1, g.dilation, cutlass::conv::Mode::kCrossCorrelation, 1, 1);
+  }
+
+  static Arguments make_args(Geometry const& g, const void* x, const void* w, const void* bias,
+                             void* out, int32_t act) {
+    using Layout = cutlass::layout::TensorNHWC;
+    auto size = problem(g);
+    T* xp = static_cast<T*>(const_cast<void*>(x));
+    T* wp = static_cast<T*>(const_cast<void*>(w));
+    T* bp = static_cast<T*>(const_cast<void*>(bias));
+    T* op = static_cast<T*>(out);
+    typename OutputOp::Params epilogue(1.f, bias != nullptr ? 1.f : 0.f);
+    epilogue.act = act;
+    return Arguments(size, {xp, Layout::packed(size.activation_extent())},
+                     {wp, Layout::packed(size.filter_extent())},
+                     {bp, Layout(typename Layout::Stride(0))},
+                     {op, Layout::packed(size.output_extent())}, epilogue);
+  }
+
+  // Alignment the vector accesses need of each pointer (a null bias passes).
+  static bool pointers_ok(const void* x, const void* w, const void* bias, const void* out) {
+    constexpr int64_t in = AlignIn * int64_t(sizeof(T)), o = AlignOut * int64_t(sizeof(T));
+    return aligned_to(x, in) && aligned_to(w, in) && aligned_to(bias, o) && aligned_to(out, o);
+  }
+
+  static int64_t workspace(Geometry const* g) {
+    if (g == nullptr || g->groups != 1) {
+      return -1;
+    }
+    int64_t m = g->batch * g->t_out, k = int64_t(g->c_in) * g->kernel;
+    if (!geometry_ok(*g, m, g->c_out, k)) {
+      return -1;
+    }
+    Arguments args = make_args(*g, nullptr, nullptr, nullptr, nullptr, kActNone);
+    return Device::can_implement(args) == cutlass::Status::kSuccess ? 0 : -1;
+  }
+
+  static int32_t run(CallArgs const* c, Geometry const* g, const void* x, const void* w,
+                     const void* bias, void* out, cudaStream_t stream) {
+    static PreparedCache<Params> cache;
+    if (!dense_call_ok(c, g) || !pointers_ok(x, w, bias, out)) {
+      return kErrShape;
+    }
+    int dev = current_device();
+    if (dev < 0) {
+      return kErrDevice;
+    }
+    auto prepare = [&](Params& params) -> int32_t {
+      Arguments args = make_args(*g, x, w, bias, out, c->act);
+      if (Device::can_implement(args) != cutlass::Status::kSuccess) {
+        return kErrShape;
+      }
+      const void* entry = reinterpret_cast<const void*>(cutlass::Kernel<ConvKernel>);
+      if (!allow_smem<ConvKernel>(entry, kSmem, dev)) {
+        return kErrInit;
+      }
+      params = Params(args, nullptr);
+      return kOk;
+    };
+    auto launch = [&](Params& params) -> int32_t {
+      typename ConvKernel::ThreadblockSwizzle swizzle;
+      dim3 grid = swizzle.get_grid_shape(params.grid_tiled_shape);
+      cutlass::Kernel<ConvKernel><<<grid, dim3(kThreads, 1, 1), kSmem, stream>>>(params);
+      return launch_status();
+    };
+    return run_prepared(cache, call_key(*c, *g, x, w, bias, out, dev), prepare, launch);
+  }
+};
+
+}  // namespace sm80
+}  // namespace dense
+}  // namespace oasr_conv1d
