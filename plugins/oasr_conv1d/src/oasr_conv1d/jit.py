@@ -24,8 +24,8 @@ from oasr_core.kit import ProductionSet, cutlass_stamps
 from oasr_core.kit import lane_specs as _lane_specs
 from oasr_core.types import Config
 
+from oasr_conv1d import dense
 from oasr_conv1d import depthwise as dw
-from oasr_conv1d.dense import codegen as dense_codegen
 from oasr_conv1d.depthwise import codegen as dw_codegen
 from oasr_conv1d.geometry import CSRC, LANE_SM80, LANE_SM90, LANES
 from oasr_conv1d.lanes import DEFAULTS, DEPTHWISE_ALWAYS, fits_arch, space
@@ -45,7 +45,7 @@ def units(config: Config, dtypes: Sequence[str] = ALL_DTYPES) -> list:
     """The translation units compiling ``config`` (one, dense or depthwise)."""
     if dw.is_depthwise(config):
         return [dw_codegen.translation_unit(config, dtypes)]
-    return dense_codegen.jit_units(config, dtypes)
+    return dense.jit_units(config, dtypes)
 
 
 def module_spec(lane: str, arch: str, configs: Iterable[Config], *, name: str | None = None,
@@ -60,7 +60,7 @@ def module_spec(lane: str, arch: str, configs: Iterable[Config], *, name: str | 
     suffix = "" if tuple(dtypes) == ALL_DTYPES else "_" + "_".join(dtypes)
     return JitSpec(name=name or f"{MODULE_PREFIX[lane]}{suffix}",
                    arch=core_jit.family_target(arch), units=tuple(seen.values()),
-                   include_dirs=(str(CSRC),), extra_flags=dense_codegen.flags(lane))
+                   include_dirs=(str(CSRC),), extra_flags=dense.flags(lane))
 
 
 def production_spec(lane: str, arch: str, referenced: Iterable[str] | None = None):
@@ -119,7 +119,7 @@ def impl_hash() -> str:
     lanes, the family's headers and the kit's. A tuning entry measured under another hash is
     stale; editing a generator without changing a unit leaves the tables current."""
     digest = hashlib.sha256()
-    for name, data in dense_codegen.impl_inputs():
+    for name, data in dense.impl_inputs():
         digest.update(name.encode())
         digest.update(data)
     for lane in LANES:

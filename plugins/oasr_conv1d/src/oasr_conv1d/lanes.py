@@ -23,22 +23,21 @@ from oasr_core.kit import lanes as kit_lanes
 from oasr_core.kit.lanes import LaneSpaces
 from oasr_core.types import Config, Problem
 
+from oasr_conv1d import dense
 from oasr_conv1d import depthwise as dw
-from oasr_conv1d.dense import feasibility as dense_fe
-from oasr_conv1d.dense import space as dense_space
 from oasr_conv1d.depthwise import codegen as dw_codegen
 from oasr_conv1d.geometry import FAMILY, LANE_SM80, LANE_SM90, LANES
 
 ARCHES = {LANE_SM80: kit_lanes.CUTLASS2_ARCHES, LANE_SM90: kit_lanes.CUTLASS3_ARCHES}
 DEFAULT_ON = {LANE_SM80: kit_lanes.CUTLASS2_DEFAULT_ON, LANE_SM90: kit_lanes.CUTLASS3_ARCHES}
-DEFAULTS = dict(dense_space.DEFAULTS)
+DEFAULTS = dict(dense.DEFAULTS)
 """The lane default (``Sentinel.DEFAULT``): the dense default of the lane."""
 DEPTHWISE_ALWAYS = (dw.space.DEFAULT, dw.space.GENERAL_DEFAULT, dw.space.NARROW_DEFAULT)
 """The depthwise configs the heuristic names, linked into every production module."""
 
 
 def _listed(lane: str) -> Iterable[Config]:
-    yield from dense_space.listed(lane)
+    yield from dense.listed(lane)
     yield from dw.configs(lane)
 
 
@@ -46,7 +45,7 @@ def is_feasible(config: Config) -> bool:
     """Static predicate: the config builds and computes the right thing on its lane."""
     if config.lane not in LANES:
         return False
-    return dw.is_feasible(config) if dw.is_depthwise(config) else dense_fe.is_feasible(config)
+    return dw.is_feasible(config) if dw.is_depthwise(config) else dense.is_feasible(config)
 
 
 def supports(config: Config, problem: Problem) -> bool:
@@ -54,7 +53,7 @@ def supports(config: Config, problem: Problem) -> bool:
     ones, each with its own shape rules."""
     if dw.is_depthwise(config):
         return dw.supports(config, problem)
-    return dense_fe.supports(config, problem)
+    return dense.supports(config, problem)
 
 
 def fits_arch(config: Config, arch: str) -> bool:
@@ -62,7 +61,7 @@ def fits_arch(config: Config, arch: str) -> bool:
     at most 96 KiB of shared memory, within every listed arch's limit) or the dense rules."""
     if dw.is_depthwise(config):
         return arch in ARCHES.get(config.lane, ()) and dw.is_feasible(config)
-    return dense_fe.fits_arch(config, arch)
+    return dense.fits_arch(config, arch)
 
 
 SPACES = LaneSpaces(FAMILY, {lane: (lambda lane=lane: _listed(lane)) for lane in LANES},
@@ -77,9 +76,7 @@ def symbol(config: Config) -> str:
     """The launcher symbol of ``config`` (every op of a config shares one)."""
     if dw.is_depthwise(config):
         return dw_codegen.symbol(config)
-    from oasr_conv1d.dense import codegen as dense_codegen
-
-    return dense_codegen.symbol(config)
+    return dense.symbol(config)
 
 
 def pdl_capable(config: Config) -> bool:
@@ -87,9 +84,7 @@ def pdl_capable(config: Config) -> bool:
     for the Hopper lane, and the dense kernels the dense package says."""
     if dw.is_depthwise(config):
         return config.lane == LANE_SM90
-    from oasr_conv1d.dense import codegen as dense_codegen
-
-    return dense_codegen.pdl_capable(config)
+    return dense.pdl_capable(config)
 
 
 def heuristic(problem: Problem, lane) -> Config:

@@ -39,7 +39,9 @@ def pack(weight: Any, kind: str) -> Any:
     if kind == DEPTHWISE:
         return pack_depthwise(weight)
     if kind == DENSE:
-        return weight.permute(0, 2, 1).contiguous()
+        from oasr_conv1d.dense import pack_weight as pack_dense
+
+        return pack_dense(weight)
     raise ValueError(f"oasr_conv1d: no packed layout for kind {kind!r}")
 
 
@@ -60,7 +62,7 @@ def packed(weight: Any, kind: str) -> Any:
     hit = getattr(weight, _ATTR, None)
     if hit is not None and hit[0] == stamp and hit[1] == kind:
         return hit[2]
-    if torch.cuda.is_current_stream_capturing():
+    if weight.is_cuda and torch.cuda.is_current_stream_capturing():
         return None
     with torch.no_grad():
         result = pack(weight.detach(), kind)

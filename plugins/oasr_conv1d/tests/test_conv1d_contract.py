@@ -1,0 +1,64 @@
+"""The conv1d plugin against the core's family contract suite, plus its own record checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from oasr_core.testing import FamilyContract
+from oasr_core.types import Problem, Sentinel
+
+import oasr_conv1d.hooks
+from oasr_conv1d.geometry import LANE_SM80, LANE_SM90
+from oasr_conv1d.recorder import DIMS
+
+
+def _problem(op, cin, cout, k, stride, pad, groups, batch, t_in):
+    t_out = (t_in + 2 * pad - (k - 1) - 1) // stride + 1
+    return Problem(family="conv1d", op=op, dtype="fp16",
+                   dims=tuple(zip(DIMS, (cin, cout, k, stride, pad, 1, groups))),
+                   m=batch * t_out, point=f"{batch}x{t_in}")
+
+
+PROBLEMS = (
+    _problem("conv1d_silu", 256, 256, 31, 1, 15, 256, 16, 256),
+    _problem("conv1d_silu", 144, 144, 31, 1, 15, 144, 1, 50),
+    _problem("conv1d_gelu", 80, 512, 3, 1, 1, 1, 8, 3000),
+    _problem("conv1d_gelu", 512, 512, 3, 2, 1, 1, 8, 3000),
+    _problem("conv1d", 1, 512, 10, 5, 0, 1, 4, 16000),
+    _problem("conv1d", 768, 768, 128, 1, 64, 16, 2, 100),
+    _problem("conv1d", 6, 6, 5, 2, 2, 6, 3, 77),
+)
+
+
+class TestConv1dContract(FamilyContract):
+    plugin = oasr_conv1d.hooks
+    entry_point = ("conv1d", "oasr_conv1d.hooks")
+    pyproject = Path(__file__).parents[1] / "pyproject.toml"
+    problems = PROBLEMS
+    modules = ("oasr_conv1d", "oasr_conv1d.geometry", "oasr_conv1d.lanes", "oasr_conv1d.jit",
+               "oasr_conv1d.launch", "oasr_conv1d.numerics", "oasr_conv1d.recorder",
+               "oasr_conv1d.depthwise", "oasr_conv1d.depthwise.codegen")
+
+
+def test_family_record():
+    (family,) = oasr_conv1d.hooks.oasr_register_families()
+    assert family.name == "conv1d" and family.stem == "conv1d"
+    assert family.ops == ("conv1d", "conv1d_relu", "conv1d_gelu", "conv1d_silu")
+    assert family.dims == ("Cin", "Cout", "k", "stride", "pad", "dil", "groups")
+    assert family.dynamic_axis == "M" and family.exact_points
+    assert family.untuned_choice is Sentinel.TORCH and family.fallback is Sentinel.HEURISTIC
+    assert dict(family.dtype_classes) == {"half": ("fp16", "bf16")}
+    soft = family.soft_validators()
+    assert set(soft) == {"impl_hash", "cutlass"} and len(soft["impl_hash"]) == 16
+
+
+def test_lane_records():
+    lanes = {lane.name: lane for lane in oasr_conv1d.hooks.oasr_register_lanes()}
+    assert set(lanes) == {LANE_SM80, LANE_SM90}
+    assert lanes[LANE_SM90].default_on == ("sm90",)
+    assert "sm90" in lanes[LANE_SM80].arch_families
+    assert set(lanes[LANE_SM80].default_on) == {"sm80", "sm86", "sm89"}
+    for lane in lanes.values():
+        kinds = {c.params.get("kind", "dense") for c in lane.config_space}
+        assert kinds == {"dense", "depthwise"}, lane.name
+        assert lane.jit_specs is not None and lane.production is not None
