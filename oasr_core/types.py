@@ -29,13 +29,18 @@ class Sentinel(enum.Enum):
 
     ``DEFAULT`` is the active lane's default config, ``TORCH`` the torch (cuBLAS/cuDNN) path,
     ``FUSED`` a family's fused single-call kernel, ``HEURISTIC`` the family's shape heuristic
-    (e.g. scaled_mm's tile ladder). In a tuning file they are spelled by their value.
+    (e.g. scaled_mm's tile ladder). ``UNQUANTIZED`` is a quantized family's "dequantize"
+    answer: the layer runs in its activation dtype with ``F.linear`` on its high-precision
+    weight, because that measured faster than every quantized arm (the family's linear holds
+    that weight and serves it; the family's own ops cannot). In a tuning file they are spelled
+    by their value.
     """
 
     DEFAULT = "default"
     TORCH = "torch"
     FUSED = "fused"
     HEURISTIC = "heuristic"
+    UNQUANTIZED = "unquantized"
 
     @classmethod
     def parse(cls, text: str) -> Sentinel | None:

@@ -4,9 +4,9 @@ Shared by ``oasr_core.autotune()`` (a call's own shape) and the engine tuner's p
 census's must-tune points). The candidates are every config of the active lane that is
 statically feasible, supports the problem and is in this process's compiled set
 (``Lane.is_available``), plus the family's sentinels that run without a lane config
-(``torch``, ``fused``) and the shape heuristic when it is the family's fallback. They are
-measured through the family's ``make_bench`` and :func:`oasr_core.bench.bench_problem` with
-CUDA-graph replays; when no arm could be timed that way and some raised (the op cannot be
+(``torch``, ``fused``, ``unquantized``) and the shape heuristic when it is the family's
+fallback. They are measured through the family's ``make_bench`` and
+:func:`oasr_core.bench.bench_problem` with CUDA-graph replays; when no arm could be timed that way and some raised (the op cannot be
 captured), the problem is measured again with an eager timer
 (:class:`~oasr_core.autotuning.eager.EagerTimer`).
 
@@ -49,7 +49,8 @@ def result_key(family: Family, problem: Problem) -> str:
 
 def candidates(family: Family, lane: Lane, problem: Problem) -> list[Config | Sentinel]:
     """What is measured at ``problem`` (see the module docstring), sentinels first."""
-    sentinels = [s for s in (Sentinel.TORCH, Sentinel.FUSED) if s in family.sentinels]
+    sentinels = [s for s in (Sentinel.TORCH, Sentinel.FUSED, Sentinel.UNQUANTIZED)
+                 if s in family.sentinels]
     if family.fallback is Sentinel.HEURISTIC:
         sentinels.insert(0, Sentinel.HEURISTIC)
     configs = [c for c in lane.config_space if unusable_reason(lane, c, problem) is None]

@@ -97,8 +97,9 @@ class LiveSource:
     measured: int = 0
 
     def forced(self) -> list[Sentinel]:
-        """Sentinel arms always measured: the fallback, default, torch, fused."""
-        wanted = [self.family.fallback, Sentinel.DEFAULT, Sentinel.TORCH, Sentinel.FUSED]
+        """Sentinel arms always measured: the fallback, default, torch, fused, unquantized."""
+        wanted = [self.family.fallback, Sentinel.DEFAULT, Sentinel.TORCH, Sentinel.FUSED,
+                  Sentinel.UNQUANTIZED]
         return [s for s in dict.fromkeys(wanted)
                 if s is self.family.fallback or s in self.family.sentinels]
 

@@ -84,24 +84,28 @@ def kernel_arm(prepared: Any, index: int, operands: Sequence[Sequence[Any]], out
 
 def choice_arms(problem: Problem, choices: Sequence[Config | Sentinel], options: Any, *,
                 family: str, torch_arm: Callable[[], Arm],
-                kernel_arm: Callable[[Config], Arm]) -> tuple[dict[str, Arm], dict[str, str]]:
+                kernel_arm: Callable[[Config], Arm],
+                sentinel_arms: Mapping[Sentinel, Callable[[], Arm]] | None = None,
+                ) -> tuple[dict[str, Arm], dict[str, str]]:
     """``(arms, rejected)``: one arm per choice, named by config id or sentinel value.
 
     A choice that resolves to a lane config (``options.config_of``) gets ``kernel_arm(config)``;
-    ``torch`` gets ``torch_arm()``; any other sentinel without a config is rejected. An arm
-    factory that raises rejects its choice with the exception's message (a refused shape is
-    one rejected arm, not a failed build).
+    ``torch`` gets ``torch_arm()``; another sentinel without a config gets its factory in
+    ``sentinel_arms`` (a family's own non-lane path, e.g. ``unquantized``) or is rejected. An
+    arm factory that raises rejects its choice with the exception's message (a refused shape
+    is one rejected arm, not a failed build).
     """
     arms: dict[str, Arm] = {}
     rejected: dict[str, str] = {}
+    own = {Sentinel.TORCH: torch_arm, **(sentinel_arms or {})}
     for choice in choices:
         name = choice.value if isinstance(choice, Sentinel) else choice.id
         cfg = options.config_of(choice, problem)
-        if cfg is None and choice is not Sentinel.TORCH:
+        if cfg is None and choice not in own:
             rejected[name] = f"{name} has no {family} launcher"
             continue
         try:
-            arms[name] = torch_arm() if cfg is None else kernel_arm(cfg)
+            arms[name] = own[choice]() if cfg is None else kernel_arm(cfg)
         except Exception as exc:  # noqa: BLE001 - recorded as the arm's rejection
             rejected[name] = str(exc)
     return arms, rejected

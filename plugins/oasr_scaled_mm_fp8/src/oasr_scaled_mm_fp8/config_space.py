@@ -1,0 +1,131 @@
+"""The config spaces of the scaled_mm_fp8 family's two lanes, as data.
+
+Every config is an :class:`oasr_core.types.Config` whose ``params`` name each kernel parameter
+explicitly (tile, warp or cluster, stages, schedule, ``fast_accum``), so a tuning file reads
+without this module. A config compiles into one translation unit per op (:func:`units_of`):
+``<id>`` for ``scaled_mm_fp8`` (bf16 and fp16 outputs) and ``<id>_quant`` for
+``scaled_mm_fp8_quant`` (e4m3 output). Neither lane has Stream-K configs.
+
+sm89_fp8_mma (CUTLASS 2.x, Ada's fp8 mma.sync m16n8k32; runs on sm89 and sm90): the seven
+data-parallel tiles the int8 lane uses (one-byte operands take the same K-32 instruction
+shape, shared-memory footprint and warp arrangements), with fast accumulation, plus two staged
+(``OpMultiplyAdd``) twins for deep K.
+
+sm90_fp8_wgmma (CUTLASS 3.x, TMA + wgmma; K tile 128 = one 128-byte swizzle row of fp8): the
+non-persistent kernel at five tiles for small and middle M, the persistent ping-pong 128x128
+with three clusters and the cooperative 128x128 / 256x128 / 128x256 for large M, all with the
+``FP8FastAccum`` main loops (the only competitive ones on Hopper), plus the promoted
+(non-fast) ping-pong and cooperative 128x128 for deep K. 9 + 13 configs: a whole space
+compiles in a few minutes on 16 cores.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+
+from oasr_core.kit.lanes import LaneSpaces
+from oasr_core.types import Config
+
+FAMILY = "scaled_mm_fp8"
+DTYPE = "float8_e4m3fn"
+"""The operand dtype as the census spells it (signature keys carry none)."""
+OPS = ("scaled_mm_fp8", "scaled_mm_fp8_quant")
+OP_MM, OP_QUANT = OPS
+LANE_SM89 = "sm89_fp8_mma"
+LANE_SM90 = "sm90_fp8_wgmma"
+LANES = (LANE_SM89, LANE_SM90)
+SM90_SCHEDULES = ("ws", "pingpong", "cooperative")
+_SM90_TAG = {"ws": "ws", "pingpong": "pp", "cooperative": "co"}
+
+SM89_DEFAULT = "b128x128x64_w64x64x64_s5_fa"
+SM90_DEFAULT = "ws_64x128x128_c1x1_fa"
+DEFAULTS = {LANE_SM89: SM89_DEFAULT, LANE_SM90: SM90_DEFAULT}
+
+
+def sm89_config(tile: tuple[int, int, int], warp: tuple[int, int, int], stages: int, *,
+                fast_accum: bool = True) -> Config:
+    """A CUTLASS 2.x fp8 config: ``b{tile}_w{warp}_s{stages}_{fa,st}``."""
+    bm, bn, bk = tile
+    wm, wn, wk = warp
+    cid = f"b{bm}x{bn}x{bk}_w{wm}x{wn}x{wk}_s{stages}_{'fa' if fast_accum else 'st'}"
+    return Config(id=cid, lane=LANE_SM89, params={
+        "tile": [bm, bn, bk], "warp": [wm, wn, wk], "stages": stages, "fast_accum": fast_accum,
+        "schedule": "mma_sync", "unit": cid,
+    })
+
+
+def sm90_config(tile: tuple[int, int, int], cluster: tuple[int, int] = (1, 1),
+                schedule: str = "ws", *, fast_accum: bool = True, stages: int = 0) -> Config:
+    """A CUTLASS 3.x fp8 config: ``{ws,pp,co}_{tile}_c{cluster}[_fa]`` (``stages=0``: as many
+    as shared memory allows after the epilogue)."""
+    if schedule not in SM90_SCHEDULES:
+        raise ValueError(f"schedule {schedule!r} is not one of {SM90_SCHEDULES}")
+    tm, tn, tk = tile
+    cm, cn = cluster
+    cid = f"{_SM90_TAG[schedule]}_{tm}x{tn}x{tk}_c{cm}x{cn}"
+    if stages:
+        cid += f"_s{stages}"
+    if fast_accum:
+        cid += "_fa"
+    return Config(id=cid, lane=LANE_SM90, params={
+        "tile": [tm, tn, tk], "cluster": [cm, cn], "schedule": schedule, "stages": stages,
+        "stream_k": False, "fast_accum": fast_accum, "unit": cid,
+    })
+
+
+_SM89_TILES = (
+    ((64, 64, 128), (32, 32, 128), 5),
+    ((64, 128, 128), (32, 64, 128), 3),
+    ((128, 64, 128), (64, 32, 128), 3),
+    ((128, 128, 64), (64, 64, 64), 5),
+    ((128, 128, 128), (64, 64, 128), 3),
+    ((128, 256, 64), (64, 64, 64), 3),
+    ((256, 128, 64), (64, 64, 64), 3),
+)
+_SM89_STAGED = (
+    ((128, 128, 64), (64, 64, 64), 5),
+    ((128, 128, 128), (64, 64, 128), 3),
+)
+
+
+def _sm89_all() -> Iterable[Config]:
+    for tile, warp, stages in _SM89_TILES:
+        yield sm89_config(tile, warp, stages)
+    for tile, warp, stages in _SM89_STAGED:
+        yield sm89_config(tile, warp, stages, fast_accum=False)
+
+
+def _sm90_all() -> Iterable[Config]:
+    for tm, tn in ((64, 32), (64, 64), (64, 128), (128, 64), (128, 128)):
+        yield sm90_config((tm, tn, 128))
+    for cluster in ((1, 1), (1, 2), (2, 1)):
+        yield sm90_config((128, 128, 128), cluster, "pingpong")
+    for tm, tn in ((128, 128), (256, 128), (128, 256)):
+        yield sm90_config((tm, tn, 128), (1, 1), "cooperative")
+    for schedule in ("pingpong", "cooperative"):
+        yield sm90_config((128, 128, 128), (1, 1), schedule, fast_accum=False)
+
+
+def _is_feasible():
+    from oasr_scaled_mm_fp8.feasibility import is_feasible
+
+    return is_feasible
+
+
+SPACES = LaneSpaces(FAMILY, {LANE_SM89: _sm89_all, LANE_SM90: _sm90_all}, _is_feasible)
+"""The lanes' listed and feasible spaces (cached once per process)."""
+full_space = SPACES.full
+space = SPACES.space
+config = SPACES.config
+
+
+def unit_name(config: Config, op: str) -> str:
+    """The translation unit compiling ``config`` for ``op``."""
+    if op not in OPS:
+        raise ValueError(f"op {op!r} is not one of {OPS}")
+    return config.params["unit"] + ("_quant" if op == OP_QUANT else "")
+
+
+def units_of(config: Config) -> tuple[tuple[str, str], ...]:
+    """``(op, unit name)`` of every unit behind ``config``."""
+    return tuple((op, unit_name(config, op)) for op in OPS)

@@ -1,0 +1,117 @@
+"""The scaled_mm_fp8 numerics: a stated tolerance against the fp32 reference, and operands.
+
+The claim is **not** bitwise. Variants of one lane do not compute the same bits: the Hopper
+``FP8FastAccum`` main loops leave the wgmma accumulators unpromoted (the tensor core keeps
+partial sums of fp8 products with fewer mantissa bits than fp32; the promoted schedules add
+them into fp32 registers every few instructions), and Ada's staged (``OpMultiplyAdd``) kernels
+round once per K tile, so the rounding depends on the tile. A bitwise gate against the
+heuristic's variant would reject every fast-accumulation tile -- the only ones competitive
+with ``torch._scaled_mm`` on Hopper -- so the gate is a tolerance against the fp32 reference
+(:func:`oasr_scaled_mm_fp8.reference.scaled_mm_value`: exact products, float64 sums), the
+same reference for every variant:
+
+    |out - ref| <= ROUND[out dtype] * |ref| + ACC_TOL * max|ref| (+ FP8_FLOOR for e4m3 out)
+
+``ROUND`` is one rounding step of the output dtype (bf16 2^-8, fp16 2^-11, e4m3 2^-3 of the
+value); ``ACC_TOL = 2^-6`` of the output's largest magnitude bounds the accumulation error
+(measured published fast-accumulation errors at K = 4096 reach ~1 % of the result's scale;
+the margin keeps deep-K tiles in); ``FP8_FLOOR`` is e4m3's subnormal step. The quant op is
+compared in its own units (``ref / out_scale`` saturated to +-448). A NaN or infinity where the
+reference is finite fails. The GPU tests check the claim for every tile of both lanes.
+
+Operands are realistic: a float activation and weight quantized per token and per channel
+(absmax / 448), so outputs are O(1).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oasr_core.kit.gates import Verdict
+
+ACC_TOL = 2.0 ** -6
+ROUND = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11, "float8_e4m3fn": 2.0 ** -3,
+         "float32": 2.0 ** -23}
+FP8_FLOOR = 2.0 ** -9
+GateResult = Verdict
+
+
+def bound(reference: Any, dtype: Any) -> Any:
+    """The per-element error bound of an output of ``dtype`` against fp32 ``reference``."""
+    name = str(dtype).removeprefix("torch.")
+    ref = reference.float()
+    scale = float(ref.abs().amax()) if ref.numel() else 0.0
+    floor = FP8_FLOOR if name == "float8_e4m3fn" else 0.0
+    return ROUND[name] * ref.abs() + (ACC_TOL * scale + floor)
+
+
+def within(candidate: Any, reference: Any) -> GateResult:
+    """Whether ``candidate`` is within :func:`bound` of the fp32 ``reference`` (same units)."""
+    import torch
+
+    if tuple(candidate.shape) != tuple(reference.shape):
+        return GateResult(False, 1.0, f"shape {tuple(candidate.shape)} != "
+                                      f"{tuple(reference.shape)}")
+    got = candidate.detach().float()
+    ref = reference.detach().float().to(got.device)
+    finite = torch.isfinite(ref)
+    limit = bound(ref.where(finite, torch.zeros_like(ref)), candidate.dtype)
+    err = (got - ref).abs()
+    bad = finite & ~(err <= limit)  # a NaN err (NaN or inf output) is bad
+    bad |= ~finite & ~(got.isnan() & ref.isnan()) & (got != ref)
+    scale = float(ref[finite].abs().amax()) if bool(finite.any()) else 1.0
+    worst = float(err[finite].nan_to_num(float("inf")).amax()) / max(scale, 1e-30) \
+        if bool(finite.any()) else 0.0
+    if not bool(bad.any()):
+        return GateResult(True, worst)
+    count = int(bad.sum())
+    first = tuple(int(i) for i in bad.nonzero()[0].tolist())
+    return GateResult(False, worst, f"{count} of {got.numel()} elements outside the bound "
+                                    f"(first at {first}: {got[first].item()} vs "
+                                    f"{ref[first].item()})")
+
+
+def numerics_gate(candidate: Any, reference: Any) -> GateResult:
+    """``Family.numerics_gate``: :func:`within` the stated bound of the fp32 reference
+    (for an e4m3 candidate, ``reference`` is already in output units)."""
+    return within(candidate, reference)
+
+
+def quantize_rows(x: Any) -> tuple[Any, Any]:
+    """Per-row e4m3 quantization in torch: ``(q [..., K] e4m3, scale float32 [...])``.
+
+    ``scale = absmax / 448`` (IEEE division by a tensor of 448s; 1 for an all-zero row),
+    ``q = e4m3(clamp(x / scale, -448, 448))`` rounded to nearest even. A row holding a NaN
+    gets a NaN scale (absmax propagates it) and NaN values; an infinity gives an infinite
+    scale (its finite values quantize to 0, the infinity to NaN).
+    """
+    import torch
+
+    x32 = x.detach().to(torch.float32)
+    amax = x32.abs().amax(dim=-1)
+    scale = amax / torch.full_like(amax, 448.0)
+    scale = torch.where(scale == 0, torch.ones_like(scale), scale)
+    q = (x32 / scale.unsqueeze(-1)).clamp(-448.0, 448.0).to(torch.float8_e4m3fn)
+    return q, scale
+
+
+def make_operands(m: int, n: int, k: int, *, bias: bool = True, device: Any = "cpu",
+                  seed: int = 0) -> tuple[Any, Any, Any, Any, Any]:
+    """Random ``(a [m, k] e4m3, a_scale [m], w [n, k] e4m3, w_scale [n], bias [n] | None)``:
+    a float activation (std 1) and weight (std 1/sqrt(k)) quantized per row; bias float32."""
+    import torch
+
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(m, k, generator=gen)
+    wf = torch.randn(n, k, generator=gen) / k ** 0.5
+    a, a_scale = quantize_rows(x)
+    w, w_scale = quantize_rows(wf)
+    b = torch.randn(n, generator=gen) if bias else None
+    move = (lambda t: t.to(device)) if str(device) != "cpu" else (lambda t: t)
+    return move(a), move(a_scale), move(w), move(w_scale), (move(b) if b is not None else None)
+
+
+def out_scale_for(y: Any) -> float:
+    """A per-tensor output scale mapping ``y``'s absmax to 448 (1.0 for an all-zero ``y``)."""
+    amax = float(y.detach().abs().amax()) if y.numel() else 0.0
+    return amax / 448.0 if amax > 0 else 1.0

@@ -1,0 +1,105 @@
+"""W8A8 fp8 quantized linear layers for the census and for engines (``fp8_w8a8``).
+
+:func:`quantized_linear` runs ``layer(x)`` as an fp8 e4m3 GEMM: the activation is quantized
+dynamically per token (:func:`quantize_rows`: absmax / 448, float32 scales), the weight once
+per output channel, cached on the layer (:data:`CACHE_ATTR`) with a float32 copy of the bias
+and recomputed only when the layer's weight or bias changes. The layer keeps its own
+high-precision weight, which serves the shapes whose tuning entry says
+``Sentinel.UNQUANTIZED`` (``F.linear`` measured faster than every fp8 arm there:
+:func:`oasr_scaled_mm_fp8.ops.unquantized`). The GEMM is ``oasr_scaled_mm_fp8.ops.
+scaled_mm_fp8``, called through the module attribute so the census recorder sees every call.
+
+On the meta device (how the census probes a model) everything stays on meta and the GEMM is
+always the fp8 one (the census records it).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import attrs
+
+CACHE_ATTR = "_oasr_fp8_w8a8"
+"""The attribute of an ``nn.Linear`` holding its :class:`QuantizedWeight`."""
+QUANTIZATION = "fp8_w8a8"
+
+
+@attrs.define(eq=False)
+class QuantizedWeight:
+    """An ``nn.Linear``'s e4m3 weight ``[N, K]``, per-channel scales ``[N]``, float32 bias."""
+
+    key: tuple
+    weight: Any
+    scale: Any
+    bias: Any
+
+
+def _identity(t: Any) -> tuple:
+    if t is None:
+        return (None,)
+    ptr = t.data_ptr() if t.device.type != "meta" else id(t)
+    return (ptr, t._version, t.device, t.dtype, tuple(t.shape))
+
+
+def quantize_rows(x: Any) -> tuple[Any, Any]:
+    """Per-token e4m3 quantization: ``(q [..., K], scale float32 [...])``.
+
+    A contiguous fp16/bf16 CUDA tensor (outside ``torch.compile`` tracing) takes the
+    one-kernel quantizer (:mod:`oasr_scaled_mm_fp8.quantize_kernel`), bit for bit the torch
+    definition :func:`oasr_scaled_mm_fp8.numerics.quantize_rows`, which serves everything else.
+    """
+    import torch
+
+    from oasr_scaled_mm_fp8 import numerics
+
+    if (x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and x.is_contiguous()
+            and x.dim() >= 1 and not torch.compiler.is_compiling()):
+        from oasr_core.runtime import device_arch_of
+
+        from oasr_scaled_mm_fp8.quantize_kernel import quantize_rows_cuda
+
+        got = quantize_rows_cuda(x.detach(), device_arch_of(x.device.index))
+        if got is not None:
+            return got
+    return numerics.quantize_rows(x)
+
+
+def quantized_weight(layer: Any) -> QuantizedWeight:
+    """The cached e4m3 copy of ``layer.weight`` (computed on first use and on change)."""
+    import torch
+
+    from oasr_scaled_mm_fp8 import numerics
+
+    weight, bias = layer.weight, getattr(layer, "bias", None)
+    key = (*_identity(weight), *_identity(bias))
+    cached = getattr(layer, CACHE_ATTR, None)
+    if isinstance(cached, QuantizedWeight) and cached.key == key:
+        return cached
+    with torch.no_grad():
+        q, scale = numerics.quantize_rows(weight)
+        b32 = bias.detach().to(torch.float32).contiguous() if bias is not None else None
+    state = QuantizedWeight(key=key, weight=q.contiguous(), scale=scale.contiguous(), bias=b32)
+    object.__setattr__(layer, CACHE_ATTR, state)
+    return state
+
+
+def quantized_linear(x: Any, layer: Any) -> Any:
+    """``layer(x)`` as a W8A8 fp8 GEMM (or ``F.linear`` where the table says unquantized);
+    the output has ``x``'s dtype (an fp32 input computes with a bf16 output)."""
+    import torch
+
+    from oasr_scaled_mm_fp8 import ops
+
+    state = quantized_weight(layer)
+    n, k = state.weight.shape
+    if x.is_cuda and ops.unquantized(n, k, x.numel() // k if k else 0, x.device.index):
+        weight = layer.weight if layer.weight.dtype == x.dtype else layer.weight.to(x.dtype)
+        bias = layer.bias
+        if bias is not None and bias.dtype != x.dtype:
+            bias = bias.to(x.dtype)
+        return torch.nn.functional.linear(x, weight, bias)
+    q, a_scale = quantize_rows(x)
+    out_dtype = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
+    y = ops.scaled_mm_fp8(q, state.weight, a_scale, state.scale, state.bias,
+                          out_dtype=out_dtype)
+    return y if y.dtype == x.dtype else y.to(x.dtype)
