@@ -1,7 +1,8 @@
 """The ``oasr`` command line (click), resolving plugins at invocation time, never at import.
 
-Bad input (unknown family, malformed file, wrong env var) gets one line on stderr naming what
-is wrong and exit code 2; the traceback only with ``-v``.
+Bad input (unknown family, malformed file, wrong env var, a misspelt option) gets one line on
+stderr naming what is wrong and exit code 2; the traceback only with ``-v``, which may come
+anywhere on the command line.
 """
 
 from __future__ import annotations
@@ -68,8 +69,70 @@ def handle_errors(fn: Callable) -> Callable:
     return wrapper
 
 
-@click.group()
-@click.option("-v", "--verbose", is_flag=True, help="Tracebacks and plugin load details.")
+class LazyGroup(click.Group):
+    """A group whose heavier subcommands live in their own modules, imported when invoked."""
+
+    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        self.lazy = dict(lazy or {})
+
+    def list_commands(self, ctx: click.Context) -> list[str]:
+        return sorted({*super().list_commands(ctx), *self.lazy})
+
+    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
+        if name in self.lazy and name not in self.commands:
+            import importlib
+
+            module, _, attr = self.lazy[name].partition(":")
+            self.add_command(getattr(importlib.import_module(module), attr), name)
+        return super().get_command(ctx, name)
+
+
+VERBOSE_FLAGS = ("-v", "--verbose")
+
+
+class RootGroup(LazyGroup):
+    """The ``oasr`` group: ``-v`` anywhere before ``--``, and click's usage errors (unknown
+    option, missing value) as the one ``error:`` line every other error gets."""
+
+    def parse_args(self, ctx: click.Context, args: list[str]) -> list[str]:
+        end = args.index("--") if "--" in args else len(args)
+        flags = [a for a in args[:end] if a in VERBOSE_FLAGS]
+        rest = [a for a in args[:end] if a not in VERBOSE_FLAGS]
+        return super().parse_args(ctx, flags[:1] + rest + args[end:])
+
+    def main(self, *args: Any, standalone_mode: bool = True, **kwargs: Any) -> Any:
+        if not standalone_mode:
+            return super().main(*args, standalone_mode=False, **kwargs)
+        try:
+            code = super().main(*args, standalone_mode=False, **kwargs)
+        except click.UsageError as exc:
+            where = exc.ctx.command_path if exc.ctx is not None else "oasr"
+            message = " ".join(exc.format_message().split())
+            _fail(f"{where}: {message} (see {where} -h)", exc.exit_code)
+        except click.ClickException as exc:
+            _fail(" ".join(exc.format_message().split()), exc.exit_code)
+        except click.Abort:
+            _fail("aborted", 1)
+        sys.exit(code if isinstance(code, int) else 0)
+
+
+CONTEXT = {"help_option_names": ["-h", "--help"], "max_content_width": 100}
+
+
+@click.group(cls=RootGroup, lazy={"doctor": "oasr_core.commands.doctor:doctor_cmd"},
+             context_settings=CONTEXT, epilog="""\b
+Examples:
+  oasr doctor                 what this machine has: GPU, nvcc, CUTLASS, JIT cache, tiers
+  oasr plugins                families and lanes installed
+  oasr tune status            tiers loaded, their files, staleness
+  oasr tune -h                the tuning commands
+
+Completion: eval "$(_OASR_COMPLETE=bash_source oasr)" (zsh_source, fish_source).""")
+@click.version_option(None, "-V", "--version", package_name="oasr-core",
+                      message="%(prog)s (oasr-core) %(version)s")
+@click.option("-v", "--verbose", is_flag=True, help="Tracebacks and plugin load details "
+              "(anywhere on the command line).")
 @click.option("-p", "plugin_opts", multiple=True, metavar="no:NAME",
               help="Block the plugin NAME (repeatable), as pytest's -p no:NAME.")
 @click.pass_context
@@ -102,8 +165,50 @@ def _emit(data: Any, as_json: bool, lines: list[str]) -> None:
             click.echo(line)
 
 
-@main.command("plugins")
-@click.option("--json", "as_json", is_flag=True, help="Machine-readable output.")
+JSON_HELP = "Print the result as JSON instead of text."
+
+
+def completer(name: str) -> Callable:
+    """A ``shell_complete`` callback: :mod:`oasr_core.commands.complete`'s ``name``, imported
+    only when the shell asks."""
+
+    def call(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
+        from oasr_core.commands import complete
+
+        return getattr(complete, name)(ctx, param, incomplete)
+
+    return call
+
+
+def _plugin_lines(rows: list[dict[str, Any]], failures: list[dict[str, Any]]) -> list[str]:
+    """``oasr plugins`` as aligned columns; blocked plugins on a line of their own."""
+    loaded = [r for r in rows if r.get("status") != "blocked"]
+    table = []
+    for row in loaded:
+        if row.get("distribution"):
+            origin = f"{row['distribution']} {row.get('version') or ''}".strip()
+        else:
+            origin = "oasr-core (built in)" if row["name"].startswith("oasr_core.") else "-"
+        table.append((row["name"], origin, ", ".join(row.get("families", ())) or "-",
+                      ", ".join(row.get("lanes", ())) or "-"))
+    lines = []
+    if table:
+        head = ("plugin", "distribution", "families", "lanes")
+        widths = [max(len(r[k]) for r in [head, *table]) for k in range(3)]
+        for r in [head, *table]:
+            lines.append("  ".join(c.ljust(w) for c, w in zip(r[:3], widths, strict=True))
+                         + "  " + r[3])
+    for row in rows:
+        if row.get("status") == "blocked":
+            lines.append(f"blocked: {row['name']} (-p no:{row['name']})")
+    for f in failures:
+        lines.append(f"† {f['plugin']} ({f['distribution']}): {f['kind']}: {f['error']}")
+    return lines
+
+
+@main.command("plugins", epilog="\b\nExamples:\n  oasr plugins\n  oasr -p no:gemm plugins"
+              "\n  OASR_PLUGINS=gemm oasr plugins --json")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_obj
 @handle_errors
 def plugins_cmd(state: CliState, as_json: bool) -> None:
@@ -111,34 +216,8 @@ def plugins_cmd(state: CliState, as_json: bool) -> None:
     registry = state.runtime().registry
     rows = registry.describe()
     failures = [attrs.asdict(f) for f in registry.failures]
-    lines = []
-    for row in rows:
-        fams = ", ".join(row.get("families", ())) or "-"
-        lanes = ", ".join(row.get("lanes", ())) or "-"
-        lines.append(f"{row['name']:<16} {row.get('distribution') or '-'} "
-                     f"{row.get('version') or ''}  families: {fams}  lanes: {lanes}")
-    for f in failures:
-        lines.append(f"† {f['plugin']} ({f['distribution']}): {f['kind']}: {f['error']}")
-    _emit({"plugins": rows, "failures": failures}, as_json, lines or ["no plugins loaded"])
-
-
-class LazyGroup(click.Group):
-    """A group whose heavier subcommands live in their own modules, imported when invoked."""
-
-    def __init__(self, *args: Any, lazy: dict[str, str] | None = None, **kwargs: Any) -> None:
-        super().__init__(*args, **kwargs)
-        self.lazy = dict(lazy or {})
-
-    def list_commands(self, ctx: click.Context) -> list[str]:
-        return sorted({*super().list_commands(ctx), *self.lazy})
-
-    def get_command(self, ctx: click.Context, name: str) -> click.Command | None:
-        if name in self.lazy and name not in self.commands:
-            import importlib
-
-            module, _, attr = self.lazy[name].partition(":")
-            self.add_command(getattr(importlib.import_module(module), attr), name)
-        return super().get_command(ctx, name)
+    _emit({"plugins": rows, "failures": failures}, as_json,
+          _plugin_lines(rows, failures) or ["no plugins loaded"])
 
 
 TUNE_COMMANDS = {
@@ -151,29 +230,47 @@ TUNE_COMMANDS = {
 """Subcommands of ``oasr tune`` kept in their own modules: name -> ``module:command``."""
 
 
-@main.group("tune", cls=LazyGroup, lazy=TUNE_COMMANDS)
+@main.group("tune", cls=LazyGroup, lazy=TUNE_COMMANDS, epilog="""\b
+The main job, on a GPU machine:
+  oasr tune census --workload conformer --service-mode offline --max-batch-size 32 \\
+      --out offline.json
+  oasr tune prebuild --family gemm --all
+  oasr tune build --census offline.json --out user
+  oasr tune evaluate --log ~/.cache/oasr/tune/v2/sm90/measurements/gemm.jsonl --plot gemm.png
+""")
 def tune() -> None:
     """Tuning database: census, build, evaluate, prebuild, status, diff, select; bench."""
 
 
-@tune.command("status")
-@click.option("--arch", default=None, help="Arch family (default: this GPU, else every arch "
-              "the tiers hold).")
+@tune.command("status", epilog="\b\nExamples:\n  oasr tune status\n  oasr tune status "
+              "--arch sm90 --json\n  oasr tune status --census "
+              "benchmarks/census/conformer_offline_int8.json")
+@click.option("--arch", default=None, metavar="SMNN", shell_complete=completer("arch_families"),
+              help="Arch family, e.g. sm90 (default: this GPU, else every arch the tiers hold).")
 @click.option("--census", "censuses", multiple=True, type=click.Path(path_type=Path,
               dir_okay=False, exists=True), help="ShapeSet JSON (repeatable): also report, per "
               "heuristic-fallback family (the quantized GEMMs), its layers with a tuning entry "
               "and those on the shape heuristic.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_obj
 @handle_errors
 def status_cmd(state: CliState, arch: str | None, censuses: tuple[Path, ...],
                as_json: bool) -> None:
     """Which tiers are loaded, their paths, entries, stale files and entries, tier counts."""
-    from oasr_core.report import tuning_report
+    from oasr_core.commands.device import seen_arch
+    from oasr_core.report import tier_arches, tuning_report
 
-    state.runtime()
+    rt = state.runtime()
+    device = seen_arch(rt)
     report = tuning_report(arch=arch, census=list(censuses) or None)
-    _emit(report.to_json(), as_json, report.lines())
+    data = report.to_json()
+    data["device_arch"] = device
+    lines = report.lines()
+    if arch is None and device is None:
+        held = tier_arches()
+        lines.insert(0, f"no GPU seen: showing every arch the tiers hold "
+                        f"({', '.join(held) or 'none'}); pass --arch to choose one")
+    _emit(data, as_json, lines)
 
 
 def _load_any(path: Path):
@@ -189,18 +286,24 @@ def _load_any(path: Path):
     return tf
 
 
-@tune.command("diff")
+@tune.command("diff", epilog="\b\nExample:\n  oasr tune diff db/sm90/gemm.json "
+              "~/.cache/oasr/tune/v2/sm90/gemm.json")
 @click.argument("a", type=click.Path(path_type=Path, dir_okay=False))
 @click.argument("b", type=click.Path(path_type=Path, dir_okay=False))
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP + " (the same lines, as a "
+              "list, with both paths).")
 @click.pass_obj
 @handle_errors
-def diff_cmd(state: CliState, a: Path, b: Path) -> None:
-    """Per-signature changes of regions and points from tuning file A to B."""
+def diff_cmd(state: CliState, a: Path, b: Path, as_json: bool) -> None:
+    """Per-signature changes of regions and points from tuning file A to B.
+
+    Lines start with + (signature only in B), - (only in A) or ~ (changed).
+    """
     from oasr_core import database
 
     lines = database.diff_files(_load_any(a), _load_any(b))
-    for line in lines or ["no differences"]:
-        click.echo(line)
+    _emit({"a": str(a), "b": str(b), "identical": not lines, "changes": lines}, as_json,
+          lines or ["no differences"])
 
 
 def _parse_dims(values: tuple[str, ...]) -> dict[str, int]:
@@ -217,30 +320,59 @@ def _parse_dims(values: tuple[str, ...]) -> dict[str, int]:
     return dims
 
 
-@tune.command("select")
-@click.option("--family", required=True)
-@click.option("--op", required=True)
-@click.option("--dtype", required=True)
-@click.option("--dim", "dims", multiple=True, metavar="NAME=INT", help="Static dim (repeat).")
-@click.option("--m", "m", type=click.IntRange(min=1), required=True, help="Dynamic axis value.")
-@click.option("--arch", default=None, help="Arch family, e.g. sm90 (default: this GPU).")
+def select_arch(rt: Any, family: str, arch: str | None) -> str:
+    """The arch family ``oasr tune select`` answers for: ``--arch`` (which some installed lane
+    of ``family`` must run on), else this GPU's; an error naming what to pass otherwise."""
+    from oasr_core.commands.device import no_gpu_hint, seen_arch
+    from oasr_core.report import tier_arches
+    from oasr_core.types import ARCH_RE
+
+    if arch is not None and not ARCH_RE.match(arch):
+        raise click.BadParameter(f"{arch!r} is not an arch family like sm90", param_hint="--arch")
+    arch = arch or seen_arch(rt)
+    if arch is None:
+        raise click.UsageError(no_gpu_hint(tier_arches()))
+    if not rt.registry.lanes_of(family, arch):
+        runs = ", ".join(f"{lane.name} on {'/'.join(lane.arch_families)}"
+                         for lane in rt.registry.lanes_of(family)) or "none"
+        raise click.BadParameter(f"no installed lane of family {family} runs on {arch} "
+                                 f"(lanes: {runs})", param_hint="--arch")
+    return arch
+
+
+@tune.command("select", epilog="""\b
+Examples:
+  oasr tune select --family gemm --op gemm --dtype fp16 --dim N=256 --dim K=1024 \\
+      --m 416 --arch sm90
+  oasr tune select --family scaled_mm --op scaled_mm --dtype int8 --dim N=1024 \\
+      --dim K=256 --m 2048 --arch sm90 --json""")
+@click.option("--family", required=True, help="Kernel family, e.g. gemm.",
+              shell_complete=completer("families"))
+@click.option("--op", required=True, help="Op of the family, e.g. gemm, gemm_activation.")
+@click.option("--dtype", required=True, help="Operand dtype, e.g. fp16, bf16, int8.")
+@click.option("--dim", "dims", multiple=True, metavar="NAME=INT",
+              help="Static dim of the signature (repeat: --dim N=512 --dim K=256).")
+@click.option("--m", "m", type=click.IntRange(min=1), required=True,
+              help="Size on the dynamic axis (M: tokens in the batch).")
+@click.option("--arch", default=None, metavar="SMNN", shell_complete=completer("arch_families"),
+              help="Arch family, e.g. sm90 (default: this GPU; required without one).")
 @click.option("--point", default=None, help="Exact point key (conv1d: BxT).")
-@click.option("--lane", default=None, help="Resolve for this lane instead of the arch's default.")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--lane", default=None, shell_complete=completer("lanes"),
+              help="Resolve for this lane instead of the arch's default lane.")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
 @click.pass_obj
 @handle_errors
 def select_cmd(state: CliState, family: str, op: str, dtype: str, dims: tuple[str, ...], m: int,
                arch: str | None, point: str | None, lane: str | None, as_json: bool) -> None:
     """Print the config id serving one shape and the tier that chose it."""
     from oasr_core.selection import select
-    from oasr_core.types import ARCH_RE
 
     rt = state.runtime()
-    if arch is not None and not ARCH_RE.match(arch):
-        raise click.BadParameter(f"{arch!r} is not an arch family like sm90", param_hint="--arch")
     rt.registry.family(family)
-    sel = select(family, op, dtype, _parse_dims(dims), m, arch, point=point, lane=lane)
-    data = {"family": family, "op": op, "dtype": dtype, "m": m, "arch": arch or rt.device_arch(),
+    parsed = _parse_dims(dims)
+    arch = select_arch(rt, family, arch)
+    sel = select(family, op, dtype, parsed, m, arch, point=point, lane=lane)
+    data = {"family": family, "op": op, "dtype": dtype, "m": m, "arch": arch,
             "choice": sel.choice_id, "tier": sel.tier.value, "lane": sel.lane,
             "config": sel.config.id if sel.config else None,
             "params": sel.config.to_json() if sel.config else None, "reason": sel.reason}
@@ -253,8 +385,12 @@ def select_cmd(state: CliState, family: str, op: str, dtype: str, dims: tuple[st
 def run() -> None:
     """Console-script entry point: warnings as one line each, then the command group."""
     warnings.showwarning = _show_warning
-    main(obj=CliState())
+    main(obj=CliState(), prog_name="oasr")
 
 
 if __name__ == "__main__":
-    run()
+    # ``python -m oasr_core.cli``: run the imported module's group, so commands that look up
+    # CliState find the same class as this process's other modules.
+    from oasr_core.cli import run as _run
+
+    _run()

@@ -15,12 +15,17 @@ from pathlib import Path
 
 import click
 
-from oasr_core.cli import CliState, _fail, handle_errors
+from oasr_core.cli import CliState, _fail, completer, handle_errors
 from oasr_core.errors import ConfigurationError
 
 
-@click.command("bench")
+@click.command("bench", epilog="""\b
+Examples:
+  oasr tune bench --workload conformer --batch 8 --frames 1024
+  oasr tune bench --workload whisper_encoder --batch 8 --no-eager --json --out e2e.json
+  oasr tune bench --workload conformer --batch 8 --frames 1024 --quantization int8_w8a8""")
 @click.option("--workload", "workload_name", default=None, metavar="NAME",
+              shell_complete=completer("workloads"),
               help="A registered workload (built in: conformer, whisper_encoder).")
 @click.option("--model", default=None, metavar="PACKAGE.MODULE:FACTORY",
               help="Benchmark the torch module this factory builds instead (its nn.Linear "
@@ -50,19 +55,22 @@ from oasr_core.errors import ConfigurationError
               help="Warm-up forwards of each model before timing.")
 @click.option("--tolerance", type=float, default=None,
               help="Bound of max|oasr - torch| / max|torch| (default: by dtype and scheme).")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the weights and inputs (both models get the same).")
 @click.option("--cpu", "on_cpu", is_flag=True, hidden=True,
               help="Tests: run eagerly on the CPU in fp32 (oasr's ops take their torch path).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Also write the report here (markdown; JSON when it ends in .json).")
+@click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False),
+              default=None, help="Draw torch against oasr, graph and eager (PNG).")
 @click.pass_obj
 @handle_errors
 def bench_cmd(state: CliState, workload_name: str | None, model: str | None,
               inputs: tuple[str, ...], params: tuple[str, ...], batch: int, frames: int | None,
               dtype: str, quantization: str, graph: bool, eager: bool, replays: int, iters: int,
               warmup: int, tolerance: float | None, seed: int, on_cpu: bool, as_json: bool,
-              out: Path | None) -> None:
+              out: Path | None, plot_path: Path | None) -> None:
     """Time a model with oasr's ops against plain torch, in CUDA graphs and eagerly."""
     from oasr_core.bench.e2e import (
         E2EOptions,
@@ -97,3 +105,7 @@ def bench_cmd(state: CliState, workload_name: str | None, model: str | None,
         click.echo(json.dumps(result.to_json(), indent=1, sort_keys=True))
     else:
         click.echo(result.markdown(), nl=False)
+    if plot_path is not None:
+        from oasr_core.plots import e2e_figure
+
+        click.echo(f"wrote {e2e_figure([result.to_json()], plot_path)}", err=as_json)

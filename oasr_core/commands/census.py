@@ -15,7 +15,7 @@ from typing import Any
 
 import click
 
-from oasr_core.cli import CliState, handle_errors
+from oasr_core.cli import CliState, completer, handle_errors
 from oasr_core.errors import ConfigurationError
 
 
@@ -109,8 +109,16 @@ def _traffic(mode: str, manifest: Path | None, audio_root: Path | None,
     return Traffic()
 
 
-@click.command("census")
+@click.command("census", epilog="""\b
+Examples:
+  oasr tune census --workload conformer --service-mode offline --max-batch-size 32 \\
+      --out offline.json
+  oasr tune census --workload conformer --service-mode streaming --max-batch-size 64 \\
+      --chunk-size 16 --out streaming.json
+  oasr tune census --model mypkg.asr:build_encoder --input B,T,80 --service-mode offline \\
+      --max-batch-size 16 --quantization int8_w8a8 --out int8.json""")
 @click.option("--workload", "workload_name", default=None, metavar="NAME",
+              shell_complete=completer("workloads"),
               help="A registered workload (built in: conformer, whisper_encoder).")
 @click.option("--model", default=None, metavar="PACKAGE.MODULE:FACTORY",
               help="Census any torch module built by this factory instead.")
@@ -121,7 +129,8 @@ def _traffic(mode: str, manifest: Path | None, audio_root: Path | None,
               help="--model: a fixed-window front end's frame count (keyed exactly).")
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
               help="Factory keyword argument, JSON value (layers=4, family_ops=false).")
-@click.option("--service-mode", type=click.Choice(["offline", "streaming"]), required=True)
+@click.option("--service-mode", type=click.Choice(["offline", "streaming"]), required=True,
+              help="offline: whole utterances batched; streaming: fixed chunks per step.")
 @click.option("--max-batch-size", type=click.IntRange(min=1), required=True,
               help="Largest offline batch / streaming cohort.")
 @click.option("--chunk-size", type=click.IntRange(min=1), default=16, show_default=True,
@@ -138,7 +147,8 @@ def _traffic(mode: str, manifest: Path | None, audio_root: Path | None,
               help="Captured offline batch widths (default: powers of two and the maximum).")
 @click.option("--preferred-batch-size", type=click.IntRange(min=1), default=None,
               help="Offline micro-batch width (default: --max-batch-size).")
-@click.option("--frame-granularity", type=click.IntRange(min=1), default=64, show_default=True)
+@click.option("--frame-granularity", type=click.IntRange(min=1), default=64, show_default=True,
+              help="Offline frame counts round up to a multiple of this.")
 @click.option("--max-frames", type=click.IntRange(min=1), default=4096, show_default=True,
               help="Longest offline key captured in a graph.")
 @click.option("--no-graphs", is_flag=True, help="The engine captures no graphs (all eager).")
@@ -160,7 +170,8 @@ def _traffic(mode: str, manifest: Path | None, audio_root: Path | None,
               show_default=True, help="meta: shapes only, no arithmetic.")
 @click.option("--probe-limit", type=click.IntRange(min=1), default=None,
               help="Probe only the heaviest N keys.")
-@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True)
+@click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True,
+              help="Where to write the ShapeSet JSON.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
 @click.pass_obj
 @handle_errors

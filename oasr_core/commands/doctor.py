@@ -1,0 +1,234 @@
+"""``oasr doctor``: what this machine has for oasr, on one screen.
+
+GPU and arch (or what to pass without one), nvcc and CUTLASS, the JIT cache (where, for which
+arch, how many units per family, whether each family's production modules are prebuilt), the
+tiers and their staleness, and the plugins. torch is imported only when a GPU device node
+exists (:func:`oasr_core.gpu_probe.gpu_visible`), so on a CPU machine it answers in well under
+a second.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+from collections import Counter
+from pathlib import Path
+from typing import Any
+
+import click
+
+from oasr_core.cli import JSON_HELP, CliState, handle_errors
+from oasr_core.errors import OasrError
+
+
+def gpu_facts(rt: Any) -> dict[str, Any]:
+    """The current GPU (name, arch family, nvcc target, SMs), or why there is none."""
+    from oasr_core.commands.device import seen_arch
+    from oasr_core.gpu_probe import gpu_visible
+
+    if not gpu_visible():
+        seen_arch(rt)
+        return {"present": False, "reason": "no /dev/nvidia* device"}
+    facts = rt.device(None)
+    if facts is None:
+        return {"present": False, "reason": "torch sees no CUDA device"}
+    from oasr_core.database import current_sku
+
+    sku = current_sku() or {}
+    from oasr_core.jit import family_target
+
+    return {"present": True, "arch": facts.arch, "target": family_target(facts.arch),
+            "name": sku.get("name"), "sms": facts.sm_count}
+
+
+def toolchain_facts() -> dict[str, Any]:
+    """nvcc (path, version, the targets it supports) and CUTLASS (version, headers)."""
+    from oasr_core import jit
+
+    out: dict[str, Any] = {}
+    try:
+        tc = jit.toolchain()
+        out["nvcc"] = {"path": str(tc.nvcc), "version": tc.build_version,
+                       "archs": list(tc.supported_archs())}
+    except OasrError as exc:
+        out["nvcc"] = {"error": str(exc).splitlines()[0]}
+    try:
+        out["cutlass"] = {"version": jit.cutlass_version(),
+                          "include": jit.cutlass_include_dirs()[0]}
+    except OasrError as exc:
+        out["cutlass"] = {"error": str(exc).splitlines()[0]}
+    try:
+        out["target_env"] = list(jit.target_arches())
+    except OasrError as exc:
+        out["target_env"] = {"error": str(exc).splitlines()[0]}
+    return out
+
+
+def cache_facts(root: Path, families: list[str]) -> dict[str, Any]:
+    """What the JIT cache at ``root`` holds: per family and arch, modules and linked / failed
+    units (from the modules' manifests), and the object and failure-marker counts."""
+    per: dict[tuple[str, str], Counter] = {}
+    for manifest in sorted(root.glob("lib/*/*/manifest.json")):
+        try:
+            doc = json.loads(manifest.read_text())
+        except (OSError, ValueError):
+            continue
+        name = str(doc.get("name", manifest.parent.parent.name))
+        family = max((f for f in families if name == f or name.startswith(f + "_")),
+                     key=len, default="other")
+        counts = per.setdefault((family, str(doc.get("arch"))), Counter())
+        counts["modules"] += 1
+        for unit in (doc.get("units") or {}).values():
+            counts["failed" if unit.get("status") == "failed" else "linked"] += 1
+    objects = sum(1 for _ in root.glob("obj/*/*.o")) if root.is_dir() else 0
+    markers = sum(1 for _ in root.glob("obj/*/*.failed.json")) if root.is_dir() else 0
+    return {"dir": str(root), "exists": root.is_dir(), "objects": objects,
+            "failure_markers": markers,
+            "families": [{"family": f, "arch": a, **dict(c)} for (f, a), c in sorted(per.items())]}
+
+
+def production_prebuilt(registry: Any, families: list[str], target: str) -> dict[str, Any]:
+    """Per family: how many of the production modules for ``target`` are in the cache."""
+    from oasr_core import jit
+    from oasr_core.commands.prebuild import collect_specs
+
+    out: dict[str, Any] = {}
+    for name in families:
+        try:
+            specs = collect_specs(registry, (name,), target, "production")
+        except OasrError as exc:
+            out[name] = {"error": str(exc).splitlines()[0]}
+            continue
+        out[name] = {"modules": len(specs),
+                     "prebuilt": sum(1 for s in specs if jit.is_prebuilt(s))}
+    return out
+
+
+def tier_facts(arches: list[str]) -> list[dict[str, Any]]:
+    """Per family and arch: each tier's file, entries and staleness."""
+    from oasr_core.report import tuning_report
+
+    rows = []
+    for fs in tuning_report(arch=None if not arches else arches[0]).families \
+            if len(arches) <= 1 else [f for a in arches for f in tuning_report(arch=a).families]:
+        rows.append({"family": fs.family, "arch": fs.arch, "lane": fs.lane, "tiers": [
+            {"tier": t.tier, "path": t.path, "loaded": t.loaded, "entries": t.entries,
+             "stale": list(t.stale), "stale_entries": len(t.stale_entries),
+             "problem": t.problem} for t in fs.tiers]})
+    return rows
+
+
+def _tier_text(t: dict[str, Any]) -> str:
+    if not t["loaded"]:
+        return f"SKIPPED ({t['problem']})" if t["problem"] else (
+            "absent" if t["path"] else "off")
+    text = f"{t['entries']} entries"
+    if t["stale"]:
+        text += f", STALE ({'; '.join(t['stale'])})"
+    elif t["stale_entries"]:
+        text += f", {t['stale_entries']} stale"
+    else:
+        text += ", current"
+    return text
+
+
+def render(doc: dict[str, Any]) -> list[str]:
+    """The one-screen text of a doctor document."""
+    gpu, tc, cache = doc["gpu"], doc["toolchain"], doc["jit_cache"]
+    lines = []
+    if gpu["present"]:
+        lines.append(f"GPU       {gpu.get('name') or '?'}: {gpu['arch']} (nvcc target "
+                     f"{gpu['target']}), {gpu['sms']} SMs")
+    else:
+        lines.append(f"GPU       none ({gpu['reason']}): pass --arch, e.g. "
+                     "`oasr tune prebuild --arch 9.0a`, `oasr tune select --arch sm90`")
+    nvcc = tc["nvcc"]
+    lines.append(f"nvcc      {nvcc['version']} at {nvcc['path']}" if "version" in nvcc
+                 else f"nvcc      MISSING: {nvcc['error']}")
+    cutlass = tc["cutlass"]
+    lines.append(f"CUTLASS   {cutlass['version']} ({cutlass['include']})" if "version" in cutlass
+                 else f"CUTLASS   MISSING: {cutlass['error']}")
+    env = tc["target_env"]
+    if env:
+        lines.append(f"target    OASR_CUDA_ARCH_LIST={os.environ.get('OASR_CUDA_ARCH_LIST')}"
+                     + (f" ({env['error']})" if isinstance(env, dict) else ""))
+    lines.append(f"JIT cache {cache['dir']}" + ("" if cache["exists"] else " (empty)")
+                 + (f": {cache['objects']} objects, {cache['failure_markers']} failed"
+                    if cache["exists"] else ""))
+    for row in cache["families"]:
+        failed = f", {row.get('failed', 0)} failed" if row.get("failed") else ""
+        lines.append(f"  {row['family']:<12} {row['arch']:<5} {row.get('modules', 0)} modules, "
+                     f"{row.get('linked', 0)} units{failed}")
+    for target, fams in doc["production"].items():
+        parts = [f"{f} {v['prebuilt']}/{v['modules']}" if "modules" in v else f"{f} -"
+                 for f, v in fams.items()]
+        lines.append(f"  production modules prebuilt for {target}: {', '.join(parts)}")
+    for row in doc["tiers"]:
+        lines.append(f"tiers     {row['arch']}/{row['family']} (lane {row['lane'] or '-'}): "
+                     + "; ".join(f"{t['tier']} {_tier_text(t)}" for t in row["tiers"]))
+    plugins = doc["plugins"]
+    names = ", ".join(f"{p['name']} {p['version'] or ''}".strip() for p in plugins["loaded"])
+    lines.append(f"plugins   {names or 'none'}"
+                 + (f"; blocked: {', '.join(plugins['blocked'])}" if plugins["blocked"] else ""))
+    for f in plugins["failures"]:
+        text = f"  † {f['plugin']} ({f['distribution']}): {f['error']}"
+        lines.append(text if len(text) <= 150 else text[:147] + "...")
+    return lines
+
+
+def diagnose(rt: Any, arch: str | None) -> dict[str, Any]:
+    """The doctor document (see the module docstring); ``arch`` an nvcc target to check the
+    production modules for (default: this GPU's, else ``OASR_CUDA_ARCH_LIST``'s)."""
+    from oasr_core import jit
+    from oasr_core.report import tier_arches
+
+    registry = rt.registry
+    families = sorted(registry.families)
+    gpu = gpu_facts(rt)
+    tc = toolchain_facts()
+    targets = [jit.normalize_arch(arch)] if arch else (
+        [gpu["target"]] if gpu["present"] else
+        (tc["target_env"] if isinstance(tc["target_env"], list) else []))
+    arches = [gpu["arch"]] if gpu["present"] else tier_arches()
+    production = {}
+    if "version" in tc["cutlass"]:
+        production = {t: production_prebuilt(registry, families, t) for t in targets}
+    rows = registry.describe()
+    return {
+        "gpu": gpu, "toolchain": tc, "jit_cache": cache_facts(jit.cache_dir(), families),
+        "production": production, "tiers": tier_facts(arches),
+        "plugins": {"loaded": [{"name": r["name"], "version": r["version"]} for r in rows
+                               if r["status"] == "loaded" and r.get("distribution")],
+                    "blocked": [r["name"] for r in rows if r["status"] == "blocked"],
+                    "failures": [{"plugin": f.plugin, "distribution": f.distribution,
+                                  "kind": f.kind, "error": f.error}
+                                 for f in registry.failures]},
+    }
+
+
+@click.command("doctor", epilog="""\\b
+Examples:
+  oasr doctor
+  oasr doctor --arch 9.0a      also check the production modules prebuilt for sm90
+  oasr doctor --json""")
+@click.option("--arch", default=None, metavar="TARGET", help="nvcc target whose production "
+              "modules to look for in the JIT cache, e.g. 9.0a (default: this GPU's, else "
+              "OASR_CUDA_ARCH_LIST's).")
+@click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
+@click.pass_obj
+@handle_errors
+def doctor_cmd(state: CliState, arch: str | None, as_json: bool) -> None:
+    """What this machine has for oasr: GPU, nvcc, CUTLASS, JIT cache, tiers, plugins."""
+    if arch is not None:
+        from oasr_core import jit
+
+        try:
+            jit.normalize_arch(arch)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--arch") from None
+    doc = diagnose(state.runtime(), arch)
+    if as_json:
+        click.echo(json.dumps(doc, indent=1, sort_keys=True, default=str))
+    else:
+        for line in render(doc):
+            click.echo(line)
