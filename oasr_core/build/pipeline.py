@@ -246,28 +246,12 @@ def _from_record(rec: Mapping[str, Any]) -> Outcome:
 
 
 @contextlib.contextmanager
-def _progress(enabled: bool, total: int) -> Iterator[Callable[[str], Callable[[], None]]]:
-    if not enabled:
-        yield lambda _desc: (lambda: None)
-        return
-    from rich.console import Console
-    from rich.progress import (
-        BarColumn,
-        MofNCompleteColumn,
-        Progress,
-        TextColumn,
-        TimeElapsedColumn,
-    )
+def _progress(enabled: Any, total: int) -> Iterator[Callable[[str], Callable[[], None]]]:
+    # enabled: a bool or an oasr_core.progress.ProgressMode (bar, plain lines, off)
+    from oasr_core.progress import signature_ticks
 
-    with Progress(TextColumn("{task.description}"), BarColumn(), MofNCompleteColumn(),
-                  TimeElapsedColumn(), console=Console(stderr=True)) as bar:
-        task = bar.add_task("build", total=total)
-
-        def for_signature(desc: str) -> Callable[[], None]:
-            bar.update(task, description=desc)
-            return lambda: bar.advance(task)
-
-        yield for_signature
+    with signature_ticks(enabled, total) as bar:
+        yield bar
 
 
 def run_build(signatures: Sequence[Signature], source: MeasurementSource, *, family: Family,

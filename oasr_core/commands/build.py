@@ -16,12 +16,11 @@ need ``--out`` to name a tier or a directory, not one ``.json`` file.
 from __future__ import annotations
 
 import json
-import sys
 from pathlib import Path
 
 import click
 
-from oasr_core.cli import CliState, handle_errors
+from oasr_core.cli import CliState, completer, handle_errors
 from oasr_core.errors import ConfigurationError
 from oasr_core.types import ARCH_RE
 
@@ -32,8 +31,17 @@ def _options(**kw):
     return BuildOptions(**kw)
 
 
-@click.command("build")
-@click.option("--family", default=None, help="Kernel family to build (default: every "
+@click.command("build", epilog="""\b
+Examples:
+  oasr tune build --census offline.json --census streaming.json --out user
+  oasr tune build --family gemm --widths "512,256;2048,512" --m-ladder 16,64,256,1024
+  oasr tune build --from-log db/sm90/measurements/gemm.jsonl --thin --max-points 14 \\
+      --fresh --out /tmp/gemm.json       (no GPU: the shipped table, byte for byte)
+
+Output: one line per signature, its regions as BOUND:CHOICE, each serving sizes up to
+BOUND (* = every larger size), e.g. 128:ws_64x16x128 *:torch.""")
+@click.option("--family", default=None, shell_complete=completer("families"),
+              help="Kernel family to build (default: every "
               "installed family the census or log holds).")
 @click.option("--census", "censuses", multiple=True, type=click.Path(path_type=Path,
               dir_okay=False), help="ShapeSet JSON from `oasr tune census` (repeatable).")
@@ -50,8 +58,10 @@ def _options(**kw):
               dir_okay=False, exists=True), help="Rebuild from a measurement log, no GPU.")
 @click.option("--out", default="user", show_default=True,
               help="user, system, a .json file, or a tier root directory.")
-@click.option("--arch", default=None, help="Arch family (live: must be this GPU's).")
-@click.option("--lane", default=None, help="Lane to measure (default: the arch's active lane).")
+@click.option("--arch", default=None, shell_complete=completer("arch_families"),
+              help="Arch family (live: must be this GPU's).")
+@click.option("--lane", default=None, shell_complete=completer("lanes"),
+              help="Lane to measure (default: the arch's active lane).")
 @click.option("--log", "log_path", type=click.Path(path_type=Path, dir_okay=False),
               default=None, help="Measurement log (default: measurements/ beside --out).")
 @click.option("--checkpoint", "checkpoint_path", type=click.Path(path_type=Path,
@@ -59,12 +69,16 @@ def _options(**kw):
 @click.option("--fresh", is_flag=True, help="Replace the output file; ignore incumbents.")
 @click.option("--no-resume", is_flag=True, help="Measure every signature, even those the "
               "checkpoint finished.")
-@click.option("--min-speedup", type=click.FloatRange(min=1.0), default=1.05, show_default=True)
+@click.option("--min-speedup", type=click.FloatRange(min=1.0), default=1.05, show_default=True,
+              help="A config replaces the family's fallback (torch, default) in a region only "
+              "when it is at least this much faster there.")
 @click.option("--noise-k", type=click.FloatRange(min=0.0), default=2.0, show_default=True,
               help="A win must exceed this many combined relative sigmas.")
 @click.option("--tie", type=click.FloatRange(min=0.0), default=0.01, show_default=True,
               help="Within this fraction, the incumbent stays.")
-@click.option("--cover-eps", type=click.FloatRange(min=0.0), default=0.03, show_default=True)
+@click.option("--cover-eps", type=click.FloatRange(min=0.0), default=0.03, show_default=True,
+              help="The configs kept must serve every measured point within this fraction of "
+              "its best (greedy set cover).")
 @click.option("--uniform-share", type=click.FloatRange(min=0.0, max=1.0), default=0.5,
               show_default=True, help="Share of each signature's weight spread evenly over its "
               "measured sizes (the rest follows the census).")
@@ -84,20 +98,24 @@ def _options(**kw):
 @click.option("--exact-dtype", is_flag=True, help="Key by exact dtype, not dt=half.")
 @click.option("--budget-s", type=click.FloatRange(min=0.0), default=None,
               help="Start no new signature after this many seconds.")
-@click.option("--seed", type=int, default=0, show_default=True)
+@click.option("--seed", type=int, default=0, show_default=True,
+              help="Seed of the bench protocol's shuffled rounds and operands.")
 @click.option("--progress/--no-progress", default=None,
-              help="Progress bar (default: when stderr is a terminal).")
+              help="Progress on stderr: a bar when stdout is a terminal, else a line per "
+              "tenth of the points (default); --no-progress: none.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable summary.")
-@click.pass_obj
+@click.pass_context
 @handle_errors
-def build_cmd(state: CliState, family, censuses, widths, m_ladder, op, dtype, alpha,
+def build_cmd(ctx: click.Context, family, censuses, widths, m_ladder, op, dtype, alpha,
               working_set_bytes, from_logs, out, arch, lane, log_path, checkpoint_path, fresh,
               no_resume, min_speedup, noise_k, tie, cover_eps, uniform_share, prefer_sentinels,
               top_k, prune, max_points, thin, no_fill, exact_dtype, budget_s, seed, progress,
               as_json) -> None:
     """Measure each signature of a census and write its tuning entries (locked merge)."""
     from oasr_core import build
+    from oasr_core.progress import ProgressMode
 
+    state = ctx.find_object(CliState)
     if arch is not None and not ARCH_RE.match(arch):
         raise ConfigurationError(f"--arch {arch!r} is not an arch family like sm90")
     options = _options(min_speedup=min_speedup, noise_k=noise_k, tie=tie, cover_eps=cover_eps,
@@ -106,13 +124,17 @@ def build_cmd(state: CliState, family, censuses, widths, m_ladder, op, dtype, al
                        max_points=max_points, thin=thin, fill=not no_fill,
                        exact_dtype=exact_dtype, budget_s=budget_s, fresh=fresh,
                        resume=not no_resume)
-    show = sys.stderr.isatty() if progress is None else progress
+    show = ProgressMode.choose(progress)
     rt = state.runtime()
     if from_logs:
         if censuses or widths:
             raise ConfigurationError("--from-log replays a log: it takes no --census/--widths")
-        families = [family] if family else build.log_families(list(from_logs))
+        from oasr_core.commands.logs import read_checked
+
+        _runs, arms = read_checked(list(from_logs))
+        families = [family] if family else sorted({str(r.get("family")) for r in arms})
         _check_out(out, families, "log")
+        _note_live_only(ctx)
         results = [build.build_from_log(list(from_logs), registry=rt.registry, out=out,
                                         family=name, arch=arch, options=options,
                                         progress=show) for name in families]
@@ -120,7 +142,22 @@ def build_cmd(state: CliState, family, censuses, widths, m_ladder, op, dtype, al
         results = _live(rt, build, options, family, censuses, widths, m_ladder, op, dtype,
                         alpha, working_set_bytes, out, arch, lane, log_path, checkpoint_path,
                         seed, show)
-    _report(results, as_json)
+    _report(results, as_json, replay=bool(from_logs))
+
+
+LIVE_ONLY = ("thin", "max_points", "no_fill", "budget_s", "seed", "top_k", "prune", "alpha",
+             "working_set_bytes", "lane", "log_path", "checkpoint_path", "no_resume")
+"""Options that choose what a live build measures; a replay takes the log's points as they
+are, so these change nothing there."""
+
+
+def _note_live_only(ctx: click.Context) -> None:
+    given = [p for p in ctx.command.params if p.name in LIVE_ONLY
+             and ctx.get_parameter_source(p.name) is click.core.ParameterSource.COMMANDLINE]
+    if given:
+        names = ", ".join(p.opts[-1] for p in given)
+        click.echo(f"note: {names} choose what a live build measures; a replay (--from-log) "
+                   "takes the points the log holds, so they change nothing here", err=True)
 
 
 def _check_out(out: str, families: list[str], what: str) -> None:
@@ -215,14 +252,17 @@ def _data(result) -> dict:
             "runs": list(result.runs), "messages": list(result.messages)}
 
 
-def _report(results, as_json: bool) -> None:
+def _report(results, as_json: bool, *, replay: bool = False) -> None:
     """One summary per family built (``--json``: that object, or ``{"builds": [...]}`` for
-    several families)."""
+    several families); each entry as ``key  BOUND:CHOICE ...``, a legend line first."""
     datas = [_data(r) for r in results]
     if as_json:
         doc = datas[0] if len(datas) == 1 else {"builds": datas}
         click.echo(json.dumps(doc, indent=1, sort_keys=True))
         return
+    if any(r.entries for r in results):
+        click.echo("regions: BOUND:CHOICE serves sizes M <= BOUND (after the previous bound); "
+                   "*:CHOICE every larger M; none: entry removed")
     for result, data in zip(results, datas, strict=True):
         for msg in result.messages:
             click.echo(f"note: {msg}", err=True)
@@ -231,7 +271,8 @@ def _report(results, as_json: bool) -> None:
                 f"{'*' if hi is None else hi}:{c}" for hi, c in entry.regions)
             click.echo(f"{key}  {regions}")
         n = len(data["entries"])
+        work = (f"{result.points} point(s) replayed from the log" if replay else
+                f"{result.points} point(s) measured")
         click.echo(f"wrote {n} entr{'y' if n == 1 else 'ies'} to {result.out} "
                    f"({len(result.reused)} reused from the checkpoint, "
-                   f"{len(result.skipped)} skipped); {result.points} point(s) measured in "
-                   f"{result.elapsed_s:.1f} s")
+                   f"{len(result.skipped)} skipped); {work} in {result.elapsed_s:.1f} s")

@@ -9,10 +9,15 @@ the job budget split by translation-unit count.
 from __future__ import annotations
 
 import json
+import threading
+from collections import Counter
+from pathlib import Path
+from typing import Any
 
+import attrs
 import click
 
-from oasr_core.cli import CliState, handle_errors
+from oasr_core.cli import CliState, completer, handle_errors
 from oasr_core.errors import ConfigurationError
 
 
@@ -41,51 +46,154 @@ def collect_specs(registry, families: tuple[str, ...], arch: str, scope: str) ->
     return specs
 
 
-@click.command("prebuild")
-@click.option("--family", "families", multiple=True,
+def resolve_target(arch: str | None) -> str:
+    """The nvcc target: ``--arch``, else ``OASR_CUDA_ARCH_LIST``, else this GPU's; without any
+    of them, an error saying to pass ``--arch`` (never a torch import on a machine with no
+    GPU device node)."""
+    from oasr_core import jit
+    from oasr_core.gpu_probe import gpu_visible
+
+    if arch is not None:
+        try:
+            return jit.normalize_arch(arch)
+        except ValueError as exc:
+            raise click.BadParameter(str(exc), param_hint="--arch") from None
+    if not jit.target_arches() and not gpu_visible():
+        raise click.UsageError("no GPU seen and no target given: pass --arch, e.g. --arch 9.0a "
+                               "(H100/H200) or --arch 8.0 (A100), or set OASR_CUDA_ARCH_LIST")
+    try:
+        return jit.target_arch()
+    except ConfigurationError as exc:
+        raise click.UsageError(f"{exc}; or pass --arch, e.g. --arch 9.0a") from None
+
+
+@attrs.frozen
+class CacheWatch:
+    """The object keys of a prebuild, to count units as the cache fills (the JIT builder
+    reports per module, at the end; a unit's object or failure marker appearing is the
+    earliest sign it is done)."""
+
+    root: Path
+    keys: frozenset[str]
+
+    @classmethod
+    def of(cls, specs: list) -> CacheWatch:
+        from oasr_core.jit import cache
+        from oasr_core.jit.spec import plan
+
+        return cls(cache.cache_dir(), frozenset(u.key for s in specs for u in plan(s).units))
+
+    def outcome(self, key: str) -> str | None:
+        """``done`` (the object exists), ``failed`` (a failure marker) or None (pending)."""
+        from oasr_core.jit import cache
+
+        if cache.object_path(self.root, key).is_file():
+            return "done"
+        if cache.failure_path(self.root, key).is_file():
+            return "failed"
+        return None
+
+    def settled(self, tracker: Any) -> set[str]:
+        """Count the units already cached (or remembered as failed); return the others."""
+        pending = set()
+        for key in self.keys:
+            got = self.outcome(key)
+            if got is None:
+                pending.add(key)
+            else:
+                tracker.advance("cached" if got == "done" else "failed")
+        return pending
+
+    def follow(self, tracker: Any, pending: set[str], stop: threading.Event,
+               period_s: float = 0.5) -> None:
+        """Count each of ``pending`` as it finishes, until all have or ``stop`` is set (then
+        once more, so the units finished last are counted)."""
+        while pending:
+            stopping = stop.wait(period_s)
+            for key in sorted(pending):
+                got = self.outcome(key)
+                if got is not None:
+                    pending.discard(key)
+                    tracker.advance("built" if got == "done" else "failed")
+            if stopping:
+                return
+
+
+def unit_counts(builds: list) -> Counter:
+    """Units per outcome over a prebuild's reports (a unit shared by modules counted once)."""
+    seen: dict[str, str] = {}
+    for b in builds:
+        for u in b.units.values():
+            seen.setdefault(u.key, u.status.value)
+    return Counter(seen.values())
+
+
+@click.command("prebuild", epilog="""\b
+Examples:
+  oasr tune prebuild                         the production modules, for this GPU
+  oasr tune prebuild --arch 9.0a --all       every sm90 config, on a machine without a GPU
+  OASR_JIT_DIR=/shared/jit oasr tune prebuild --family gemm --arch 9.0a --jobs 16
+
+Time: ~1-2 min per CUTLASS 3.x unit per core; gemm --all is 185 units (~9 min on 16 cores,
+hours on 2). Units already in the cache (OASR_JIT_DIR) are not compiled again.""")
+@click.option("--family", "families", multiple=True, shell_complete=completer("families"),
               help="Family to compile (repeat; default: every installed family).")
-@click.option("--arch", default=None,
+@click.option("--arch", default=None, shell_complete=completer("targets"),
               help="Target, e.g. 9.0a or 90a (default: OASR_CUDA_ARCH_LIST, else this GPU).")
 @click.option("--all", "all_configs", is_flag=True,
               help="Compile each lane's whole space (what a build measures), not only the "
               "production set.")
 @click.option("--jobs", type=click.IntRange(min=1), default=None,
               help="Concurrent nvcc processes (default: CPU count).")
-@click.option("--json", "as_json", is_flag=True)
+@click.option("--progress/--no-progress", default=None,
+              help="Progress on stderr: a bar when stdout is a terminal, else a line per "
+              "tenth of the units (default); --no-progress: none.")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of text.")
 @click.pass_obj
 @handle_errors
 def prebuild_cmd(state: CliState, families: tuple[str, ...], arch: str | None,
-                 all_configs: bool, jobs: int | None, as_json: bool) -> None:
+                 all_configs: bool, jobs: int | None, progress: bool | None,
+                 as_json: bool) -> None:
     """Compile every JIT module the production path (or, with --all, a build) would load."""
     from oasr_core import jit
+    from oasr_core.progress import ProgressMode, track
 
     registry = state.runtime().registry
-    if arch is not None:
-        try:
-            target = jit.normalize_arch(arch)
-        except ValueError as exc:
-            raise click.BadParameter(str(exc), param_hint="--arch") from None
-    else:
-        target = jit.target_arch()
+    target = resolve_target(arch)
     names = families or tuple(sorted(registry.families))
     specs = collect_specs(registry, names, target, "all" if all_configs else "production")
     if not specs:
         raise ConfigurationError(f"no lane of {', '.join(names)} has JIT modules for {target}")
     jit.toolchain().check_arch(target)
-    builds = jit.prebuild(specs, jobs=jobs)
+    watch = CacheWatch.of(specs)
+    mode = ProgressMode.choose(progress)
+    with track("units", len(watch.keys), mode) as tracker:
+        stop = threading.Event()
+        follower = threading.Thread(target=watch.follow, daemon=True,
+                                    args=(tracker, watch.settled(tracker), stop))
+        follower.start()
+        try:
+            builds = jit.prebuild(specs, jobs=jobs)
+        finally:
+            stop.set()
+            follower.join()
+    counts = unit_counts(builds)
     rows = [b.to_json() for b in builds]
     if as_json:
-        click.echo(json.dumps({"arch": target, "modules": rows}, indent=1, default=str))
+        click.echo(json.dumps({"arch": target, "modules": rows,
+                               "units": dict(sorted(counts.items()))}, indent=1, default=str))
     else:
         for b in builds:
-            counts: dict[str, int] = {}
-            for u in b.units.values():
-                counts[u.status.value] = counts.get(u.status.value, 0) + 1
-            detail = ", ".join(f"{n} {s}" for s, n in sorted(counts.items()))
+            per: Counter = Counter(u.status.value for u in b.units.values())
+            detail = ", ".join(f"{n} {s}" for s, n in sorted(per.items()))
             click.echo(f"{b.name:<32} {b.status.value:<7} {b.seconds:7.1f}s  units: {detail}")
             for uname, u in sorted(b.units.items()):
                 if u.status.value == "failed":
                     first = (u.error or "").strip().splitlines()[:1]
                     click.echo(f"  † {uname}: {first[0] if first else 'failed'}")
+        summary = ", ".join(f"{counts[k]} {k}" for k in ("built", "cached", "failed"))
+        click.echo(f"prebuilt {len(builds)} module(s) for {target}: {sum(counts.values())} "
+                   f"units ({summary}) in {tracker.summary().rsplit(', ', 1)[-1]}; "
+                   f"cache {jit.cache_dir()}")
     if any(b.status.value == "failed" for b in builds):
         raise SystemExit(1)
