@@ -49,6 +49,8 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                    help="tests: eager only, on the CPU in fp32 (the ops take their torch path)")
     p.add_argument("--out", type=Path, default=None,
                    help="markdown report path (the JSON result beside it)")
+    p.add_argument("--plot", type=Path, default=None,
+                   help="bar chart of torch vs oasr, graph and eager (PNG)")
     return p.parse_args(argv)
 
 
@@ -91,6 +93,10 @@ def main(argv: list[str] | None = None) -> int:
     if args.out is not None:
         args.out.write_text(text)
         args.out.with_suffix(".json").write_text(json.dumps(result.to_json(), indent=1) + "\n")
+    if args.plot is not None:
+        from oasr_core.plots import e2e_figure
+
+        print(f"wrote {e2e_figure([result.to_json()], args.plot)}", file=sys.stderr)
     return 0
 
 

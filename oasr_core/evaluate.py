@@ -28,6 +28,14 @@ from oasr_core.build.sources import LogSource
 from oasr_core.partition import Cell, Point
 from oasr_core.types import Family, Problem
 
+LEGEND = [
+    "regret at a point = time of the choice / best time measured there - 1 (0% = the oracle)",
+    "n: points scored; miss: points whose choice was never measured there (not counted in the "
+    "regret); geo%: geometric mean; p95%: 95th percentile; max%: worst; wtd%: mean weighted "
+    "by census traffic",
+]
+"""The lines :meth:`EvalReport.lines` ends with: what each column means."""
+
 
 class Selector(Protocol):
     """Something that names a choice for a signature's point."""
@@ -138,7 +146,7 @@ class EvalReport:
                f"{'wtd%':>6}"]
         for rep in self.selectors:
             if rep.overall is None:
-                out.append(f"{rep.name:<16} excluded: {rep.excluded}")
+                out.append(f"{rep.name:<16} {rep.excluded}")
                 continue
             s = rep.overall
             out.append(f"{rep.name:<16} {s.n:>5} {s.missing:>5} {pct(s.geomean):>6} "
@@ -150,7 +158,7 @@ class EvalReport:
                 if s is not None:
                     out.append(f"  {rep.name:<14} {s.n:>5} {s.missing:>5} {pct(s.geomean):>6} "
                                f"{pct(s.p95):>6} {pct(s.max):>6} {pct(s.weighted):>6}")
-        return out
+        return out + LEGEND
 
     def to_json(self) -> dict[str, Any]:
         """JSON-ready report (NaN as null)."""
@@ -283,64 +291,11 @@ def _excluded(sel: Selector, runs: Collection[str]) -> str | None:
     if not isinstance(sel, ModelSelector):
         return None
     if sel.calibrated_on is None:
-        return ("its provenance does not list the runs it was calibrated on, so it may have "
-                "been calibrated on this log")
+        return ("not scored: its provenance does not record which measurement runs it was "
+                "fitted on, so it may have been fitted on this log")
     shared = sorted(set(sel.calibrated_on) & set(runs))
     if shared:
-        return f"calibrated on run(s) {', '.join(shared[:3])} of this log"
+        return (f"not scored: fitted on this log's run(s) {', '.join(shared[:3])}, and a "
+                "model scored on its own training data flatters itself; score it with "
+                "--log of another run")
     return None
-
-
-def plot(report: EvalReport, path: str, *, regions_of: str | None = None) -> None:
-    """Per signature: each arm's measured time over M (log axis), the chosen regions shaded.
-
-    ``regions_of`` names the selector whose choices are shaded (a region per run of equal
-    choices). Needs matplotlib (drawn with the Agg backend, no display).
-    """
-    import matplotlib
-
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    sigs = [s for s in report.signatures if report.points.get(s.key)]
-    cols = 2 if len(sigs) > 1 else 1
-    rows = max(1, math.ceil(len(sigs) / cols))
-    fig, axes = plt.subplots(rows, cols, figsize=(7 * cols, 3.6 * rows), squeeze=False)
-    for ax in axes.flat[len(sigs):]:
-        ax.set_visible(False)
-    chosen = next((r for r in report.selectors if r.name == regions_of), None)
-    for ax, sig in zip(axes.flat, sigs, strict=False):
-        pts = report.points[sig.key]
-        arms = sorted({a for p in pts for a in p.cells})
-        for arm in arms:
-            xs = [p.m for p in pts if math.isfinite(p.time(arm))]
-            ys = [1000 * p.time(arm) for p in pts if math.isfinite(p.time(arm))]
-            if len(xs) >= 2:
-                ax.plot(xs, ys, marker=".", linewidth=1, label=arm)
-        if chosen is not None:
-            _shade(ax, pts, chosen.choices, sig.key)
-        ax.set_xscale("log")
-        ax.set_yscale("log")
-        ax.set_title(sig.key, fontsize=8)
-        ax.set_xlabel("M")
-        ax.set_ylabel("us per call (objective)")
-        if len(arms) <= 12:
-            ax.legend(fontsize=6)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-
-
-def _shade(ax: Any, pts: Sequence[Point], choices: Mapping[tuple[str, int], str | None],
-           key: str) -> None:
-    spans: list[list[Any]] = []
-    for p in pts:
-        c = choices.get((key, p.m))
-        if spans and spans[-1][2] == c:
-            spans[-1][1] = p.m
-        else:
-            spans.append([p.m, p.m, c])
-    for k, (lo, hi, c) in enumerate(spans):
-        ax.axvspan(lo / 1.1, hi * 1.1, alpha=0.12, color=f"C{k % 10}")
-        ax.text(math.sqrt(lo * hi), 0.98, str(c), transform=ax.get_xaxis_transform(),
-                fontsize=6, ha="center", va="top", rotation=90)

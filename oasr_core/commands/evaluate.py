@@ -10,10 +10,11 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from typing import Any
 
 import click
 
-from oasr_core.cli import CliState, handle_errors
+from oasr_core.cli import CliState, completer, handle_errors
 from oasr_core.errors import ConfigurationError
 
 
@@ -27,34 +28,74 @@ def _parse_db(values: tuple[str, ...]) -> list[tuple[str, Path]]:
     return out
 
 
-@click.command("evaluate")
+def _tables(fam, arch: str, dbs: tuple[str, ...], no_system: bool) -> list[tuple[str, Any]]:
+    """(name, tuning file) to score: the system tier's file unless ``no_system``, then each
+    ``--db``; a file named twice (``--db shipped=db/sm90/gemm.json`` is the system tier's) is
+    scored once, under the last name given."""
+    from oasr_core import database
+
+    named: list[tuple[str, Path]] = []
+    if not no_system:
+        root = database.system_root()
+        path = database.tier_path(root, arch, fam) if root is not None else None
+        if path is not None and path.exists():
+            named.append(("system", path))
+    for name, path in _parse_db(dbs):
+        if not path.is_file():
+            raise ConfigurationError(f"--db {name}={path}: no such file")
+        if any(n == name for n, _ in named):
+            raise ConfigurationError(f"--db {name}: the name is used twice")
+        same = next((k for k, (_, p) in enumerate(named) if p.resolve() == path.resolve()), None)
+        if same is not None:
+            click.echo(f"note: --db {name} is the same file as {named[same][0]} ({path}); "
+                       f"scored once, as {name}", err=True)
+            named.pop(same)
+        named.append((name, path))
+    return [(name, database.read_tuning_file(path)) for name, path in named]
+
+
+@click.command("evaluate", epilog="""\b
+Examples:
+  oasr tune evaluate --log db/sm90/measurements/gemm.jsonl
+  oasr tune evaluate --log ~/.cache/oasr/tune/v2/sm90/measurements/gemm.jsonl \\
+      --db mine=~/.cache/oasr/tune/v2/sm90/gemm.json --plot gemm.png
+\b
+Selectors: default (the family's fallback config), torch, the system tier, each --db, and
+the cost model when its provenance shows it was not fitted on this log. Regret at a point
+is time(choice) / time(best measured there) - 1. --plot writes PNG (per signature: torch,
+the oracle and the served choice against M, the served regions shaded) and PNG's stem +
+_regret.png (the regret CDF per selector).""")
 @click.option("--log", "logs", multiple=True, required=True,
               type=click.Path(path_type=Path, dir_okay=False, exists=True),
               help="Measurement log (repeatable).")
-@click.option("--db", "dbs", multiple=True, metavar="NAME=PATH", help="A tuning file to score.")
-@click.option("--family", default=None, help="Family (default: the log's only one).")
-@click.option("--arch", default=None, help="Arch family rows to use (default: all).")
+@click.option("--db", "dbs", multiple=True, metavar="NAME=PATH", help="A tuning file to score "
+              "(repeatable), named NAME in the table.")
+@click.option("--family", default=None, shell_complete=completer("families"),
+              help="Family (default: the log's only one).")
+@click.option("--arch", default=None, shell_complete=completer("arch_families"),
+              help="Arch family rows to use (default: all).")
 @click.option("--no-system", is_flag=True, help="Do not score the system tier.")
 @click.option("--census-only", is_flag=True, help="Score census points only (no fill points).")
 @click.option("--plot", "plot_path", type=click.Path(path_type=Path, dir_okay=False),
-              default=None, help="Draw measured times and chosen regions (PNG).")
-@click.option("--json", "as_json", is_flag=True)
+              default=None, help="Draw the served choice against torch and the oracle (PNG), "
+              "and the regret CDF beside it (<stem>_regret.png).")
+@click.option("--plot-table", default=None, metavar="NAME", help="The table whose choice and "
+              "regions --plot draws (default: the last --db, else the system tier).")
+@click.option("--json", "as_json", is_flag=True, help="Print the result as JSON instead of text.")
 @click.pass_obj
 @handle_errors
 def evaluate_cmd(state: CliState, logs, dbs, family, arch, no_system, census_only, plot_path,
-                 as_json) -> None:
+                 plot_table, as_json) -> None:
     """Geomean / p95 / max regret and missing points per selector and signature."""
-    from oasr_core import database
     from oasr_core import evaluate as ev
-    from oasr_core.measurements import read_logs
+    from oasr_core.commands.logs import read_checked
 
     rt = state.runtime()
-    _runs, rows, _bad = read_logs(logs)
+    _runs, rows = read_checked(list(logs))
     fams = sorted({str(r.get("family")) for r in rows})
     if family is None:
         if len(fams) != 1:
-            raise ConfigurationError(f"the log holds families {', '.join(fams) or 'none'}; "
-                                     "pass --family")
+            raise ConfigurationError(f"the log holds families {', '.join(fams)}; pass --family")
         family = fams[0]
     fam = rt.registry.family(family)
     rows = [r for r in rows if r.get("family") == fam.name and (arch is None
@@ -69,14 +110,11 @@ def evaluate_cmd(state: CliState, logs, dbs, family, arch, no_system, census_onl
     selectors: list = [ev.FixedSelector(fam.fallback.value, fam.fallback.value)]
     if any(r.get("config") == "torch" for r in rows):
         selectors.append(ev.FixedSelector("torch", "torch"))
-    tables = []
-    if not no_system:
-        root = database.system_root()
-        path = database.tier_path(root, arch, fam) if root is not None else None
-        if path is not None and path.exists():
-            tables.append(("system", database.read_tuning_file(path)))
-    for name, path in _parse_db(dbs):
-        tables.append((name, database.read_tuning_file(path)))
+    tables = _tables(fam, arch, dbs, no_system)
+    names = [name for name, _ in tables]
+    if plot_table is not None and plot_table not in names:
+        raise ConfigurationError(f"--plot-table {plot_table}: no such table (scored: "
+                                 f"{', '.join(names) or 'none'})")
     selectors += [ev.TableSelector(name, table, fam) for name, table in tables]
     model = next((t.model for _, t in tables if t.model), None)
     lane = rt.registry.lanes.get(str(rows[0].get("lane")))
@@ -84,13 +122,6 @@ def evaluate_cmd(state: CliState, logs, dbs, family, arch, no_system, census_onl
             rt.pm.hook.oasr_model_select.get_hookimpls():
         selectors.append(ev.hook_model_selector(rt.pm, fam, lane, model))
     report = ev.evaluate(rows, fam, selectors, census_only=census_only)
-    if plot_path is not None:
-        try:
-            ev.plot(report, str(plot_path), regions_of=tables[0][0] if tables else None)
-        except ImportError:
-            raise ConfigurationError("--plot needs matplotlib (pip install matplotlib)") \
-                from None
-    names = [name for name, _ in tables]
     pairs = {f"{a} vs {b}": ev.agreement(report, a, b) for i, a in enumerate(names)
              for b in names[i + 1:]}
     if as_json:
@@ -103,3 +134,13 @@ def evaluate_cmd(state: CliState, logs, dbs, family, arch, no_system, census_onl
         for pair, frac in pairs.items():
             click.echo(f"agreement {pair}: {100 * frac:.1f}% of weighted census points "
                        "(same choice, or measured within 1%)")
+    if plot_path is not None:
+        from oasr_core import plots
+
+        shown = plot_table or (names[-1] if names else None)
+        where = f"{fam.name} on {arch}, {', '.join(str(p) for p in logs)}"
+        served = plots.served_figure(report, plot_path, table=shown, title=(
+            f"{where}: time per call; shaded: the regions of {shown}" if shown else where))
+        cdf = plots.regret_figure(report, plot_path.with_name(plot_path.stem + "_regret.png"),
+                                  title=f"regret per selector: {where}")
+        click.echo(f"wrote {served} and {cdf}", err=as_json)
