@@ -28,7 +28,9 @@ def gpu_facts(rt: Any) -> dict[str, Any]:
 
     if not gpu_visible():
         seen_arch(rt)
-        return {"present": False, "reason": "no /dev/nvidia* device"}
+        hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
+        return {"present": False, "reason": "CUDA_VISIBLE_DEVICES hides every device"
+                if hidden is not None else "no /dev/nvidia* device"}
     facts = rt.device(None)
     if facts is None:
         return {"present": False, "reason": "torch sees no CUDA device"}
