@@ -371,7 +371,20 @@ def select_cmd(state: CliState, family: str, op: str, dtype: str, dims: tuple[st
     rt.registry.family(family)
     parsed = _parse_dims(dims)
     arch = select_arch(rt, family, arch)
-    sel = select(family, op, dtype, parsed, m, arch, point=point, lane=lane)
+    with warnings.catch_warnings(record=True) as caught:
+        warnings.simplefilter("always")
+        sel = select(family, op, dtype, parsed, m, arch, point=point, lane=lane)
+    notes = []
+    for w in caught:
+        text = str(w.message)
+        if lane is not None and f"not this process's lane '{lane}'" in text:
+            # Asked for another lane by name: the tiers' entries for the arch's default lane
+            # do not apply to it, as they should not; say so calmly, once.
+            if not notes:
+                notes.append(f"  note: the tier entries here were tuned for another lane, so "
+                             f"they do not apply to lane {lane}; the next tier answers")
+            continue
+        click.echo(f"warning: {text}", err=True)
     data = {"family": family, "op": op, "dtype": dtype, "m": m, "arch": arch,
             "choice": sel.choice_id, "tier": sel.tier.value, "lane": sel.lane,
             "config": sel.config.id if sel.config else None,
@@ -379,7 +392,8 @@ def select_cmd(state: CliState, family: str, op: str, dtype: str, dims: tuple[st
     line = f"{sel.choice_id}  (tier {sel.tier.value}, lane {sel.lane or '-'}"
     if sel.config is not None and sel.config.id != sel.choice_id:
         line += f", runs {sel.config.id}"
-    _emit(data, as_json, [line + ")"] + ([f"  why: {sel.reason}"] if sel.reason else []))
+    _emit(data, as_json, [line + ")"] + ([f"  why: {sel.reason}"] if sel.reason else [])
+          + notes)
 
 
 def run() -> None:

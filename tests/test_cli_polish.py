@@ -169,3 +169,12 @@ def test_shell_completion_through_click(run, monkeypatch):
     res = CliRunner().invoke(cli.main, [], prog_name="oasr",
                              obj=cli.CliState(plugin_manager=run.tiers["rt"].pm))
     assert "plain,tg" in res.output.split()
+
+
+def test_selecting_another_lane_by_name_is_a_note_not_a_warning(run):
+    write(run.tiers["system"], "tg", {("gemm", "half", (512, 256)): [[None, "a"]]})
+    res = run(*SELECT, "--arch", ARCH, "--lane", "tg_other")
+    assert res.exit_code == 0, res.output
+    assert "warning" not in res.stderr
+    assert ("  note: the tier entries here were tuned for another lane, so they do not apply "
+            "to lane tg_other; the next tier answers") in res.stdout.splitlines()
