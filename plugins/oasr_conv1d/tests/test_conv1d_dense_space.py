@@ -110,6 +110,9 @@ def test_raw_audio_input_runs_on_the_narrow_kernels_only(lane):
     assert ok == {"ig_b128x64x32_w64x32x32_s2_fc_a1x8", "ig_b64x64x32_w32x32x32_s2_an_a1x1"}
     two = {c.id for c in dense.space(lane) if dense.supports(c, problem(2, 64, 3))}
     assert "ig_b128x64x32_w64x32x32_s3_fc_a2x8" in two
+    wide = {c.params.get("algorithm") for c in dense.space(lane)
+            if dense.supports(c, WHISPER_CONV1)}
+    assert "few_channels" not in wide
 
 
 @pytest.mark.parametrize("lane", dense.LANES)

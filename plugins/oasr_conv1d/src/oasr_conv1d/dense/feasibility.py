@@ -16,8 +16,9 @@ Static rules:
 
 Per problem (:func:`supports`): groups == 1; Cin a multiple of the input access width and
 Cout of the output one (CUTLASS's ``can_implement`` checks the same and the launcher answers
-``kErrShape`` otherwise); the optimized 2.x iterator's 32 filter-tap mask bits; tensors whose
-bytes fit the 2.x kernels' 32-bit offsets.
+``kErrShape`` otherwise); the optimized 2.x iterator's 32 filter-tap mask bits; few-channels
+kernels only for inputs of at most :data:`FEW_CHANNELS_MAX` channels; tensors whose bytes fit
+the 2.x kernels' 32-bit offsets.
 """
 
 from __future__ import annotations
@@ -33,6 +34,10 @@ DEFAULT_ON = {LANE_SM80: lanes.CUTLASS2_DEFAULT_ON, LANE_SM90: lanes.CUTLASS3_AR
 ALIGNMENTS = (1, 2, 4, 8)
 OPTIMIZED_MAX_TAPS = 32
 """Filter taps the 2.x optimized activation iterator's masks hold (``R, S <= 32``)."""
+FEW_CHANNELS_MAX = 16
+"""Widest input a few-channels kernel is offered: it exists for narrow inputs (raw audio),
+and reading 1..4 channels per access is several times slower than the 16-byte kernels at
+widths those can run."""
 MAX_TENSOR_BYTES = (1 << 31) - 1
 """Largest activation, filter or output a 2.x conv kernel addresses (CUTLASS's check)."""
 _SM90_EPILOGUE_SMEM = 8192
@@ -121,6 +126,8 @@ def supports(config: Config, problem: Problem) -> bool:
         return False
     if p["cutlass"] == 2:
         if p["algorithm"] == "optimized" and taps > OPTIMIZED_MAX_TAPS:
+            return False
+        if p["algorithm"] == "few_channels" and cin > FEW_CHANNELS_MAX:
             return False
         # T_in is at most stride * T_out + the window: the activation's bytes, bounded.
         span = problem.dim("dil") * (taps - 1) + 1
