@@ -338,6 +338,12 @@ class Lane:
     """``(arch_family, scope) -> [oasr_core.jit.JitSpec]``: the modules this lane loads on an
     arch; scope ``"production"`` (what the production path links) or ``"all"`` (the whole
     space, for builds). ``oasr tune prebuild`` compiles them without a GPU."""
+    bench_modules: Any = None
+    """Optional: lets a pruned build compile only the configs it times
+    (:mod:`oasr_core.kit.bench_modules`: ``spec(arch_family, configs, dtypes)`` -> the
+    ``JitSpec`` of a module of exactly ``configs``; ``install(arch_family, configs, dtypes)``
+    makes ``make_bench`` measure from it; ``reset()``). None: the build compiles and measures
+    from the whole-space module (``jit_specs(arch, "all")``), as before."""
 
     @config_space.validator
     def _check_space(self, _attribute: attrs.Attribute, value: tuple[Config, ...]) -> None:

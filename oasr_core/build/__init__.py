@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import functools
 import os
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
@@ -34,7 +34,7 @@ from oasr_core.selection import unusable_reason
 from oasr_core.sentinels import DEFAULT_STAMP, stamp_sentinels
 from oasr_core.types import Family, Lane, Sentinel
 
-from . import model
+from . import compiling, effort, model
 from .inputs import (
     Census,
     PlannedPoint,
@@ -153,7 +153,8 @@ def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Pa
                log_path: Path | None = None, checkpoint_path: Path | None = None,
                rankers: Sequence[Ranker] | None = None,
                bench_options: BenchOptions | None = None, soft: dict[str, Any] | None = None,
-               profile: Any = None, progress: bool = False) -> BuildResult:
+               profile: Any = None, progress: Any = False, compiler: Any = None,
+               jobs: int | None = None) -> BuildResult:
     """Measure ``census`` on this device and write the entries into ``out``.
 
     ``timer`` defaults to a :class:`~oasr_core.bench.CudaGraphTimer`; ``rankers`` are cost
@@ -162,8 +163,12 @@ def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Pa
     there is one; see :mod:`.model`); ``soft`` defaults to
     :func:`oasr_core.database.current_soft_validators`; ``profile`` (an ``ArchProfile``,
     default: this device's) is what the file's cost model is fitted on.
+
+    With an effort level (``options.effort``) each signature's candidate set is found before
+    measuring and compiled in the background, heaviest signature first (``jobs`` nvcc
+    processes; ``compiler`` replaces the JIT, for tests): see :mod:`.compiling`.
     """
-    options = options or BuildOptions()
+    options = (options or BuildOptions()).resolved()
     if family.make_bench is None:
         raise ConfigurationError(f"family {family.name} has no make_bench: it cannot be "
                                  "measured here; rebuild from a measurement log (--from-log)")
@@ -171,7 +176,10 @@ def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Pa
         from oasr_core.bench import CudaGraphTimer
 
         timer = CudaGraphTimer()
+    lvl = effort.level(options.effort) if options.effort is not None else None
     bench = bench_options or BenchOptions()
+    if lvl is not None:
+        bench = attrs.evolve(bench, stage_rounds=lvl.stage_rounds)
     bench = attrs.evolve(bench, working_set_bytes=census.working_set_bytes,
                          l2_bytes=timer.l2_bytes, lane=lane.name,
                          resolve=functools.partial(resolve_choice, family, lane))
@@ -202,15 +210,45 @@ def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Pa
     source = LiveSource(family=family, lane=lane, timer=timer, options=bench, log=log,
                         run=run, arch=arch, soft=soft, rankers=tuple(rankers),
                         top_k=options.top_k)
-    result = run_build(signatures, source, family=family, arch=arch, lane=lane.name, out=out,
-                       soft=soft, options=options,
-                       checkpoint=Checkpoint(checkpoint_path or default_ckpt)
-                       if options.resume else None,
-                       fingerprint=source.fingerprint(), progress=progress,
-                       fit_model=lambda: _fit_from(log.path, family, lane, arch, profile,
-                                                   soft.get("impl_hash")))
-    notes = [*census.skipped, *result.messages]
+    checkpoint = Checkpoint(checkpoint_path or default_ckpt) if options.resume else None
+    sets = None
+    if lvl is not None and options.prune and source.rankers:
+        sets = [(sig.key, source.signature_set(sig, options.top_k)) for sig in signatures]
+        source.sets = {key: frozenset(c.id for c in configs) for key, configs in sets}
+    done = _finished(signatures, checkpoint, options, source.fingerprint(), arch, lane,
+                     soft.get("impl_hash"))
+    work = compiling.plan_compile(lane, arch, signatures, sets, done,
+                                  measured_dtypes=lvl is not None and lvl.measured_dtypes)
+    reset = getattr(lane.bench_modules, "reset", None) if sets is not None else None
+    queue = compiling.start(work, compiler=compiler, jobs=jobs, progress=progress, reset=reset)
+    try:
+        result = run_build(signatures, source, family=family, arch=arch, lane=lane.name,
+                           out=out, soft=soft, options=options, checkpoint=checkpoint,
+                           fingerprint=source.fingerprint(), progress=progress,
+                           fit_model=lambda: _fit_from(log.path, family, lane, arch, profile,
+                                                       soft.get("impl_hash")),
+                           prepare=None if queue is None else queue.prepare)
+    finally:
+        if queue is not None:
+            queue.close()
+    notes = [*census.skipped, *result.messages, *([queue.note()] if queue is not None else [])]
     return attrs.evolve(result, messages=tuple(notes))
+
+
+def _finished(signatures: Sequence[Signature], checkpoint: Checkpoint | None,
+              options: BuildOptions, fingerprint: Sequence[str], arch: str, lane: Lane,
+              impl_hash: Any) -> set[str]:
+    """The signatures the checkpoint finished (reused, never measured: nothing to compile)."""
+    if checkpoint is None:
+        return set()
+    from oasr_core.measurements import reusable
+
+    from .pipeline import signature_digest
+
+    records = checkpoint.load()
+    return {sig.key for sig in signatures
+            if reusable(records.get(sig.key), digest=signature_digest(sig, options, fingerprint),
+                        arch=arch, lane=lane.name, impl_hash=impl_hash)}
 
 
 def _fit_from(path: Path, family: Family, lane: Lane, arch: str, profile: Any,
@@ -233,12 +271,19 @@ def log_families(paths: Sequence[str | os.PathLike[str]]) -> list[str]:
 
 def build_from_log(paths: Sequence[str | os.PathLike[str]], *, registry: Any, out: str,
                    family: str | None = None, arch: str | None = None,
-                   options: BuildOptions | None = None, progress: bool = False) -> BuildResult:
+                   options: BuildOptions | None = None, progress: Any = False,
+                   rankers: Sequence[Ranker] | Callable[[str], Sequence[Ranker]] | None = None
+                   ) -> BuildResult:
     """Rebuild the entries a measurement log supports, without a GPU, into ``out``.
 
     The log's rows carry every point's context, so no census is needed; ``family`` and
     ``arch`` select rows when the log holds several. The knobs in ``options`` apply, so a
-    change to the decision rules can be scored offline.
+    change to the decision rules can be scored offline. With an effort level
+    (``options.effort``) the replay takes only what that level would have measured of a
+    fuller log: each signature's points thinned to the level's ``max_points`` and, at each
+    point, the sentinel arms and the signature's candidate set (ranked by ``rankers``, or
+    ``rankers(signature key)`` for models held out per signature; None: the calibrated model
+    of ``out``'s file or the system tier, as a live build prunes).
     """
     runs, arms, _bad = read_logs(paths)
     fams = sorted({str(r.get("family")) for r in arms})
@@ -264,11 +309,39 @@ def build_from_log(paths: Sequence[str | os.PathLike[str]], *, registry: Any, ou
     source = LogSource(arms)
     profile = model.profile_of(headers[r] for r in dict.fromkeys(used_runs) if r in headers)
     lane_rec = _registered_lane(registry, lane_name)
-    return run_build(source.signatures(fam), source, family=fam, arch=arch_name,
-                     lane=lane_name, out=resolve_out(out, arch_name, fam), soft=soft,
-                     options=options or BuildOptions(), progress=progress,
+    options = (options or BuildOptions()).resolved()
+    target = resolve_out(out, arch_name, fam)
+    signatures = source.signatures(fam)
+    if options.effort is not None:
+        signatures, source.allowed = _replayed_level(signatures, fam, lane_rec, arch_name,
+                                                     options, profile, rankers, target)
+    return run_build(signatures, source, family=fam, arch=arch_name,
+                     lane=lane_name, out=target, soft=soft,
+                     options=options, progress=progress,
                      fit_model=lambda: model.fit_payload(arms, profile, fam, lane_rec,
                                                          soft.get("impl_hash")))
+
+
+def _replayed_level(signatures: Sequence[Signature], family: Family, lane: Lane | None,
+                    arch: str, options: BuildOptions, profile: Any,
+                    rankers: Any, out: Path
+                    ) -> tuple[list[Signature], dict[str, frozenset[str]] | None]:
+    """The points and candidate sets an effort level would have measured (see
+    :func:`build_from_log`); sets are None when the level measures every config."""
+    thinned = [effort.thin_points(sig, options.max_points) for sig in signatures]
+    if lane is None or not options.prune or not model.modelled(lane):
+        return thinned, None
+    if rankers is None:
+        system = database.system_root()
+        files = [out] + ([database.tier_path(system, arch, family)] if system else [])
+        prior = model.prior_model(lane, profile, files) if profile is not None else None
+        rankers = model.rankers(prior, lane) if prior is not None else ()
+    if not rankers:
+        return thinned, None
+    of = rankers if callable(rankers) else (lambda _key: rankers)
+    return thinned, {sig.key: frozenset(
+        c.id for c in LiveSource.planner(family, lane, arch, of(sig.key)).signature_set(
+            sig, options.top_k)) for sig in thinned}
 
 
 def logged_default(arm_rows: Sequence[Any]) -> str | None:

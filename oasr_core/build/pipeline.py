@@ -63,12 +63,14 @@ class BuildOptions(PartitionOptions):
     """The build's knobs (``oasr tune build`` flags of the same names): the partition's
     (inherited, in the same order) and the build's own."""
 
-    top_k: int = 28
-    """Configs each cost model keeps per point when pruning. Measured on the H200 log of the
-    111-config sm90 gemm space (benchmarks/results/h200_cost_model.md): the union of both
-    models' top-28 held the exhaustive best within 1% at 70/70 points (top-20: 68/70)."""
+    top_k: int | None = None
+    """Configs each cost model keeps per point when pruning (None: the effort level's, else
+    28). Measured on the H200 log of the 111-config sm90 gemm space
+    (benchmarks/results/h200_cost_model.md): the union of both models' top-28 held the
+    exhaustive best within 1% at 70/70 points (top-20: 68/70)."""
     finalists: int = 3
-    max_points: int = 24
+    max_points: int | None = None
+    """Points per signature, fill included (None: the effort level's, else 24)."""
     thin: bool = False
     fill: bool = True
     exact_dtype: bool = False
@@ -81,6 +83,24 @@ class BuildOptions(PartitionOptions):
     prune: bool = True
     """Prune with the calibrated model an earlier build shipped, when there is one (the
     rankers it adds are part of the source's fingerprint, hence of each digest)."""
+    effort: str | None = None
+    """An effort level of :mod:`oasr_core.build.effort` (``quick``, ``default``,
+    ``exhaustive``): each signature compiles and measures its pooled candidate set, with the
+    level's points and rounds; ``top_k`` / ``max_points`` given here override the level's.
+    None: each point measures its own top-k (a replay: every row of the log)."""
+
+    def resolved(self) -> BuildOptions:
+        """These options with ``top_k`` and ``max_points`` filled in from the level (or the
+        defaults, 28 and 24); ``exhaustive`` also turns pruning off."""
+        from .effort import level
+
+        lvl = level(self.effort) if self.effort is not None else None
+        top_k = self.top_k if self.top_k is not None else (
+            lvl.top_k if lvl is not None and lvl.top_k is not None else 28)
+        points = self.max_points if self.max_points is not None else (
+            lvl.max_points if lvl is not None else 24)
+        prune = self.prune and not (lvl is not None and lvl.top_k is None)
+        return attrs.evolve(self, top_k=top_k, max_points=points, prune=prune)
 
     def partition_options(self) -> PartitionOptions:
         """The partition's share of the knobs."""
@@ -88,9 +108,11 @@ class BuildOptions(PartitionOptions):
                                    for f in attrs.fields(PartitionOptions)})
 
     def knobs(self) -> dict[str, Any]:
-        """The knobs that change what a signature measures or decides (for its digest)."""
-        return attrs.asdict(self, filter=lambda a, _v: a.name not in ("budget_s", "fresh",
-                                                                      "resume", "prune"))
+        """The knobs that change what a signature measures or decides (for its digest); the
+        effort level only where one is set, so a legacy build's knobs read as before."""
+        skip = ("budget_s", "fresh", "resume", "prune") + (("effort",) if self.effort is None
+                                                           else ())
+        return attrs.asdict(self.resolved(), filter=lambda a, _v: a.name not in skip)
 
 
 @attrs.frozen
@@ -259,13 +281,15 @@ def run_build(signatures: Sequence[Signature], source: MeasurementSource, *, fam
               options: BuildOptions | None = None, checkpoint: Checkpoint | None = None,
               fingerprint: Sequence[str] = (), progress: bool = False,
               clock: Callable[[], float] = time.monotonic,
-              fit_model: Callable[[], Mapping[str, Any] | None] | None = None) -> BuildResult:
+              fit_model: Callable[[], Mapping[str, Any] | None] | None = None,
+              prepare: Callable[[Signature], None] | None = None) -> BuildResult:
     """Build every signature into the tuning file ``out`` (see the module docstring).
 
     ``fit_model`` returns the cost-model payload the file carries (called once, after the
-    last signature; None keeps the file's payload as it is).
+    last signature; None keeps the file's payload as it is). ``prepare(sig)`` runs before a
+    signature is measured (a live build waits there for its compiled module).
     """
-    options = options or BuildOptions()
+    options = (options or BuildOptions()).resolved()
     start = clock()
     records = checkpoint.load() if checkpoint is not None else {}
     impl = soft.get("impl_hash")
@@ -287,6 +311,8 @@ def run_build(signatures: Sequence[Signature], source: MeasurementSource, *, fam
                 skipped.append(sig.key)
                 continue
             else:
+                if prepare is not None:
+                    prepare(sig)
                 outcome = tune_signature(sig, source, family, options, tick)
                 if checkpoint is not None:
                     checkpoint.append(_record(outcome, dg, arch, lane, impl))

@@ -95,6 +95,19 @@ class LiveSource:
     rankers: Sequence[Ranker] = ()
     top_k: int = 16
     measured: int = 0
+    sets: Mapping[str, frozenset[str]] | None = None
+    """Each signature's candidate set (:func:`oasr_core.build.effort.signature_set`): when
+    it names a signature, every point of it measures the forced arms and that set (the
+    rankers have chosen it already); None: each point's own top-k, as rankers give it."""
+
+    @classmethod
+    def planner(cls, family: Family, lane: Lane, arch: str,
+                rankers: Sequence[Ranker]) -> LiveSource:
+        """A source that only plans candidates (a replay's effort level): it never measures."""
+        from oasr_core.bench import BenchOptions
+
+        return cls(family=family, lane=lane, timer=None, options=BenchOptions(), log=None,
+                   run="", arch=arch, soft={}, rankers=tuple(rankers))
 
     def forced(self) -> list[Sentinel]:
         """Sentinel arms always measured: the fallback, default, torch, fused, unquantized."""
@@ -126,7 +139,10 @@ class LiveSource:
         when the caller gives rankers, which are cost models of the lane)."""
         problem = sig.problem(self.family, point.m, point.point)
         configs = self.usable(problem)
-        if self.rankers:
+        if self.sets is not None and sig.key in self.sets:
+            chosen = self.sets[sig.key]
+            configs = [c for c in configs if c.id in chosen]
+        elif self.rankers:
             picked: set[str] = set()
             for rank in self.rankers:
                 picked.update(c.id for c in list(rank(configs, problem))[: self.top_k])
@@ -134,6 +150,18 @@ class LiveSource:
                 picked.add(point.incumbent)
             configs = [c for c in configs if c.id in picked]
         return [*self.forced(), *configs]
+
+    def signature_set(self, sig: Signature, top_k: int | None) -> tuple[Config, ...]:
+        """The configs ``sig`` compiles and measures at a level's ``top_k``
+        (:func:`oasr_core.build.effort.signature_set` over this source's rankers)."""
+        from .effort import signature_set
+
+        def stands_for(problem: Any) -> list[Config]:
+            return [c for c in (self.stands_for(s, problem) for s in self.forced())
+                    if c is not None]
+
+        return signature_set(sig, self.family, self.lane, self.usable, stands_for,
+                             self.rankers, top_k)
 
     def fingerprint(self) -> list[str]:
         """What decides the candidates, for the checkpoint digest."""
@@ -219,13 +247,25 @@ class LiveSource:
 
 
 class LogSource:
-    """Answers from a measurement log: the latest run's rows for each point and phase."""
+    """Answers from a measurement log: the latest run's rows for each point and phase.
 
-    def __init__(self, arm_rows: Sequence[Mapping[str, Any]]) -> None:
+    ``allowed`` (signature key -> config ids) replays an effort level from a fuller log: a
+    point's main run then holds only its sentinel arms and the signature's allowed configs,
+    the rows the level would have measured (:func:`oasr_core.build.effort.restrict_rows`).
+    """
+
+    def __init__(self, arm_rows: Sequence[Mapping[str, Any]],
+                 allowed: Mapping[str, Collection[str]] | None = None) -> None:
         self.groups = latest_groups(arm_rows)
+        self.allowed = allowed
 
     def main(self, sig: Signature, point: PlannedPoint, keep: Collection[str]) -> Measured:
-        return Measured.from_rows("main", self.groups.get((sig.key, point.m, "main"), []))
+        rows = self.groups.get((sig.key, point.m, "main"), [])
+        if self.allowed is not None and sig.key in self.allowed:
+            from .effort import restrict_rows
+
+            rows = restrict_rows(rows, self.allowed[sig.key])
+        return Measured.from_rows("main", rows)
 
     def cross(self, sig: Signature, point: PlannedPoint, arms: Sequence[str]) -> Measured:
         wanted = set(arms)

@@ -85,14 +85,20 @@ BOUND (* = every larger size), e.g. 128:ws_64x16x128 *:torch.""")
 @click.option("--prefer-sentinels/--no-prefer-sentinels", default=True, show_default=True,
               help="Within the tie band (or the noise), torch/fused win over configs, as an "
               "incumbent does: near-ties resolve the same way in every build.")
-@click.option("--top-k", type=click.IntRange(min=1), default=28, show_default=True,
-              help="Configs each cost model keeps per point when the build prunes.")
+@click.option("--effort", type=click.Choice(["quick", "default", "exhaustive"]), default=None,
+              help="How much a build compiles and measures (oasr_core.build.effort): quick, "
+              "default (a live build's when not given) or exhaustive (--no-prune). A replay "
+              "with it keeps only the rows that level would have measured.")
+@click.option("--top-k", type=click.IntRange(min=1), default=None,
+              help="Configs each cost model keeps per point when the build prunes (default: "
+              "the effort level's).")
 @click.option("--prune/--no-prune", default=True, show_default=True,
               help="Prune to the top-k of the structure and of the calibrated model an "
               "earlier build shipped (the output file's, else the system tier's); without "
               "one every config is measured.")
-@click.option("--max-points", type=click.IntRange(min=2), default=24, show_default=True,
-              help="Points per signature, fill included (census points too with --thin).")
+@click.option("--max-points", type=click.IntRange(min=2), default=None,
+              help="Points per signature, fill included (census points too with --thin; "
+              "default: the effort level's).")
 @click.option("--thin", is_flag=True, help="Thin dense censuses to --max-points.")
 @click.option("--no-fill", is_flag=True, help="Measure census points only.")
 @click.option("--exact-dtype", is_flag=True, help="Key by exact dtype, not dt=half.")
@@ -109,8 +115,8 @@ BOUND (* = every larger size), e.g. 128:ws_64x16x128 *:torch.""")
 def build_cmd(ctx: click.Context, family, censuses, widths, m_ladder, op, dtype, alpha,
               working_set_bytes, from_logs, out, arch, lane, log_path, checkpoint_path, fresh,
               no_resume, min_speedup, noise_k, tie, cover_eps, uniform_share, prefer_sentinels,
-              top_k, prune, max_points, thin, no_fill, exact_dtype, budget_s, seed, progress,
-              as_json) -> None:
+              effort, top_k, prune, max_points, thin, no_fill, exact_dtype, budget_s, seed,
+              progress, as_json) -> None:
     """Measure each signature of a census and write its tuning entries (locked merge)."""
     from oasr_core import build
     from oasr_core.progress import ProgressMode
@@ -123,7 +129,8 @@ def build_cmd(ctx: click.Context, family, censuses, widths, m_ladder, op, dtype,
                        prefer_sentinels=prefer_sentinels, top_k=top_k, prune=prune,
                        max_points=max_points, thin=thin, fill=not no_fill,
                        exact_dtype=exact_dtype, budget_s=budget_s, fresh=fresh,
-                       resume=not no_resume)
+                       resume=not no_resume,
+                       effort=effort if from_logs else (effort or "default"))
     show = ProgressMode.choose(progress)
     rt = state.runtime()
     if from_logs:

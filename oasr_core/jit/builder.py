@@ -17,7 +17,7 @@ import shutil
 import subprocess
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 from types import MappingProxyType
@@ -165,8 +165,12 @@ def prebuild(
 def build_plan(
     p: Plan, *, jobs: int | None = None, retry_failed: bool = False,
     limiter: threading.BoundedSemaphore | None = None,
+    on_unit: Callable[[str, UnitStatus], None] | None = None,
 ) -> ModuleBuild:
-    """:func:`build` for an already resolved spec (what :func:`~oasr_core.jit.loader.load` uses)."""
+    """:func:`build` for an already resolved spec (what :func:`~oasr_core.jit.loader.load` uses).
+
+    ``on_unit(name, status)`` is called as each unit to compile settles (from a worker thread),
+    for progress; units of a module already in the cache are not reported."""
     started = time.perf_counter()
     root = cache.cache_dir()
     done = _cached(p, root, retry_failed, started)
@@ -180,7 +184,7 @@ def build_plan(
         done = _cached(p, root, retry_failed, started)
         if done is not None:
             return done
-        units = _compile_units(p, root, jobs, limiter, retry_failed)
+        units = _compile_units(p, root, jobs, limiter, retry_failed, on_unit)
         return _link(p, root, units, started)
 
 
@@ -235,17 +239,22 @@ def _pending_units(p: Plan, root: Path, retry_failed: bool) -> int:
 
 
 def _compile_units(
-    p: Plan, root: Path, jobs: int, limiter: threading.BoundedSemaphore, retry_failed: bool
+    p: Plan, root: Path, jobs: int, limiter: threading.BoundedSemaphore, retry_failed: bool,
+    on_unit: Callable[[str, UnitStatus], None] | None = None,
 ) -> dict[str, UnitStatus]:
     by_key: dict[str, PlannedUnit] = {}
     for pu in p.units:
         by_key.setdefault(pu.key, pu)
     workers = max(1, min(jobs, len(by_key)))
+
+    def compile_one(pu: PlannedUnit) -> UnitStatus:
+        status = _compile(p, root, pu, limiter, retry_failed)
+        if on_unit is not None:
+            on_unit(pu.unit.name, status)
+        return status
+
     with ThreadPoolExecutor(max_workers=workers, thread_name_prefix="oasr-nvcc") as pool:
-        futures = {
-            key: pool.submit(_compile, p, root, pu, limiter, retry_failed)
-            for key, pu in by_key.items()
-        }
+        futures = {key: pool.submit(compile_one, pu) for key, pu in by_key.items()}
         outcome = {key: f.result() for key, f in futures.items()}
     return {pu.unit.name: outcome[pu.key] for pu in p.units}
 

@@ -5,9 +5,11 @@ asks), the fp32 reference and torch's own output (the numerics gate's yardstick)
 one arm per choice: a config of the lane (launched through its prepared call, exactly as the
 served op launches it) or ``torch`` (cuBLAS through ``addmm``, as the op's torch path runs it).
 
-A build measures the lane's whole space, so the arms come from the lane's full module
-(``oasr_gemm.jit.full_spec``), loaded once per process; a config whose unit failed to compile is
-reported as rejected, never timed. ``gemm_activation`` is measured with SiLU, the activation of
+An exhaustive build measures the lane's whole space, so the arms come from the lane's full
+module (``oasr_gemm.jit.full_spec``), loaded once per process; a pruned build compiles only the
+configs it times, one small module per signature, and installs each in :data:`FULL` before
+measuring it (:func:`bench_modules`). A config whose unit failed to compile is reported as
+rejected, never timed. ``gemm_activation`` is measured with SiLU, the activation of
 the Conformer's feed-forward blocks; ReLU costs no more, GELU (erf) up to 1.75x more in the
 epilogue at large M, so the op serves GELU calls on torch (``ops.MEASURED_ACTIVATIONS``).
 """
@@ -38,6 +40,23 @@ def _load_full(lane: str, arch: str) -> Mapping[str, Any]:
 
 FULL = Libraries(load=_load_full)
 """Every compiled config of a lane's full module by id, loaded once per (lane, arch)."""
+
+
+def bench_modules(lane: str):
+    """``Lane.bench_modules`` of ``lane``: a pruned build compiles and installs into
+    :data:`FULL` a module of only the configs it times (:mod:`oasr_core.kit.bench_modules`)."""
+    from oasr_core.kit.bench_modules import BenchModules
+
+    from oasr_gemm import codegen, jit
+    from oasr_gemm.launch import Kernel
+
+    def bind(module: Any, configs: Sequence[Config]) -> Mapping[str, Any]:
+        return {c.id: Kernel.bind(module, c) for c in configs
+                if codegen.symbol(c) in module.exports}
+
+    return BenchModules(lane=lane, libraries=FULL, bind=bind,
+                        spec_of=lambda arch, configs, dtypes: jit.bench_spec(lane, arch, configs,
+                                                                             dtypes))
 
 
 def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: Any):

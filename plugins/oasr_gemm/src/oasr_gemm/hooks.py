@@ -28,8 +28,8 @@ def oasr_register_families():
 def oasr_register_lanes():
     from oasr_core.types import Lane
 
+    from oasr_gemm import bench, cost, jit, launch
     from oasr_gemm import config_space as cs
-    from oasr_gemm import cost, jit, launch
     from oasr_gemm import feasibility as fe
 
     common = dict(family="gemm", is_feasible=fe.is_feasible, supports=fe.supports,
@@ -38,11 +38,13 @@ def oasr_register_lanes():
     return [Lane(name=cs.LANE_SM80, arch_families=fe.SM80_ARCHES, default_on=fe.SM80_DEFAULT_ON,
                  config_space=cs.space(cs.LANE_SM80), default_config=cs.SM80_DEFAULT,
                  jit_specs=functools.partial(jit.lane_specs, cs.LANE_SM80),
-                 production=functools.partial(jit.PRODUCTION.configs, cs.LANE_SM80), **common),
+                 production=functools.partial(jit.PRODUCTION.configs, cs.LANE_SM80),
+                 bench_modules=bench.bench_modules(cs.LANE_SM80), **common),
             Lane(name=cs.LANE_SM90, arch_families=fe.SM90_ARCHES, default_on=fe.SM90_ARCHES,
                  config_space=cs.space(cs.LANE_SM90), default_config=cs.SM90_DEFAULT,
                  jit_specs=functools.partial(jit.lane_specs, cs.LANE_SM90),
-                 production=functools.partial(jit.PRODUCTION.configs, cs.LANE_SM90), **common)]
+                 production=functools.partial(jit.PRODUCTION.configs, cs.LANE_SM90),
+                 bench_modules=bench.bench_modules(cs.LANE_SM90), **common)]
 
 
 @hookimpl

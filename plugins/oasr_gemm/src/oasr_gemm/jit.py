@@ -100,6 +100,16 @@ def subset_spec(lane: str, arch: str, patterns: Iterable[str]):
     return module_spec(lane, arch, chosen, name=f"{MODULE_PREFIX[lane]}_subset")
 
 
+def bench_spec(lane: str, arch: str, configs: Iterable[Config],
+               dtypes: Sequence[str] | None = None):
+    """A module of exactly ``configs`` for a build to time them (``Lane.bench_modules``):
+    ``dtypes`` None compiles every dtype (the production module's objects, reused by it);
+    ``("fp16",)`` compiles half the kernels, in objects only builds use."""
+    dtypes = ALL_DTYPES if dtypes is None else tuple(d for d in ALL_DTYPES if d in dtypes)
+    return module_spec(lane, arch, configs, name=f"{MODULE_PREFIX[lane]}_bench",
+                       dtypes=dtypes or ALL_DTYPES)
+
+
 def lane_specs(lane: str, arch: str, scope: str) -> list:
     """``Lane.jit_specs``: the production module (``scope="production"``) or the whole space
     (``"all"``) of ``lane`` on ``arch``; none for an arch the lane has no config for."""

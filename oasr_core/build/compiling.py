@@ -1,0 +1,318 @@
+"""Compiling what a build measures, while it measures.
+
+A pruned build knows each signature's candidate set before it measures anything
+(:func:`oasr_core.build.effort.signature_set`). For a lane that can link a module of exactly
+some of its configs (``Lane.bench_modules``, see :class:`oasr_core.kit.bench_modules.BenchModules`),
+:class:`CompileQueue` compiles those sets in the background with at most ``jobs`` nvcc
+processes in all, the heaviest signature's units first (a :class:`PriorityGate` hands out the
+nvcc slots in signature order). One builder thread per signature links that signature's small
+module as soon as its own units are compiled; the JIT cache keys objects per unit, so a unit
+two signatures share compiles once and the second link only reads it. The measuring thread
+waits only for the signature it is about to measure (:meth:`CompileQueue.ready`), then the
+lane installs that module for ``make_bench``.
+
+A lane without ``bench_modules`` (or an exhaustive build) is compiled as one whole-space
+module (``jit_specs(arch, "all")``) before measuring, as ``make_bench`` then loads it; the queue
+still reports progress per unit.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import heapq
+import threading
+import time
+from collections.abc import Callable, Collection, Sequence
+from concurrent.futures import Future, ThreadPoolExecutor
+from typing import Any
+
+import attrs
+
+from oasr_core.types import Config, Lane
+
+
+class PriorityGate:
+    """At most ``slots`` holders at a time; waiters are served lowest priority first.
+
+    :meth:`view` gives a context manager acquiring at one priority, which is what the JIT
+    builder's ``limiter`` argument takes.
+    """
+
+    def __init__(self, slots: int) -> None:
+        self._free = max(1, slots)
+        self._cond = threading.Condition()
+        self._waiting: list[tuple[int, int]] = []
+        self._ticket = 0
+
+    def acquire(self, priority: int) -> None:
+        with self._cond:
+            self._ticket += 1
+            me = (priority, self._ticket)
+            heapq.heappush(self._waiting, me)
+            while not (self._free > 0 and self._waiting[0] == me):
+                self._cond.wait()
+            heapq.heappop(self._waiting)
+            self._free -= 1
+            self._cond.notify_all()
+
+    def release(self) -> None:
+        with self._cond:
+            self._free += 1
+            self._cond.notify_all()
+
+    def view(self, priority: int) -> _GateView:
+        """A context manager holding one slot at ``priority``."""
+        return _GateView(self, priority)
+
+
+@attrs.frozen
+class _GateView:
+    gate: PriorityGate
+    priority: int
+
+    def __enter__(self) -> None:
+        self.gate.acquire(self.priority)
+
+    def __exit__(self, *exc: object) -> None:
+        self.gate.release()
+
+
+@attrs.frozen
+class Compiled:
+    """One signature's module, once built."""
+
+    key: str
+    configs: tuple[Config, ...]
+    status: str
+    """``built``, ``cached`` or ``failed`` (the JIT builder's module status)."""
+    error: str | None = None
+    failed_units: tuple[str, ...] = ()
+    seconds: float = 0.0
+
+
+Builder = Callable[..., Any]
+"""``build(spec, priority, on_unit) -> ModuleBuild`` (tests script it)."""
+
+
+def jit_builder(gate: PriorityGate, jobs: int) -> Builder:
+    """A :data:`Builder` compiling through :mod:`oasr_core.jit` under ``gate``."""
+
+    def build(spec: Any, priority: int, on_unit: Callable[[str, Any], None]) -> Any:
+        from oasr_core.jit.builder import build_plan
+        from oasr_core.jit.spec import plan
+
+        return build_plan(plan(spec), jobs=jobs, limiter=gate.view(priority), on_unit=on_unit)
+
+    return build
+
+
+@attrs.frozen(eq=False)
+class CompileItem:
+    """One module to build: a signature's (or, keyed ``*``, the whole space's)."""
+
+    key: str
+    configs: tuple[Config, ...] = attrs.field(converter=tuple)
+    spec: Callable[[], Any]
+    """The module's ``JitSpec`` (made in the builder thread)."""
+    install: Callable[[], str | None] | None = None
+    """Makes ``make_bench`` measure from the module; None or why it could not."""
+
+
+class CompileQueue:
+    """Builds each item's module in the background (module docstring).
+
+    ``items`` are in measuring order (the whole space, keyed ``*``, serves every signature);
+    ``build`` compiles one spec (:func:`jit_builder`); ``tracker`` an
+    :class:`oasr_core.progress.Tracker` of units, or None. :meth:`start` begins compiling,
+    :meth:`prepare` (the build pipeline's hook) waits for a signature's module and installs
+    it, :meth:`close` waits for the rest.
+    """
+
+    def __init__(self, items: Sequence[CompileItem], build: Builder, tracker: Any = None,
+                 clock: Callable[[], float] = time.monotonic) -> None:
+        self.items = list(items)
+        self._build = build
+        self.tracker = tracker
+        self._clock = clock
+        self._seen: dict[str, str] = {}
+        self._lock = threading.Lock()
+        self._pool: ThreadPoolExecutor | None = None
+        self._futures: dict[str, Future[Compiled]] = {}
+        self.started: float | None = None
+        self.finished: float | None = None
+        self.waited_s = 0.0
+        """Seconds the measuring thread spent waiting for modules."""
+        self.problems: list[str] = []
+        self.on_close: list[Callable[[], None]] = []
+        self._whole_ready = False
+
+    def units(self) -> list[str]:
+        """The distinct compile units of every item (what the progress counts)."""
+        return list(dict.fromkeys(c.params.get("unit", c.id) for item in self.items
+                                  for c in item.configs))
+
+    def _count(self, name: str, outcome: str) -> None:
+        with self._lock:
+            if name in self._seen:
+                return
+            self._seen[name] = outcome
+        if self.tracker is not None:
+            self.tracker.advance(outcome)
+
+    def _on_unit(self, name: str, status: Any, cached: set[str] | None = None) -> None:
+        value = getattr(getattr(status, "status", None), "value", "built")
+        if value == "cached" and cached is not None:
+            # Another signature's builder may have compiled it a moment ago and not yet said
+            # so: counted when this module is done, if nobody reported it built by then.
+            cached.add(name)
+            return
+        self._count(name, value if value in ("failed", "cached") else "built")
+
+    def _one(self, priority: int, item: CompileItem) -> Compiled:
+        started = self._clock()
+        cached: set[str] = set()
+        try:
+            report = self._build(item.spec(), priority,
+                                 lambda name, status: self._on_unit(name, status, cached))
+        except Exception as exc:  # noqa: BLE001 - a toolchain problem fails this module only
+            for c in item.configs:
+                self._count(c.params.get("unit", c.id), "failed")
+            return Compiled(item.key, item.configs, "failed", f"{type(exc).__name__}: {exc}",
+                            seconds=self._clock() - started)
+        for name, unit in report.units.items():
+            self._on_unit(name, unit, cached)
+        for name in sorted(cached):
+            self._count(name, "cached")
+        status = getattr(report.status, "value", str(report.status))
+        return Compiled(item.key, item.configs, status, report.error,
+                        tuple(sorted(report.failed)), self._clock() - started)
+
+    def start(self) -> CompileQueue:
+        """Begin compiling every item (returns self)."""
+        self.started = self._clock()
+        self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.items)),
+                                        thread_name_prefix="oasr-build-compile")
+        for priority, item in enumerate(self.items):
+            self._futures[item.key] = self._pool.submit(self._one, priority, item)
+        return self
+
+    def ready(self, key: str) -> Compiled | None:
+        """Wait until ``key``'s module is built (None: no item has that key)."""
+        future = self._futures.get(key)
+        if future is None:
+            return None
+        waited = self._clock()
+        result = future.result()
+        self.waited_s += self._clock() - waited
+        if result.status == "failed":
+            self.problems.append(f"{key}: no module ({result.error or 'every unit failed'})")
+        return result
+
+    def prepare(self, sig: Any) -> None:
+        """Before ``sig`` is measured: its module built and installed (the whole space's, the
+        first time, when the build measures from it)."""
+        whole = [key for key in self._futures if key.startswith("*")]
+        if whole:
+            if not self._whole_ready:
+                for key in whole:
+                    self.ready(key)
+                self._whole_ready = True
+            return
+        compiled = self.ready(sig.key)
+        item = next((i for i in self.items if i.key == sig.key), None)
+        if compiled is None or item is None or item.install is None:
+            return
+        why = item.install()
+        if why is not None:
+            self.problems.append(f"{sig.key}: its module did not load ({why}); its arms are "
+                                 "rejected")
+
+    def close(self) -> None:
+        """Wait for every module, then run the ``on_close`` callbacks (the lane's reset)."""
+        if self._pool is not None:
+            self._pool.shutdown(wait=True)
+            self._pool = None
+        if self.finished is None and self.started is not None:
+            self.finished = self._clock()
+        for fn in self.on_close:
+            fn()
+        self.on_close.clear()
+
+    def counts(self) -> dict[str, int]:
+        """Units by outcome so far (``built``, ``cached``, ``failed``)."""
+        with self._lock:
+            out: dict[str, int] = {}
+            for outcome in self._seen.values():
+                out[outcome] = out.get(outcome, 0) + 1
+            return out
+
+    def note(self) -> str:
+        """One line for the build's messages: units, compile wall time, measuring's wait."""
+        end = self.finished if self.finished is not None else self._clock()
+        wall = end - self.started if self.started is not None else 0.0
+        counts = ", ".join(f"{n} {k}" for k, n in sorted(self.counts().items()))
+        line = (f"compile: {len(self.units())} unit(s) ({counts or 'none'}) in {wall:.1f} s "
+                f"over {len(self.items)} module(s); measuring waited {self.waited_s:.1f} s "
+                "for them")
+        return "; ".join([line, *self.problems])
+
+
+def plan_compile(lane: Lane, arch: str, signatures: Sequence[Any],
+                 sets: Sequence[tuple[str, Sequence[Config]]] | None, done: Collection[str],
+                 *, measured_dtypes: bool = False) -> list[CompileItem]:
+    """What a build compiles: with candidate ``sets`` and a lane with ``bench_modules``, one
+    module per signature still to measure (``done``: the checkpoint's), in measuring order;
+    otherwise the lane's whole-space modules (``jit_specs(arch, "all")``), or nothing for a
+    lane without JIT modules. ``measured_dtypes`` compiles only the signatures' dtypes."""
+    modules = getattr(lane, "bench_modules", None)
+    dtypes = tuple(sorted({s.dtype for s in signatures})) if measured_dtypes else None
+    if sets is not None and modules is not None:
+        return [CompileItem(key, tuple(configs),
+                            spec=lambda cs=tuple(configs): modules.spec(arch, cs, dtypes),
+                            install=lambda cs=tuple(configs): modules.install(arch, cs, dtypes))
+                for key, configs in sets if key not in done and configs]
+    if lane.jit_specs is None or all(s.key in done for s in signatures):
+        return []
+    specs = list(lane.jit_specs(arch, "all"))
+    return [CompileItem("*" if i == 0 else f"*{i}", lane.config_space if i == 0 else (),
+                        spec=lambda sp=sp: sp) for i, sp in enumerate(specs)]
+
+
+def start(items: Sequence[CompileItem], *, compiler: Builder | None = None,
+          jobs: int | None = None, progress: Any = False, reset: Callable[[], None] | None = None
+          ) -> CompileQueue | None:
+    """A started :class:`CompileQueue` of ``items`` (None when there is nothing to compile),
+    showing units in ``progress``'s mode (a bar becomes plain lines: the build's point bar
+    is the one live display)."""
+    if not items:
+        return None
+    from oasr_core.jit.builder import default_jobs
+
+    jobs = jobs or default_jobs()
+    build = compiler or jit_builder(PriorityGate(jobs), jobs)
+    stack = contextlib.ExitStack()
+    tracker = None
+    mode = _mode(progress)
+    if mode is not None:
+        from oasr_core.progress import ProgressMode, track
+
+        queue_units = len(dict.fromkeys(c.params.get("unit", c.id) for i in items
+                                        for c in i.configs))
+        shown = ProgressMode.LINES if mode is ProgressMode.BAR else mode
+        tracker = stack.enter_context(track("units compiled", queue_units, shown))
+    queue = CompileQueue(items, build, tracker)
+    if reset is not None:
+        queue.on_close.append(reset)
+    queue.on_close.append(stack.close)
+    return queue.start()
+
+
+def _mode(progress: Any) -> Any:
+    """The progress mode of ``progress`` (a bool or a ProgressMode); None: off."""
+    if progress is False or progress is None:
+        return None
+    from oasr_core.progress import ProgressMode
+
+    if progress is True:
+        return ProgressMode.BAR
+    return None if progress is ProgressMode.OFF else progress

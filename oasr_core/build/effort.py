@@ -1,0 +1,119 @@
+"""Effort levels of a build: how much it compiles and measures for its answer.
+
+A level (``oasr tune build --effort``) fixes what each signature costs:
+
+- **configs**: the signature's *candidate set*, found before anything is measured: the union
+  over its points of each cost model's top ``top_k`` (the structure's and, when the prior is
+  calibrated, the calibration's), plus the configs the forced sentinels stand for and the
+  incumbents. Every config of the set is compiled once and measured at *every* point of the
+  signature: a config one point's model liked is compiled anyway, and the partition shares
+  configs between neighbouring points, so timing it at the neighbours costs a few graph
+  replays and spares their cross-evaluation. ``top_k=None`` is the whole space (exhaustive);
+- **points**: ``max_points`` per signature, fill included;
+- **repetitions**: the protocol's ``stage_rounds`` (successive halving; the last stage stops
+  once every arm's sigma is within ``stop_stdrel`` of its median).
+
+Each level is replayable from an exhaustive log (``oasr tune build --from-log LOG --effort
+LEVEL``): the replay keeps, at each point, only the rows the level would have measured
+(:func:`restrict_rows`) and thins the log's points to the level's ``max_points``, so its
+regret and cost can be scored offline before its knobs are chosen
+(``benchmarks/effort_levels_offline.py``; ``benchmarks/results/effort_levels_offline.md``).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from oasr_core.errors import ConfigurationError
+from oasr_core.types import Config, Family, Lane, Sentinel
+
+from .inputs import Signature, _thin
+
+
+@attrs.frozen
+class Effort:
+    """One effort level (see the module docstring)."""
+
+    name: str
+    top_k: int | None
+    """Configs each cost model keeps per point, pooled over the signature (None: all)."""
+    max_points: int
+    """Points per signature, fill included."""
+    stage_rounds: tuple[int, ...] = attrs.field(converter=tuple)
+    """Rounds per halving stage of the bench protocol."""
+    measured_dtypes: bool = False
+    """Compile only the dtypes the build measures (half a gemm unit's kernels). Those
+    objects are not the production module's, which then compiles the configs the new table
+    references on first load; False: the build's objects are the production ones."""
+    description: str = ""
+
+
+LEVELS: Mapping[str, Effort] = {
+    "quick": Effort("quick", top_k=2, max_points=10, stage_rounds=(3, 4, 9),
+                    measured_dtypes=True,
+                    description="top-2 per point pooled per signature, 10 points, the "
+                    "measured dtype's kernels only"),
+    "default": Effort("default", top_k=3, max_points=14, stage_rounds=(3, 6, 15),
+                      description="top-3 per point pooled per signature, 14 points"),
+    "exhaustive": Effort("exhaustive", top_k=None, max_points=24, stage_rounds=(3, 6, 15),
+                         description="every config of the lane at 24 points (--no-prune)"),
+}
+"""The levels, scored offline against the committed exhaustive logs
+(``benchmarks/results/effort_levels_offline.md``) before these knobs were chosen."""
+
+
+def level(name: str) -> Effort:
+    """The level called ``name``; a clear error naming the choices otherwise."""
+    try:
+        return LEVELS[name]
+    except KeyError:
+        raise ConfigurationError(f"--effort {name!r} is not one of "
+                                 f"{', '.join(LEVELS)}") from None
+
+
+def signature_set(sig: Signature, family: Family, lane: Lane,
+                  usable: Callable[[Any], Sequence[Config]],
+                  stands_for: Callable[[Any], Iterable[Config]],
+                  rankers: Sequence[Callable[[Sequence[Config], Any], Sequence[Config]]],
+                  top_k: int | None) -> tuple[Config, ...]:
+    """The candidate set of ``sig`` (module docstring), in the lane's order.
+
+    ``usable(problem)`` are the configs that may run there (forced sentinels' stand-ins
+    excluded), ``stands_for(problem)`` the configs the forced sentinels launch there (they are
+    compiled, since the sentinel arms run them). Without rankers, or with ``top_k=None``,
+    every usable config is a candidate.
+    """
+    picked: set[str] = set()
+    for pp in sig.points:
+        problem = sig.problem(family, pp.m, pp.point)
+        configs = list(usable(problem))
+        if top_k is None or not rankers:
+            picked.update(c.id for c in configs)
+        else:
+            for rank in rankers:
+                picked.update(c.id for c in list(rank(configs, problem))[:top_k])
+        picked.update(c.id for c in stands_for(problem))
+        if pp.incumbent is not None and lane.config(pp.incumbent) is not None:
+            picked.add(pp.incumbent)
+    return tuple(c for c in lane.config_space if c.id in picked)
+
+
+def thin_points(sig: Signature, max_points: int) -> Signature:
+    """``sig`` with at most ``max_points`` points (the census thinning rule: the smallest and
+    largest stay, each log-M bin keeps its heaviest, a dropped point's weight moves to the
+    next kept point above it)."""
+    if len(sig.points) <= max_points or sig.exact:
+        return sig
+    return attrs.evolve(sig, points=_thin(list(sig.points), max_points))
+
+
+def restrict_rows(rows: Sequence[Mapping[str, Any]], allowed: Iterable[str]
+                  ) -> list[Mapping[str, Any]]:
+    """The rows of one point a level would have measured: sentinel arms and ``allowed``."""
+    keep = set(allowed)
+    return [r for r in rows if Sentinel.parse(str(r.get("config"))) is not None
+            or r.get("config") in keep]
+

@@ -1,0 +1,68 @@
+"""The ``Lane.bench_modules`` protocol of the plugin kit: a build compiles only what it times.
+
+A pruned build knows which configs each signature will time before it measures
+(:mod:`oasr_core.build.effort`). A lane whose ``bench_modules`` is set lets it compile just
+those, in the background, into one small module per signature
+(:mod:`oasr_core.build.compiling`) and measure each signature from its own module. The object
+answers three calls:
+
+- ``spec(arch_family, configs, dtypes)``: the :class:`oasr_core.jit.JitSpec` of a module
+  linking exactly ``configs`` (a family may compile only the ``dtypes`` measured; None: every
+  dtype, the production objects);
+- ``install(arch_family, configs, dtypes)``: load that module (built by then: a cache hit) and
+  make the family's ``make_bench`` take its arms from it until the next ``install``; returns
+  None, or why it could not (its arms are then rejected as not compiled, never timed);
+- ``reset()``: back to the whole-space module (after the build).
+
+:class:`BenchModules` implements it for a family whose ``make_bench`` reads its kernels from a
+:class:`~oasr_core.jit.libraries.Libraries` of whole-space modules (both CUTLASS families).
+A lane without ``bench_modules`` keeps the old behaviour: the build measures from the whole
+space, which it compiles first.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import attrs
+
+from oasr_core.types import Config
+
+
+@attrs.frozen(eq=False)
+class BenchModules:
+    """``Lane.bench_modules`` of a lane whose ``make_bench`` reads ``libraries``.
+
+    ``spec_of(arch, configs, dtypes)`` is the family's subset module spec; ``bind(module,
+    configs)`` the kernels of a loaded module, keyed as ``make_bench`` looks them up.
+    """
+
+    lane: str
+    libraries: Any
+    """The family's :class:`~oasr_core.jit.libraries.Libraries` of whole-space modules."""
+    spec_of: Callable[[str, Sequence[Config], Sequence[str] | None], Any]
+    bind: Callable[[Any, Sequence[Config]], Mapping[Any, Any]]
+
+    def spec(self, arch: str, configs: Sequence[Config],
+             dtypes: Sequence[str] | None = None) -> Any:
+        """The module linking exactly ``configs`` on ``arch``."""
+        return self.spec_of(arch, configs, dtypes)
+
+    def install(self, arch: str, configs: Sequence[Config],
+                dtypes: Sequence[str] | None = None) -> str | None:
+        """Measure from the module of ``configs`` from now on (None) or say why not."""
+        from oasr_core import jit
+
+        try:
+            module = jit.load(self.spec(arch, configs, dtypes), build_missing=False)
+            kernels = self.bind(module, configs)
+        except Exception as exc:  # noqa: BLE001 - the signature's arms are rejected instead
+            self.libraries.install(self.lane, arch, {})
+            return f"{type(exc).__name__}: {' '.join(str(exc).split())}"
+        self.libraries.install(self.lane, arch, kernels)
+        return None
+
+    def reset(self) -> None:
+        """Forget installed modules: the next ``make_bench`` loads the whole space again."""
+        self.libraries.forget()

@@ -1,0 +1,167 @@
+"""Effort levels: a pooled candidate set per signature, found before measuring, measured at
+every point; a level replayed from an exhaustive log keeps only the rows it would have
+measured; the CLI's --effort."""
+
+from __future__ import annotations
+
+import json
+from collections import defaultdict
+
+import attrs
+import pytest
+
+from oasr_core import build
+from oasr_core.arch import ArchProfile
+from oasr_core.build import effort
+from oasr_core.errors import ConfigurationError
+from oasr_core.measurements import read_logs
+from oasr_core.testing import (
+    FakeFamilyPlugin,
+    ScriptedBench,
+    fake_family_record,
+    fake_lane_record,
+)
+
+SOFT = {"impl_hash": "effort-1"}
+PROFILE = ArchProfile.synthetic("sm90")
+
+
+def features(config):
+    p = config.params
+    return {"tile": [128, p["tile_n"], p["tile_k"]], "kind": "mma_sync", "sync_mma": True,
+            "warps": 4, "stages": p["stages"], "split_k": p["split_k"]}
+
+
+LANE = attrs.evolve(fake_lane_record(), cost_features=features)
+
+
+def by_size(configs, problem):
+    """A ranker whose favourite depends on M: narrow tiles at small M, wide ones at large M."""
+    wide = problem.m >= 1024
+    return sorted(configs, key=lambda c: (-c.params["tile_n"] if wide else c.params["tile_n"],
+                                          c.id))
+
+
+class Registry:
+    def family(self, name):
+        return fake_family_record()
+
+    def lane(self, name):
+        assert name == LANE.name
+        return LANE
+
+
+def live(tmp_path, bench, *, name="live", rankers=(by_size,), **opts):
+    fam = attrs.evolve(fake_family_record(), make_bench=bench.make_bench)
+    census = build.census_from_widths(fam, "512,256;1024,512", "16,256,4096")
+    out = tmp_path / name / "sm90" / "fake.json"
+    result = build.build_live(census, family=fam, lane=LANE, arch="sm90", out=out,
+                              timer=bench.timer, soft=SOFT, profile=PROFILE, rankers=rankers,
+                              options=build.BuildOptions(fresh=True, **opts))
+    return out, result
+
+
+def main_arms(bench):
+    """The arms of each point's first (main) measurement, by (N, M)."""
+    seen = {}
+    for problem, arms in bench.benched:
+        seen.setdefault((problem.dim("N"), problem.m), set(arms))
+    return seen
+
+
+def test_each_point_measures_its_signature_s_pooled_set_and_a_replay_reproduces_it(tmp_path):
+    bench = ScriptedBench()
+    out, result = live(tmp_path, bench, effort="default", top_k=1)
+    assert result.points == 2 * effort.LEVELS["default"].max_points
+    measured = main_arms(bench)
+    by_n = defaultdict(set)
+    for (n, _m), arms in measured.items():
+        by_n[n].add(frozenset(arms))
+    # one set per signature, the same at every point, pooled from the small and large M
+    # favourites (narrowest and widest tile), smaller than the lane's space
+    for n, sets in by_n.items():
+        assert len(sets) == 1, n
+        arms, = sets
+        widths = {LANE.config(a).params["tile_n"] for a in arms if LANE.config(a)}
+        assert len(widths) >= 2
+        assert {"default", "torch"} <= arms
+        assert len(arms) < len(LANE.config_space) + 1
+    again = tmp_path / "again" / "sm90" / "fake.json"
+    build.build_from_log([out.parent / "measurements" / "fake.jsonl"], registry=Registry(),
+                         out=str(again), options=build.BuildOptions(fresh=True, effort="default",
+                                                                    top_k=1),
+                         rankers=(by_size,))
+    assert again.read_bytes() == out.read_bytes()
+
+
+def test_a_level_replayed_from_an_exhaustive_log_uses_only_its_rows(tmp_path, monkeypatch):
+    bench = ScriptedBench()
+    out, exhaustive = live(tmp_path, bench, rankers=(), prune=False)  # every config, every point
+    log = out.parent / "measurements" / "fake.jsonl"
+    total = sum(1 for r in read_logs([log])[1] if r["phase"] == "main")
+    used = []
+
+    class Counting(build.LogSource):
+        def main(self, sig, point, keep):
+            got = super().main(sig, point, keep)
+            used.append((sig.key, point.m, {a.name for a in got.arms}))
+            return got
+
+    monkeypatch.setattr(build, "LogSource", Counting)
+    quick = build.build_from_log([log], registry=Registry(), out=str(tmp_path / "q.json"),
+                                 options=build.BuildOptions(fresh=True, effort="quick", top_k=1),
+                                 rankers=(by_size,))
+    monkeypatch.undo()
+    assert quick.points == 2 * effort.LEVELS["quick"].max_points < exhaustive.points
+    rows = sum(len(arms) for _k, _m, arms in used)
+    assert rows < total
+    for _key, _m, arms in used:
+        assert {"default", "torch"} <= arms
+    # without --effort a replay takes every row, as before
+    full = build.build_from_log([log], registry=Registry(), out=str(tmp_path / "f.json"),
+                                options=build.BuildOptions(fresh=True))
+    assert full.points == exhaustive.points
+
+
+def test_levels_resolve_their_knobs_and_explicit_ones_win():
+    opts = build.BuildOptions(effort="quick").resolved()
+    assert (opts.top_k, opts.max_points) == (effort.LEVELS["quick"].top_k,
+                                             effort.LEVELS["quick"].max_points)
+    assert build.BuildOptions(effort="quick", top_k=7, max_points=5).resolved().top_k == 7
+    assert build.BuildOptions(effort="exhaustive").resolved().prune is False
+    legacy = build.BuildOptions().resolved()
+    assert (legacy.top_k, legacy.max_points, legacy.prune) == (28, 24, True)
+    assert "effort" not in build.BuildOptions().knobs()
+    assert build.BuildOptions(effort="default").knobs()["effort"] == "default"
+    with pytest.raises(ConfigurationError, match="quick, default, exhaustive"):
+        build.BuildOptions(effort="fast").resolved()
+
+
+def test_signature_set_keeps_stand_ins_and_incumbents():
+    fam = fake_family_record()
+    census = build.census_from_widths(fam, "512,256", "16,4096")
+    sig, = build.plan(census, fam, max_points=2)
+    sig = attrs.evolve(sig, points=[attrs.evolve(p, incumbent="n128_k64_s2")
+                                    for p in sig.points])
+    chosen = effort.signature_set(sig, fam, LANE, lambda _p: [c for c in LANE.config_space
+                                                              if c.id != LANE.default_config],
+                                  lambda _p: [LANE.default], (by_size,), 1)
+    ids = {c.id for c in chosen}
+    assert LANE.default_config in ids and "n128_k64_s2" in ids
+    assert len(ids) <= 4
+    every = effort.signature_set(sig, fam, LANE, lambda _p: list(LANE.config_space),
+                                 lambda _p: [], (by_size,), None)
+    assert len(every) == len(LANE.config_space)
+
+
+def test_cli_replays_a_level_from_a_log(tmp_path, cli_runner, register_plugin):
+    register_plugin(FakeFamilyPlugin())
+    bench = ScriptedBench()
+    out, _ = live(tmp_path, bench, rankers=(), prune=False)
+    log = out.parent / "measurements" / "fake.jsonl"
+    res = cli_runner("tune", "build", "--from-log", log, "--effort", "quick", "--fresh",
+                     "--out", tmp_path / "q.json", "--json", "--no-progress")
+    assert res.exit_code == 0, res.output
+    assert json.loads(res.output)["points"] == 2 * effort.LEVELS["quick"].max_points
+    bad = cli_runner("tune", "build", "--from-log", log, "--effort", "fast")
+    assert bad.exit_code == 2 and "fast" in bad.output
