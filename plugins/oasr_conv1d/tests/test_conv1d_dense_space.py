@@ -122,6 +122,13 @@ def test_odd_widths_fall_to_the_element_wise_kernel(lane):
         "ig_b64x64x32_w32x32x32_s2_an_a1x1"}
 
 
+def test_strides_past_the_tma_limit_leave_the_hopper_kernels():
+    strided = problem(512, 512, 16, stride=10, t_in=16000)
+    kinds = {c.params["cutlass"] for c in dense.space(dense.LANE_SM90)
+             if dense.supports(c, strided)}
+    assert kinds == {2}
+
+
 def test_long_windows_leave_the_optimized_iterator():
     long = problem(512, 512, 40, pad=20)
     ok = {c.params["algorithm"] for c in dense.space(dense.LANE_SM80) if dense.supports(c, long)}

@@ -18,7 +18,7 @@ Per problem (:func:`supports`): groups == 1; Cin a multiple of the input access 
 Cout of the output one (CUTLASS's ``can_implement`` checks the same and the launcher answers
 ``kErrShape`` otherwise); the optimized 2.x iterator's 32 filter-tap mask bits; few-channels
 kernels only for inputs of at most :data:`FEW_CHANNELS_MAX` channels; tensors whose bytes fit
-the 2.x kernels' 32-bit offsets.
+the 2.x kernels' 32-bit offsets; strides up to :data:`TMA_MAX_STRIDE` for the 3.x kernels.
 """
 
 from __future__ import annotations
@@ -34,6 +34,9 @@ DEFAULT_ON = {LANE_SM80: lanes.CUTLASS2_DEFAULT_ON, LANE_SM90: lanes.CUTLASS3_AR
 ALIGNMENTS = (1, 2, 4, 8)
 OPTIMIZED_MAX_TAPS = 32
 """Filter taps the 2.x optimized activation iterator's masks hold (``R, S <= 32``)."""
+TMA_MAX_STRIDE = 8
+"""Largest traversal stride of a TMA im2col descriptor (``cuTensorMapEncodeIm2col``'s element
+strides are 1..8): the 3.x kernels' limit."""
 FEW_CHANNELS_MAX = 16
 """Widest input a few-channels kernel is offered: it exists for narrow inputs (raw audio),
 and reading 1..4 channels per access is several times slower than the 16-byte kernels at
@@ -124,6 +127,8 @@ def supports(config: Config, problem: Problem) -> bool:
         return False
     if cin % p["align_in"] or cout % p["align_out"]:
         return False
+    if p["cutlass"] == 3:
+        return stride <= TMA_MAX_STRIDE
     if p["cutlass"] == 2:
         if p["algorithm"] == "optimized" and taps > OPTIMIZED_MAX_TAPS:
             return False

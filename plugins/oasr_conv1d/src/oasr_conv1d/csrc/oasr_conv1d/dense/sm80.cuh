@@ -86,18 +86,8 @@ struct Kernel {
                      {op, Layout::packed(size.output_extent())}, epilogue);
   }
 
-  // Alignment the vector accesses need of each pointer (a null bias passes).
-  static bool pointers_ok(const void* x, const void* w, const void* bias, const void* out) {
-    constexpr int64_t in = AlignIn * int64_t(sizeof(T)), o = AlignOut * int64_t(sizeof(T));
-    return aligned_to(x, in) && aligned_to(w, in) && aligned_to(bias, o) && aligned_to(out, o);
-  }
-
   static int64_t workspace(Geometry const* g) {
-    if (g == nullptr || g->groups != 1) {
-      return -1;
-    }
-    int64_t m = g->batch * g->t_out, k = int64_t(g->c_in) * g->kernel;
-    if (!geometry_ok(*g, m, g->c_out, k)) {
+    if (!dense_geometry_ok(g)) {
       return -1;
     }
     Arguments args = make_args(*g, nullptr, nullptr, nullptr, nullptr, kActNone);
@@ -107,12 +97,11 @@ struct Kernel {
   static int32_t run(CallArgs const* c, Geometry const* g, const void* x, const void* w,
                      const void* bias, void* out, cudaStream_t stream) {
     static PreparedCache<Params> cache;
-    if (!dense_call_ok(c, g) || !pointers_ok(x, w, bias, out)) {
-      return kErrShape;
-    }
-    int dev = current_device();
-    if (dev < 0) {
-      return kErrDevice;
+    int dev = -1;
+    int32_t status = open_call(c, g, x, w, bias, out, AlignIn * int64_t(sizeof(T)),
+                               AlignOut * int64_t(sizeof(T)), &dev);
+    if (status != kOk) {
+      return status;
     }
     auto prepare = [&](Params& params) -> int32_t {
       Arguments args = make_args(*g, x, w, bias, out, c->act);

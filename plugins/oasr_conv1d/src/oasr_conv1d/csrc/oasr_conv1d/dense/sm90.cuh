@@ -110,19 +110,9 @@ struct Kernel {
     return args;
   }
 
-  static bool pointers_ok(const void* x, const void* w, const void* bias, const void* out) {
-    constexpr int64_t bytes = kAlign * int64_t(sizeof(T));
-    return aligned_to(x, bytes) && aligned_to(w, bytes) && aligned_to(bias, bytes) &&
-           aligned_to(out, bytes);
-  }
-
   static int64_t workspace(Geometry const* g) {
-    if (g == nullptr || g->groups != 1) {
-      return -1;
-    }
     int dev = current_device();
-    int64_t m = g->batch * g->t_out, k = int64_t(g->c_in) * g->kernel;
-    if (dev < 0 || !geometry_ok(*g, m, g->c_out, k)) {
+    if (dev < 0 || !dense_geometry_ok(g)) {
       return -1;
     }
     Arguments args = make_args(*g, nullptr, nullptr, nullptr, nullptr, kActNone, dev);
@@ -135,12 +125,11 @@ struct Kernel {
   static int32_t run(CallArgs const* c, Geometry const* g, const void* x, const void* w,
                      const void* bias, void* out, cudaStream_t stream) {
     static PreparedCache<Prepared> cache;
-    if (!dense_call_ok(c, g) || !pointers_ok(x, w, bias, out)) {
-      return kErrShape;
-    }
-    int dev = current_device();
-    if (dev < 0) {
-      return kErrDevice;
+    constexpr int64_t kBytes = kAlign * int64_t(sizeof(T));
+    int dev = -1;
+    int32_t status = open_call(c, g, x, w, bias, out, kBytes, kBytes, &dev);
+    if (status != kOk) {
+      return status;
     }
     auto prepare = [&](Prepared& prep) -> int32_t {
       Arguments args = make_args(*g, x, w, bias, out, c->act, dev);
