@@ -8,17 +8,26 @@
 # and `setup` runs first whatever is asked, so any phase works on a fresh machine.
 #   setup            install .whl/*.whl into .gpu-site (again only when the wheels changed),
 #                    unpack .jit-h200.tgz into .jit-h200, record the GPU (gpu.txt)
-#   prebuild         gemm's sm90 lane whole (or --subset) and scaled_mm's lanes whole, as
-#                    prepare.sh jit makes them (cache hits when the carried cache is complete;
-#                    what is missing compiles here on 16 cores)
-#   gpu-tests        `pytest -m gpu` of both plugins and the integration tests, every sm90
-#                    config (OASR_*_COMPILE_SET=all: the whole-space modules of the cache)
+#   prebuild         gemm's sm90 lane whole (or --subset), scaled_mm's and scaled_mm_fp8's lanes
+#                    whole, as prepare.sh jit makes them (cache hits when the carried cache is
+#                    complete; what is missing compiles here on 16 cores)
+#   gpu-tests        `pytest -m gpu` of both plugins, the integration tests and the build's
+#                    peak-memory test, every sm90 config (OASR_*_COMPILE_SET=all: the
+#                    whole-space modules of the cache)
 #   bench-gemm       benchmarks/gemm_vs_torch.py (--pdl, --bias, --subset, --epilogue)
 #   ncu              Nsight Compute of cuBLAS and oasr kernels at --ncu-shape
 #   bench-scaled-mm  scaled_mm sweep of every tile vs torch, ladder fit, the scaled_mm table
 #                    built from the int8 Conformer censuses with the fitted ladder, served vs torch
 #   build-table      the gemm table rebuilt twice (seeds 0 and 1) from the Conformer censuses,
 #                    exhaustively (or --prune: pruned by the shipped cost model), evaluated
+#   build-speed      benchmarks/build_speed.py: `oasr tune build --effort default` of the reference
+#                    Conformer census and of a 14-signature census (Conformer-L / Zipformer
+#                    widths x 11 sizes), each from its own EMPTY JIT cache under /tmp (never the
+#                    carried one: the compile is counted), then the 14-signature census
+#                    exhaustively on the carried cache (census points, --budget 170 s); wall /
+#                    compile / measure times, regret against the exhaustive logs (the committed
+#                    one for the Conformer) and agreement -> build_speed.md, build_speed.json
+#                    (with the tables), the logs (.jsonl.gz); ~8 min
 #   profile          the measured ArchProfile of the device (h200_profile.json)
 #   served           benchmarks/served_vs_torch.py: the op as served out of the box (tiers, cost
 #                    model, untuned fallback) against F.linear at 11 widths no table covers x 14
@@ -30,6 +39,13 @@
 #                    CUDA graph and eager, and the int8 Conformer against its fp16 self
 #   e2e-tuned        per model: census, `oasr tune build` into a temporary user tier
 #                    (--e2e-budget), e2e again with that tier (whole-space modules)
+#   gpu-tests-fp8    `pytest -m gpu` of the fp8 plugin: every tile of both lanes, both ops, the
+#                    numerics bound, graphs, torch.compile, the quantizer, the unquantized route
+#   bench-fp8        the scaled_mm_fp8 table built from the fp8 Conformer censuses with its
+#                    measurement log (what db/sm90/scaled_mm_fp8.json ships), its offline replay
+#                    (--from-log --fresh) cmp'd, then benchmarks/fp8_vs_torch.py served from it
+#   e2e-fp8          benchmarks/e2e.py: the fp8 Conformer against its bf16 self, out of the box
+#                    (heuristic) and, when bench-fp8 ran on this machine, with its table
 # Options:
 #   --pdl on|off|both   programmatic dependent launch for bench-gemm and engine (default: both
 #                       for bench-gemm, on for engine)
@@ -80,7 +96,8 @@ case "$EPILOGUE" in plain|fused|both) ;; *) die "--epilogue $EPILOGUE is not pla
 [[ "$E2E_BUDGET" =~ ^[1-9][0-9]*$ ]] || die "--e2e-budget $E2E_BUDGET is not a positive number of seconds"
 for phase in "${PHASES[@]}"; do
   case "$phase" in
-    setup|prebuild|gpu-tests|bench-gemm|ncu|bench-scaled-mm|build-table|profile|served|engine|e2e|e2e-tuned) ;;
+    setup|prebuild|gpu-tests|bench-gemm|ncu|bench-scaled-mm|build-table|build-speed|profile|served|engine|e2e|e2e-tuned) ;;
+    gpu-tests-fp8|bench-fp8|e2e-fp8) ;;
     *) die "unknown phase $phase (see --help)" ;;
   esac
 done
@@ -93,6 +110,8 @@ GEMM_CENSUS=(--census benchmarks/census/conformer_offline.json
              --census benchmarks/census/conformer_streaming.json)
 INT8_CENSUS=(--census benchmarks/census/conformer_offline_int8.json
              --census benchmarks/census/conformer_streaming_int8.json)
+FP8_CENSUS=(--census benchmarks/census/conformer_offline_fp8.json
+            --census benchmarks/census/conformer_streaming_fp8.json)
 T0=$(date +%s)
 el() { echo "[$(($(date +%s) - T0)) s] $*"; }
 oasr() { python3 -m oasr_core.cli "$@"; }
@@ -128,6 +147,67 @@ phase_prebuild() {
   timeout 300 python3 -m oasr_core.cli tune prebuild --family scaled_mm --arch 9.0a --all \
     --jobs 16 --json > "$dir/prebuild_scaled_mm.json" 2>&1
   echo "scaled_mm prebuild rc=$?"; tail -c 400 "$dir/prebuild_scaled_mm.json"; echo
+  prebuild_fp8 "$dir"
+}
+
+prebuild_fp8() {
+  timeout 400 python3 -m oasr_core.cli tune prebuild --family scaled_mm_fp8 --arch 9.0a --all \
+    --jobs 16 --json > "$1/prebuild_scaled_mm_fp8.json" 2>&1
+  echo "scaled_mm_fp8 prebuild rc=$?"; tail -c 400 "$1/prebuild_scaled_mm_fp8.json"; echo
+}
+
+phase_gpu_tests_fp8() {
+  local dir=$1
+  prebuild_fp8 "$dir"
+  el "GPU tests of the fp8 plugin: every config of both lanes on sm90"
+  OASR_SCALED_MM_FP8_COMPILE_SET=all OASR_TUNE_SYSTEM_DB=off \
+    timeout 540 python3 -m pytest -m gpu plugins/oasr_scaled_mm_fp8/tests -q -rs -s \
+    -p no:cacheprovider 2>&1 | tee "$dir/gpu_tests_fp8.log" | tail -15
+}
+
+phase_bench_fp8() {
+  local dir=$1
+  prebuild_fp8 "$dir"
+  el "scaled_mm_fp8 table from the fp8 Conformer censuses (every tile, torch, unquantized)"
+  OASR_TUNE_SYSTEM_DB=off timeout 400 python3 -m oasr_core.cli tune build \
+    --family scaled_mm_fp8 "${FP8_CENSUS[@]}" --thin --max-points 14 --no-progress --fresh \
+    --out "$dir/scaled_mm_fp8.json" --log "$dir/scaled_mm_fp8.jsonl" \
+    --checkpoint /tmp/oasr_ck_fp8.jsonl 2>&1 | tail -8
+  el "offline replay of the log"
+  python3 -m oasr_core.cli tune build --from-log "$dir/scaled_mm_fp8.jsonl" \
+    --family scaled_mm_fp8 --thin --max-points 14 --fresh --out /tmp/oasr_fp8_replay.json \
+    2>&1 | tail -2
+  if cmp /tmp/oasr_fp8_replay.json "$dir/scaled_mm_fp8.json"; then
+    echo "  replay: byte-identical"
+  else
+    echo "  replay: DIFFERS from the build"
+  fi
+  el "fp8_vs_torch: every tile and the served linear against torch._scaled_mm and bf16"
+  timeout 540 python3 benchmarks/fp8_vs_torch.py --db "$dir/scaled_mm_fp8.json" \
+    --out "$dir/h200_fp8.md" > "$dir/fp8_vs_torch.log" 2>&1
+  echo "  rc=$?"; sed -n '/^## Against the goals/,$p' "$dir/h200_fp8.md" 2>/dev/null
+  tail -3 "$dir/fp8_vs_torch.log"
+  rm -f "$dir/fp8_vs_torch.log"
+  tidy "$dir"
+}
+
+phase_e2e_fp8() {
+  local dir=$1 user table=$OUT/bench-fp8/scaled_mm_fp8.json
+  el "production modules of gemm and scaled_mm_fp8"
+  timeout 540 python3 -m oasr_core.cli tune prebuild --family gemm --family scaled_mm_fp8 \
+    --arch 9.0a --jobs 16 --json > "$dir/prebuild.json" 2>&1
+  echo "  prebuild rc=$?"
+  e2e_run "$dir" h200_e2e_conformer_fp8 --workload conformer --batch 8 --frames 1024 \
+    --dtype bf16 --quantization fp8_w8a8
+  if [ -f "$table" ]; then
+    user=$(mktemp -d /tmp/oasr-fp8-user.XXXXXX)
+    mkdir -p "$user/sm90" && cp "$table" "$user/sm90/scaled_mm_fp8.json"
+    OASR_TUNE_USER_DB=$user OASR_SCALED_MM_FP8_COMPILE_SET=all e2e_run "$dir" \
+      h200_e2e_conformer_fp8_tuned --workload conformer --batch 8 --frames 1024 --dtype bf16 \
+      --quantization fp8_w8a8
+    rm -rf "$user"
+  fi
+  rm -f "$dir"/*.log
 }
 
 phase_gpu_tests() {
@@ -135,7 +215,7 @@ phase_gpu_tests() {
   el "GPU tests: every sm90 config of both plugins, graphs, PDL chains, autotune"
   OASR_GEMM_COMPILE_SET=all OASR_SCALED_MM_COMPILE_SET=all OASR_TUNE_SYSTEM_DB=off \
     timeout 540 python3 -m pytest -m gpu plugins/oasr_gemm/tests plugins/oasr_scaled_mm/tests \
-    tests/test_integration_autotune_gpu.py -q -p no:cacheprovider 2>&1 \
+    tests/test_integration_autotune_gpu.py tests/test_build_speed_memory_gpu.py -q -p no:cacheprovider 2>&1 \
     | tee "$dir/gpu_tests.log" | tail -12
 }
 
@@ -207,6 +287,17 @@ phase_build_table() {
     --db a="$dir/gemm_a.json" --db b="$dir/gemm_b.json" > "$dir/evaluate.txt" 2>&1
   head -12 "$dir/evaluate.txt"
   gzip -9f "$dir/gemm_b.jsonl"
+  tidy "$dir"
+}
+
+phase_build_speed() {
+  local dir=$1 scratch
+  scratch=$(mktemp -d /tmp/oasr-build-speed.XXXXXX)
+  el "build-speed: default builds from empty JIT caches in $scratch, the exhaustive one on $OASR_JIT_DIR"
+  timeout 570 python3 benchmarks/build_speed.py run --out-dir "$dir" --fresh-jit "$scratch" \
+    2>&1 | grep -E "^\[build_speed\]|^\| |FAIL|Error" | head -40
+  gzip -9f "$dir"/*.jsonl
+  rm -rf "$scratch"
   tidy "$dir"
 }
 
