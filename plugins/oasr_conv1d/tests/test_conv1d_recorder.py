@@ -25,7 +25,7 @@ def test_nn_conv1d_is_recorded_with_its_exact_point():
     (call, n), = calls.items()
     assert n == 1 and call.family == "conv1d" and call.op == "conv1d"
     assert dict(call.dims) == dict(zip(DIMS, (80, 512, 3, 2, 1, 1, 1)))
-    assert (call.m, call.batch, call.point) == (8 * 1500, 8, "8x3000")
+    assert (call.m, call.batch, call.point) == (8 * 1500, 1, "8x3000")
     assert call.flops == 2 * 8 * 1500 * 512 * 80 * 3
 
 
@@ -64,7 +64,7 @@ def test_string_padding_and_odd_inputs():
     assert recorder.record_f_conv1d(torch.empty(1, 16, 10, device="meta"), even,
                                     padding="same") is None
     unbatched = recorder.record_f_conv1d(torch.empty(16, 10, device="meta"), w)
-    assert unbatched.batch == 1 and unbatched.m == 8
+    assert unbatched.point == "1x10" and unbatched.m == 8
     int8 = torch.empty(1, 16, 10, dtype=torch.int8, device="meta")
     assert recorder.record_f_conv1d(int8, w) is None
     assert recorder.record_conv1d_activation(torch.empty(1, 10, 16, device="meta"), w, None,

@@ -5,7 +5,8 @@
 or unbatched ``(Cin, T)``) and the family's own ops on channels-last ``(B, T, Cin)`` data
 (``oasr_conv1d.ops.conv1d``, ``conv1d_activation``). Each call is filed under op ``conv1d``
 or ``conv1d_<activation>`` with dims ``(Cin, Cout, k, stride, pad, dil, groups)``,
-``m = B * T_out``, ``batch = B`` and the exact point ``"<B>x<T_in>"``. A call with string
+``m = B * T_out`` and the exact point ``"<B>x<T_in>"`` (``batch`` stays 1: it counts
+independent problems of a batched GEMM, and B is already in ``m`` and the point). A call with string
 padding is filed with torch's equivalent integer padding when it has one (``"valid"`` is 0;
 ``"same"`` at an odd span); otherwise it is not the family's. Only floating-point operands
 are recorded (an fp32 CPU probe is recorded as the deployment dtype by the census).
@@ -58,7 +59,7 @@ def conv_call(op: str, dtype: Any, batch: int, t_in: int, cin: int, weight: Any,
     m = batch * t_out
     return Call(family=FAMILY, op=op, dtype=dt,
                 dims=tuple(zip(DIMS, (cin, cout, k, stride, padding, dilation, groups))),
-                m=m, batch=batch, point=f"{batch}x{t_in}",
+                m=m, point=f"{batch}x{t_in}",
                 elements=batch * t_in * cin + cout * cpg * k + m * cout,
                 flops=2 * m * cout * cpg * k, weight_elements=cout * cpg * k)
 
