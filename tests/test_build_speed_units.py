@@ -1,0 +1,30 @@
+"""The gemm lane's build modules (``Lane.bench_modules``): a module of both dtypes reuses the
+whole-space and production modules' objects (one JIT cache serves all three); a module of the
+measured dtype alone compiles other objects, with half the kernels."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH")
+
+
+def test_bench_modules_share_objects_with_the_whole_space_unless_one_dtype():
+    from oasr_gemm import jit
+    from oasr_gemm.config_space import LANE_SM90
+
+    from oasr_core.jit.spec import plan
+    from oasr_core.runtime import get_runtime
+
+    lane = get_runtime().registry.lane(LANE_SM90)
+    configs = [lane.default, lane.config("pp_128x128x64_c1x1")]
+    both = plan(lane.bench_modules.spec("sm90", configs))
+    whole = {u.unit.name: u.key for u in plan(jit.full_spec(LANE_SM90, "sm90")).units}
+    assert {u.unit.name: u.key for u in both.units} == {
+        c.params["unit"]: whole[c.params["unit"]] for c in configs}
+    half = plan(lane.bench_modules.spec("sm90", configs, ("fp16",)))
+    assert not {u.key for u in half.units} & set(whole.values())
+    assert all("bfloat16" not in u.text and "half_t" in u.text for u in half.units)
+    assert both.spec.name == half.spec.name == "gemm_sm90_wgmma_bench"
