@@ -76,9 +76,11 @@ class Modules:
 
     def __init__(self) -> None:
         self.installed: list[tuple[str, ...]] = []
+        self.dtypes: set = set()
         self.resets = 0
 
     def spec(self, arch, configs, dtypes=None):
+        self.dtypes.add(dtypes)
         return tuple(c.params.get("unit", c.id) for c in configs)
 
     def install(self, arch, configs, dtypes=None):
@@ -166,6 +168,7 @@ def test_a_pruned_live_build_compiles_only_its_sets_heaviest_first(tmp_path):
     assert measured - {"default", "torch"} <= installed
     assert len(set(compiler.compiled)) == len(compiler.compiled)  # each unit once
     assert modules.resets == 1
+    assert modules.dtypes == {("fp16",)}  # the default level compiles the measured dtype
     assert any(m.startswith("compile: ") for m in result.messages)
 
 

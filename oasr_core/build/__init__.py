@@ -232,6 +232,14 @@ def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Pa
         if queue is not None:
             queue.close()
     notes = [*census.skipped, *result.messages, *([queue.note()] if queue is not None else [])]
+    if queue is not None and sets is not None and lvl is not None and lvl.measured_dtypes:
+        named = {c for e in result.entries.values() if e is not None for c in e.choices()
+                 if lane.config(c) is not None}
+        if named:
+            notes.append(f"the build compiled {', '.join(sorted({s.dtype for s in signatures}))} "
+                         f"kernels only: the production module compiles the {len(named)} "
+                         "config(s) the table names in full on first use; `oasr tune "
+                         "prebuild` compiles them now")
     return attrs.evolve(result, messages=tuple(notes))
 
 
