@@ -46,6 +46,13 @@
 #                    (--from-log --fresh) cmp'd, then benchmarks/fp8_vs_torch.py served from it
 #   e2e-fp8          benchmarks/e2e.py: the fp8 Conformer against its bf16 self, out of the box
 #                    (heuristic) and, when bench-fp8 ran on this machine, with its table
+#   conv1d           the conv1d family: both sm90 modules prebuilt (sm90_conv1d, sm80_conv1d whole),
+#                    `pytest -m gpu plugins/oasr_conv1d` (gpu_tests_conv1d.log), the conv1d table
+#                    built from the conv censuses (conv1d.json, conv1d.jsonl) and its offline
+#                    replay cmp'd; ~8 min
+#   bench-conv1d     benchmarks/conv1d_vs_torch.py: every config and the served op against torch
+#                    at the Conformer / Whisper / wav2vec2 shapes and a sweep (conv1d_vs_torch*.md,
+#                    .jsonl), out of the box and served from the conv1d phase's table; ~9 min
 # Options:
 #   --pdl on|off|both   programmatic dependent launch for bench-gemm and engine (default: both
 #                       for bench-gemm, on for engine)
@@ -97,7 +104,7 @@ case "$EPILOGUE" in plain|fused|both) ;; *) die "--epilogue $EPILOGUE is not pla
 for phase in "${PHASES[@]}"; do
   case "$phase" in
     setup|prebuild|gpu-tests|bench-gemm|ncu|bench-scaled-mm|build-table|build-speed|profile|served|engine|e2e|e2e-tuned) ;;
-    gpu-tests-fp8|bench-fp8|e2e-fp8) ;;
+    gpu-tests-fp8|bench-fp8|e2e-fp8|conv1d|bench-conv1d) ;;
     *) die "unknown phase $phase (see --help)" ;;
   esac
 done
@@ -112,6 +119,10 @@ INT8_CENSUS=(--census benchmarks/census/conformer_offline_int8.json
              --census benchmarks/census/conformer_streaming_int8.json)
 FP8_CENSUS=(--census benchmarks/census/conformer_offline_fp8.json
             --census benchmarks/census/conformer_streaming_fp8.json)
+CONV_CENSUS=(--census benchmarks/census/conformer_offline_conv.json
+             --census benchmarks/census/conformer_streaming_conv.json
+             --census benchmarks/census/whisper_encoder_offline_conv.json
+             --census benchmarks/census/whisper_encoder_small_batch_conv.json)
 T0=$(date +%s)
 el() { echo "[$(($(date +%s) - T0)) s] $*"; }
 oasr() { python3 -m oasr_core.cli "$@"; }
@@ -383,6 +394,55 @@ phase_e2e_tuned() {
   # production module would link them after a rebuild).
   OASR_TUNE_USER_DB=$user OASR_GEMM_COMPILE_SET=all e2e_models "$dir" _tuned
   rm -rf "$user" "$dir"/*.log
+  tidy "$dir"
+}
+
+prebuild_conv1d() {
+  el "conv1d: whole-space modules of both lanes on sm90"
+  timeout 400 python3 benchmarks/conv1d_vs_torch.py --prebuild-only --lanes sm90_conv1d,sm80_conv1d \
+    --jobs 16 > "$1/prebuild_conv1d.log" 2>&1
+  echo "  rc=$?"; tail -4 "$1/prebuild_conv1d.log"
+}
+
+phase_conv1d() {
+  local dir=$1
+  prebuild_conv1d "$dir"
+  el "GPU tests of the conv1d plugin (every depthwise config, ops, graphs, torch.compile)"
+  OASR_TUNE_SYSTEM_DB=off timeout 540 python3 -m pytest -m gpu plugins/oasr_conv1d/tests -q -rs \
+    -p no:cacheprovider 2>&1 | tee "$dir/gpu_tests_conv1d.log" | tail -15
+  el "conv1d table from the conv censuses (Conformer depthwise, Whisper front end)"
+  OASR_TUNE_SYSTEM_DB=off timeout 500 python3 -m oasr_core.cli tune build --family conv1d \
+    "${CONV_CENSUS[@]}" --thin --max-points 14 --no-progress --fresh --out "$dir/conv1d.json" \
+    --log "$dir/conv1d.jsonl" --checkpoint /tmp/oasr_ck_conv1d.jsonl 2>&1 | tail -8
+  el "offline replay of the log"
+  python3 -m oasr_core.cli tune build --from-log "$dir/conv1d.jsonl" --family conv1d --thin \
+    --max-points 14 --fresh --out /tmp/oasr_conv1d_replay.json 2>&1 | tail -2
+  if cmp /tmp/oasr_conv1d_replay.json "$dir/conv1d.json"; then
+    echo "  replay: byte-identical"
+  else
+    echo "  replay: DIFFERS from the build"
+  fi
+  tidy "$dir"
+}
+
+phase_bench_conv1d() {
+  local dir=$1 user table=$OUT/conv1d/conv1d.json
+  prebuild_conv1d "$dir"
+  el "conv1d_vs_torch out of the box (served = torch where no table covers a shape)"
+  OASR_TUNE_SYSTEM_DB=off timeout 280 python3 benchmarks/conv1d_vs_torch.py --sets conformer,whisper \
+    --out "$dir/conv1d_vs_torch.md" > "$dir/conv1d_vs_torch.log" 2>&1
+  echo "  rc=$?"; sed -n '/^## Summary/,/^## Points/p' "$dir/conv1d_vs_torch.md" 2>/dev/null
+  if [ -f "$table" ]; then
+    user=$(mktemp -d /tmp/oasr-conv1d-user.XXXXXX)
+    mkdir -p "$user/sm90" && cp "$table" "$user/sm90/conv1d.json"
+    el "conv1d_vs_torch served from the conv1d phase's table"
+    OASR_TUNE_USER_DB=$user OASR_TUNE_SYSTEM_DB=off timeout 280 python3 benchmarks/conv1d_vs_torch.py \
+      --sets conformer,whisper,wav2vec2,sweep --reps 5 --out "$dir/conv1d_vs_torch_tuned.md" \
+      > "$dir/conv1d_vs_torch_tuned.log" 2>&1
+    echo "  rc=$?"; sed -n '/^## Summary/,/^## Points/p' "$dir/conv1d_vs_torch_tuned.md" 2>/dev/null
+    rm -rf "$user"
+  fi
+  tail -3 "$dir"/conv1d_vs_torch*.log; rm -f "$dir"/conv1d_vs_torch*.log
   tidy "$dir"
 }
 
