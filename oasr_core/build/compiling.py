@@ -116,6 +116,14 @@ class CompileItem:
     """The module's ``JitSpec`` (made in the builder thread)."""
     install: Callable[[], str | None] | None = None
     """Makes ``make_bench`` measure from the module; None or why it could not."""
+    units: tuple[str, ...] | None = attrs.field(default=None)
+    """The module's compile units (None: those of ``configs``), for progress."""
+
+    def unit_names(self) -> tuple[str, ...]:
+        """The compile units progress counts for this module."""
+        if self.units is not None:
+            return self.units
+        return tuple(dict.fromkeys(c.params.get("unit", c.id) for c in self.configs))
 
 
 class CompileQueue:
@@ -148,8 +156,7 @@ class CompileQueue:
 
     def units(self) -> list[str]:
         """The distinct compile units of every item (what the progress counts)."""
-        return list(dict.fromkeys(c.params.get("unit", c.id) for item in self.items
-                                  for c in item.configs))
+        return list(dict.fromkeys(u for item in self.items for u in item.unit_names()))
 
     def _count(self, name: str, outcome: str) -> None:
         with self._lock:
@@ -175,8 +182,8 @@ class CompileQueue:
             report = self._build(item.spec(), priority,
                                  lambda name, status: self._on_unit(name, status, cached))
         except Exception as exc:  # noqa: BLE001 - a toolchain problem fails this module only
-            for c in item.configs:
-                self._count(c.params.get("unit", c.id), "failed")
+            for name in item.unit_names():
+                self._count(name, "failed")
             return Compiled(item.key, item.configs, "failed", f"{type(exc).__name__}: {exc}",
                             seconds=self._clock() - started)
         for name, unit in report.units.items():
@@ -273,9 +280,13 @@ def plan_compile(lane: Lane, arch: str, signatures: Sequence[Any],
                 for key, configs in sets if key not in done and configs]
     if lane.jit_specs is None or all(s.key in done for s in signatures):
         return []
-    specs = list(lane.jit_specs(arch, "all"))
-    return [CompileItem("*" if i == 0 else f"*{i}", lane.config_space if i == 0 else (),
-                        spec=lambda sp=sp: sp) for i, sp in enumerate(specs)]
+    try:
+        specs = list(lane.jit_specs(arch, "all"))
+    except Exception:  # noqa: BLE001 - make_bench then loads (and reports) the module itself
+        return []
+    return [CompileItem("*" if i == 0 else f"*{i}", (), spec=lambda sp=sp: sp,
+                        units=tuple(getattr(u, "name", str(u)) for u in getattr(sp, "units", sp)))
+            for i, sp in enumerate(specs)]
 
 
 def start(items: Sequence[CompileItem], *, compiler: Builder | None = None,
@@ -288,7 +299,8 @@ def start(items: Sequence[CompileItem], *, compiler: Builder | None = None,
         return None
     from oasr_core.jit.builder import default_jobs
 
-    jobs = jobs or default_jobs()
+    # One core stays with the measuring thread while signatures compile behind it.
+    jobs = jobs or max(1, default_jobs() - (1 if len(items) > 1 else 0))
     build = compiler or jit_builder(PriorityGate(jobs), jobs)
     stack = contextlib.ExitStack()
     tracker = None
@@ -296,8 +308,7 @@ def start(items: Sequence[CompileItem], *, compiler: Builder | None = None,
     if mode is not None:
         from oasr_core.progress import ProgressMode, track
 
-        queue_units = len(dict.fromkeys(c.params.get("unit", c.id) for i in items
-                                        for c in i.configs))
+        queue_units = len(dict.fromkeys(u for i in items for u in i.unit_names()))
         shown = ProgressMode.LINES if mode is ProgressMode.BAR else mode
         tracker = stack.enter_context(track("units compiled", queue_units, shown))
     queue = CompileQueue(items, build, tracker)
