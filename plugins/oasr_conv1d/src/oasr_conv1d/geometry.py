@@ -57,6 +57,16 @@ WORKSPACE_ARGTYPES = [ctypes.POINTER(Geometry), ctypes.c_int32]
 """ctypes argument types of a unit's ``<symbol>_workspace`` query."""
 
 
+ABI_UNIT = dict(
+    operands="const oasr_conv1d::Geometry* geo, const void* x, const void* w, "
+             "const void* bias, void* out",
+    run="run(c, geo, x, w, bias, out, static_cast<cudaStream_t>(stream))",
+    workspace_params="const oasr_conv1d::Geometry* geo, int32_t dtype",
+    workspace_switch="dtype", workspace="workspace(geo)")
+"""The family ABI's part of :func:`oasr_core.jit.kit.c_abi_unit`'s arguments: a unit's kernel
+types provide ``static run(call, geo, x, w, bias, out, stream)`` and ``static workspace(geo)``."""
+
+
 def out_length(t_in: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
     """torch's output length of a 1-D convolution; 0 when the window does not fit."""
     span = dilation * (kernel - 1) + 1

@@ -18,7 +18,7 @@ from collections.abc import Sequence
 from oasr_core.jit import kit
 from oasr_core.types import Config
 
-from oasr_conv1d.geometry import DTYPE_CODE, LANE_SM80, LANE_SM90
+from oasr_conv1d.geometry import ABI_UNIT, DTYPE_CODE, LANE_SM80, LANE_SM90
 
 DTYPES = ("fp16", "bf16")
 _CODE = DTYPE_CODE
@@ -50,11 +50,7 @@ def unit_source(config: Config, dtypes: Sequence[str] = DTYPES) -> str:
               f"({', '.join(dtypes)})",
         generator="oasr_conv1d.depthwise.codegen", header=HEADER,
         kernels={_CODE[d]: kernel_type(config, d) for d in dtypes}, symbol=symbol(config),
-        operands="const oasr_conv1d::Geometry* geo, const void* x, const void* w, "
-                 "const void* bias, void* out",
-        run="run(c, geo, x, w, bias, out, static_cast<cudaStream_t>(stream))",
-        workspace_params="const oasr_conv1d::Geometry* geo, int32_t dtype",
-        workspace_switch="dtype", workspace="workspace(geo)")
+        **ABI_UNIT)
 
 
 def translation_unit(config: Config, dtypes: Sequence[str] = DTYPES):
