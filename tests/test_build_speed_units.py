@@ -28,3 +28,26 @@ def test_bench_modules_share_objects_with_the_whole_space_unless_one_dtype():
     assert not {u.key for u in half.units} & set(whole.values())
     assert all("bfloat16" not in u.text and "half_t" in u.text for u in half.units)
     assert both.spec.name == half.spec.name == "gemm_sm90_wgmma_bench"
+
+
+def test_a_cached_production_object_is_reused_instead_of_a_one_dtype_unit(tmp_path,
+                                                                          monkeypatch):
+    from oasr_gemm import jit
+    from oasr_gemm.config_space import LANE_SM90
+
+    from oasr_core.jit import cache
+    from oasr_core.jit.spec import plan
+    from oasr_core.runtime import get_runtime
+
+    monkeypatch.setenv("OASR_JIT_DIR", str(tmp_path / "jit"))
+    monkeypatch.setattr(jit, "_BENCH_DTYPES", {})
+    lane = get_runtime().registry.lane(LANE_SM90)
+    prebuilt, fresh = lane.default, lane.config("pp_128x128x64_c1x1")
+    key = plan(jit.module_spec(LANE_SM90, "sm90", [prebuilt])).units[0].key
+    obj = cache.object_path(cache.cache_dir(), key)
+    obj.parent.mkdir(parents=True)
+    obj.write_bytes(b"\0")  # stands for the production object a prebuild left
+    units = {u.unit.name: u for u in plan(lane.bench_modules.spec("sm90", [prebuilt, fresh],
+                                                                  ("fp16",))).units}
+    assert units[prebuilt.params["unit"]].key == key  # reused: nothing to compile
+    assert "bfloat16" not in units[fresh.params["unit"]].text  # compiled for fp16 only

@@ -45,9 +45,10 @@ class Effort:
     stage_rounds: tuple[int, ...] = attrs.field(converter=tuple)
     """Rounds per halving stage of the bench protocol."""
     measured_dtypes: bool = False
-    """Compile only the dtypes the build measures (half a gemm unit's kernels). Those
-    objects are not the production module's, which then compiles the configs the new table
-    references on first load; False: the build's objects are the production ones."""
+    """Compile only the dtypes the build measures (half a gemm unit's kernels) for units
+    whose production object is not cached yet. Those objects are not the production
+    module's, which then compiles the configs the new table references on first load; False:
+    the build's objects are the production ones."""
     description: str = ""
 
 
