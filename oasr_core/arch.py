@@ -227,9 +227,11 @@ def cache_path(sku: str, sms: int) -> Path | None:
 
 
 def _read_cache(path: Path, queried: Mapping[str, Any]) -> ArchProfile | None:
+    from oasr_core.database.codec import read_document
+
     try:
-        raw = json.loads(path.read_text())
-        if raw.get("protocol") != PROTOCOL:
+        raw = read_document(path, error=ConfigurationError)
+        if not isinstance(raw, dict) or raw.get("protocol") != PROTOCOL:
             return None
         profile = ArchProfile.from_json(raw)
     except (OSError, ValueError, ConfigurationError):

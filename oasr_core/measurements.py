@@ -123,21 +123,17 @@ def _dumps(row: Mapping[str, Any]) -> str:
 
 
 def read_jsonl(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], int]:
-    """The JSON objects of a JSONL file and how many lines were unreadable (torn, garbage)."""
+    """The JSON objects of a JSONL file and how many lines were unreadable (torn, garbage,
+    not an object); read through :func:`oasr_core.database.codec.parse_lines`, so with the
+    size and depth guards of every oasr reader."""
+    from oasr_core.database.codec import parse_lines
+
     rows, bad = [], 0
-    with open(path, encoding="utf-8") as handle:
-        for line in handle:
-            if not line.strip():
-                continue
-            try:
-                value = json.loads(line)
-            except ValueError:
-                bad += 1
-                continue
-            if isinstance(value, dict):
-                rows.append(value)
-            else:
-                bad += 1
+    for _, value in parse_lines(path):
+        if isinstance(value, dict):
+            rows.append(value)
+        else:
+            bad += 1
     return rows, bad
 
 

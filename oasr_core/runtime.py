@@ -144,7 +144,7 @@ class Runtime:
             if path is None or not path.exists():
                 continue
             try:
-                files[tier] = database.load_tuning_file(path, family=family, arch=arch, lanes=lanes)
+                files[tier] = database.open_tuning_file(path, family=family, arch=arch, lanes=lanes)
             except DatabaseError as exc:
                 problems.append(f"{tier} tier skipped: {exc}")
                 self.warn_once(f"skip:{path}:{self.epoch}",
@@ -173,11 +173,7 @@ class Runtime:
         for tf in (tiers.user, tiers.system):
             if tf is None:
                 continue
-            used = set(tf.coverage_basis)
-            for entry in tf.entries.values():
-                used.update(c for _, c in entry.regions)
-                used.update(entry.points.values())
-            ids.update(c for c in used if c in tf.configs and tf.configs[c].lane == lane)
+            ids.update(c for c in tf.referenced_configs() if tf.configs[c].lane == lane)
         return frozenset(ids)
 
     def count(self, family: str, op: str, tier: Tier) -> None:

@@ -31,7 +31,7 @@ from typing import Any
 
 import attrs
 
-from oasr_core.errors import ConfigurationError, UnknownFamilyError
+from oasr_core.errors import ConfigurationError, DatabaseError, UnknownFamilyError
 from oasr_core.kit.epoch import EpochMemo
 from oasr_core.types import Config, Family, Lane, Problem, Selection, Sentinel, Tier
 
@@ -211,7 +211,12 @@ def _from_file(rt, fam: Family, lane: Lane, tier: Tier, tf, problem: Problem) ->
         from oasr_core.database import signature_key
 
         key = signature_key(fam, problem.op, dt, dims)
-        entry = tf.entries.get(key)
+        try:
+            entry = tf.entries.get(key)
+        except DatabaseError as exc:  # a lazily read entry that is malformed
+            rt.warn_once(f"{tier.value}:entry:{exc}", f"oasr: {tier.value} tier entry skipped: "
+                         f"{exc}; the next tier serves")
+            continue
         if entry is None:
             continue
         choice_id = entry.lookup(problem.m, problem.point)

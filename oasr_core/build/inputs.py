@@ -30,11 +30,9 @@ those points (no fill) and its entry serves them by point (see :mod:`oasr_core.b
 
 from __future__ import annotations
 
-import json
 import math
 import os
 from collections.abc import Iterable, Mapping, Sequence
-from pathlib import Path
 from typing import Any
 
 import attrs
@@ -102,13 +100,10 @@ def normalise_dtype(dtype: str) -> str:
 
 
 def _read_raw(path: str | os.PathLike[str]) -> dict[str, Any]:
+    from oasr_core.database.codec import read_document
+
     origin = str(path)
-    try:
-        raw = json.loads(Path(path).read_text(encoding="utf-8"))
-    except OSError as exc:
-        raise ConfigurationError(f"{origin}: cannot read ({exc.strerror or exc})") from None
-    except ValueError as exc:
-        raise ConfigurationError(f"{origin}: not JSON ({exc})") from None
+    raw = read_document(path, error=ConfigurationError)
     if not isinstance(raw, dict) or not isinstance(raw.get("points"), list):
         raise ConfigurationError(f"{origin}: expected an object with a 'points' list")
     return raw

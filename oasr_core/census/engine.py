@@ -19,7 +19,6 @@ cohort of active streams by one chunk at a padded width. :func:`engine_keys` enu
 from __future__ import annotations
 
 import enum
-import json
 import math
 import wave
 from collections.abc import Mapping, Sequence
@@ -216,9 +215,11 @@ def parse_concurrency(text: str) -> dict[int, float]:
     path = Path(text)
     where = f"--concurrency {text!r}"
     if path.is_file():
+        from oasr_core.database.codec import read_document
+
         try:
-            raw = json.loads(path.read_text())
-        except (OSError, ValueError) as exc:
+            raw = read_document(path, error=ConfigurationError)
+        except ConfigurationError as exc:
             raise ConfigurationError(f"{where}: cannot read ({exc})") from None
         if not isinstance(raw, dict):
             raise ConfigurationError(f"{where}: expected a JSON object of streams -> weight")
@@ -248,6 +249,9 @@ def read_manifest(path: Path, *, audio_root: Path | None = None) -> tuple[float,
     library, other formats with ``soundfile`` when installed. Any bad line is a
     :class:`ManifestError` naming ``file:line``.
     """
+    from oasr_core.database.codec import parse_text
+    from oasr_core.errors import DatabaseError
+
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:
@@ -259,9 +263,10 @@ def read_manifest(path: Path, *, audio_root: Path | None = None) -> tuple[float,
             continue
         where = f"{path}:{number}"
         try:
-            item = json.loads(line)
-        except ValueError as exc:
-            raise ManifestError(f"{where}: not a JSON object ({exc})") from None
+            item = parse_text(line.encode("utf-8", "surrogatepass"), origin=where)
+        except DatabaseError as exc:
+            raise ManifestError(f"{where}: not a JSON object "
+                                f"({str(exc).removeprefix(where + ': ')})") from None
         if not isinstance(item, dict):
             raise ManifestError(f"{where}: not a JSON object")
         durations.append(_duration(item, root, where))

@@ -32,7 +32,6 @@ Rows pinned at the memory floor carry no information about ``a`` or ``b`` and ar
 
 from __future__ import annotations
 
-import json
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -89,11 +88,13 @@ class DesignRow:
 
 
 def read_log(path: str | Path) -> Iterator[dict[str, Any]]:
-    """The rows of a JSONL measurement log (blank lines skipped)."""
-    with open(path) as fh:
-        for line in fh:
-            if line.strip():
-                yield json.loads(line)
+    """The rows of a JSONL measurement log (blank and unreadable lines skipped), read with
+    the guards of every oasr reader (:func:`oasr_core.database.codec.parse_lines`)."""
+    from oasr_core.database.codec import parse_lines
+
+    for _, value in parse_lines(path):
+        if isinstance(value, dict):
+            yield value
 
 
 def _dims(raw: Mapping[str, Any]) -> tuple[int, int]:

@@ -86,7 +86,8 @@ class Knobs:
         fields = {a.name: a for a in attrs.fields(cls)}
         unknown = set(raw) - set(fields)
         if unknown:
-            raise ConfigurationError(f"cost model knobs: unknown {', '.join(sorted(map(str, unknown)))}")
+            names = ", ".join(sorted(map(str, unknown)))
+            raise ConfigurationError(f"cost model knobs: unknown {names}")
         values = {}
         for name, value in raw.items():
             integral = isinstance(fields[name].default, int)

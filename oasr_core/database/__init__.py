@@ -13,7 +13,13 @@ from __future__ import annotations
 
 from .diff import describe_choices, diff_files
 from .keys import SignatureKey, check_key, parse_signature_key, signature_key
-from .loader import check_tuning_file, load_tuning_file, read_tuning_file
+from .loader import (
+    check_entry,
+    check_tuning_file,
+    load_tuning_file,
+    open_tuning_file,
+    read_tuning_file,
+)
 from .migrations import MIGRATIONS, SchemaTooNewError
 from .paths import (
     DISABLED_VALUES,
@@ -66,6 +72,7 @@ __all__ = [
     "TuningFile",
     "Validators",
     "canonical_json",
+    "check_entry",
     "check_key",
     "check_tuning_file",
     "current_sku",
@@ -74,6 +81,7 @@ __all__ = [
     "describe_choices",
     "diff_files",
     "load_tuning_file",
+    "open_tuning_file",
     "nvcc_version",
     "parse_signature_key",
     "read_tuning_file",

@@ -15,10 +15,10 @@ from collections.abc import Iterable, Mapping
 from oasr_core.errors import DatabaseError
 from oasr_core.types import Family, Lane, Sentinel
 
-from .codec import decode, read_document
+from .codec import decode, decode_lazy, parse_text, read_bytes, read_document
 from .keys import check_key
 from .migrations import SchemaTooNewError
-from .schema import TuningFile
+from .schema import Entry, LazyEntries, TuningFile
 
 
 def read_tuning_file(path: str | os.PathLike[str]) -> TuningFile:
@@ -55,24 +55,61 @@ def check_tuning_file(tuning_file: TuningFile, *, family: Family, arch: str,
     changed in a file that passed them when it was read).
     """
     check_hard_validators(tuning_file, family=family, arch=arch, lanes=lanes, origin=origin)
-    allowed = set(family.sentinels) | {family.fallback}
     entries = tuning_file.entries
     selected = entries.items() if keys is None else ((k, entries[k]) for k in keys
                                                      if k in entries)
     for key, entry in selected:
-        try:
-            check_key(family, key)
-        except ValueError as exc:
-            raise DatabaseError(f"{origin}: {exc}") from None
-        if entry.points and not family.exact_points:
-            raise DatabaseError(f"{origin}: entry {key!r} has exact points, but family "
-                                f"{family.name} does not use them")
-        for choice in sorted(entry.choices()):
-            sentinel = Sentinel.parse(choice)
-            if sentinel is not None and sentinel not in allowed:
-                names = ", ".join(sorted(s.value for s in allowed))
-                raise DatabaseError(f"{origin}: entry {key!r} names sentinel {choice!r}, "
-                                    f"which family {family.name} does not allow ({names})")
+        check_entry(family, key, entry, origin=origin)
+
+
+def check_entry(family: Family, key: str, entry: Entry, *, origin: str) -> None:
+    """Raise ``DatabaseError`` unless entry ``key`` is one ``family`` can have: a key it can
+    produce, exact points only where it uses them, only sentinels it allows."""
+    try:
+        check_key(family, key)
+    except ValueError as exc:
+        raise DatabaseError(f"{origin}: {exc}") from None
+    if entry.points and not family.exact_points:
+        raise DatabaseError(f"{origin}: entry {key!r} has exact points, but family "
+                            f"{family.name} does not use them")
+    allowed = set(family.sentinels) | {family.fallback}
+    for choice in sorted(entry.choices()):
+        sentinel = Sentinel.parse(choice)
+        if sentinel is not None and sentinel not in allowed:
+            names = ", ".join(sorted(s.value for s in allowed))
+            raise DatabaseError(f"{origin}: entry {key!r} names sentinel {choice!r}, "
+                                f"which family {family.name} does not allow ({names})")
+
+
+def open_tuning_file(path: str | os.PathLike[str], *, family: Family, arch: str,
+                     lanes: Mapping[str, Lane] | None) -> TuningFile:
+    """:func:`load_tuning_file` for serving: the same checks, but entries are structured when
+    first looked up (:class:`~oasr_core.database.schema.LazyEntries`).
+
+    The first process to open a given file content checks every entry now (a malformed one
+    makes the file unusable, as :func:`load_tuning_file` does) and records that in the user
+    tier's ``.validated/`` index (:mod:`.validated`); later processes opening the same bytes
+    for the same family check only the entries they look up, so a large user tier costs a
+    parse and a hash, not a structuring of every entry. A malformed entry found at lookup
+    then (an index entry forged or stale) raises ``DatabaseError`` for that key only.
+    """
+    from . import validated
+
+    origin = str(path)
+    data = read_bytes(path)
+    if not data.strip():
+        raise DatabaseError(f"{origin}: empty file")
+    tuning_file = decode_lazy(parse_text(data, origin=origin), origin=origin,
+                              check=lambda key, entry: check_entry(family, key, entry,
+                                                                   origin=origin))
+    check_hard_validators(tuning_file, family=family, arch=arch, lanes=lanes, origin=origin)
+    entries = tuning_file.entries
+    if isinstance(entries, LazyEntries):
+        mark = validated.mark_for(data, family)
+        if not validated.is_marked(mark):
+            entries.check_all()
+            validated.record(mark)
+    return tuning_file
 
 
 def check_hard_validators(tuning_file: TuningFile, *, family: Family, arch: str,

@@ -25,7 +25,7 @@ from __future__ import annotations
 import enum
 import hashlib
 import json
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -207,6 +207,74 @@ class Validators:
     """``impl_hash``, ``sku``, ``nvcc``, ``cutlass`` ...: a mismatch marks entries stale."""
 
 
+class LazyEntries(Mapping[str, Entry]):
+    """The entries of a file read for serving: kept as parsed JSON, each structured into an
+    :class:`Entry` (and checked) the first time it is looked up.
+
+    A process serving shapes from a large user tier looks up a handful of its entries, so it
+    pays for those only (:func:`oasr_core.database.open_tuning_file`). ``make(key, raw)``
+    structures and checks one entry, raising ``DatabaseError`` naming the file and key when
+    it is malformed; a lookup of that key raises it again every time (the caller skips it).
+    """
+
+    def __init__(self, raw: Mapping[str, Any], make: Callable[[str, Any], Entry]) -> None:
+        self._raw = raw
+        self._make = make
+        self._made: dict[str, Entry] = {}
+
+    def __getitem__(self, key: str) -> Entry:
+        try:
+            return self._made[key]
+        except KeyError:
+            pass
+        entry = self._make(key, self._raw[key])
+        self._made[key] = entry
+        return entry
+
+    def __iter__(self) -> Iterator[str]:
+        return iter(self._raw)
+
+    def __len__(self) -> int:
+        return len(self._raw)
+
+    def __contains__(self, key: object) -> bool:
+        return key in self._raw
+
+    def check_all(self) -> None:
+        """Structure and check every entry (``DatabaseError`` on the first bad one)."""
+        for key in self._raw:
+            self[key]
+
+    def choices_of(self, key: str) -> frozenset[str]:
+        """The choice ids entry ``key`` names, read from its JSON without structuring it
+        (anything that is not a choice string is ignored)."""
+        raw = self._raw[key]
+        if key in self._made:
+            return self._made[key].choices()
+        if not isinstance(raw, Mapping):
+            return frozenset()
+        found = set()
+        regions, points = raw.get("regions", ()), raw.get("points", {})
+        for region in regions if isinstance(regions, list) else ():
+            if isinstance(region, list) and len(region) == 2 and isinstance(region[1], str):
+                found.add(region[1])
+        if isinstance(points, Mapping):
+            found.update(c for c in points.values() if isinstance(c, str))
+        return frozenset(found)
+
+    def soft_of(self, key: str) -> Mapping[str, Any] | None:
+        """Entry ``key``'s own soft stamp, read from its JSON (None: none, or not an object)."""
+        if key in self._made:
+            return self._made[key].soft
+        raw = self._raw[key]
+        soft = raw.get("soft") if isinstance(raw, Mapping) else None
+        return soft if isinstance(soft, Mapping) else None
+
+
+def _to_entries(value: Any) -> Mapping[str, Entry]:
+    return value if isinstance(value, LazyEntries) else freeze(value)
+
+
 def _check_configs(_inst: Any, _attribute: attrs.Attribute, value: Mapping[str, Any]) -> None:
     for config_id, config in value.items():
         if not isinstance(config, Config) or config.id != config_id:
@@ -234,8 +302,8 @@ class TuningFile:
     """Config ids the model tier and the compile set draw on."""
     model: JsonValue | None = attrs.field(default=None, converter=_optional_frozen_json)
     """Optional cost-model payload (free JSON, read by the model tier)."""
-    entries: Mapping[str, Entry] = attrs.field(factory=dict, converter=freeze)
-    """Entries by signature key."""
+    entries: Mapping[str, Entry] = attrs.field(factory=dict, converter=_to_entries)
+    """Entries by signature key (a :class:`LazyEntries` when read for serving)."""
 
     @family.validator
     def _check_family(self, _attribute: attrs.Attribute, value: str) -> None:
@@ -251,6 +319,8 @@ class TuningFile:
         for config_id in self.coverage_basis:
             if config_id not in self.configs:
                 raise Invalid(f"coverage_basis names {config_id!r}, which is not in configs")
+        if isinstance(self.entries, LazyEntries):
+            return  # each entry is checked when it is structured
         for key, entry in self.entries.items():
             if not isinstance(entry, Entry):
                 raise Invalid(f"entries[{key!r}] is not an Entry")
@@ -271,8 +341,16 @@ class TuningFile:
 
     def entry_soft(self, key: str) -> Mapping[str, Any]:
         """The stamp entry ``key`` was measured under: its own, else the file's."""
-        own = self.entries[key].soft
+        entries = self.entries
+        own = entries.soft_of(key) if isinstance(entries, LazyEntries) else entries[key].soft
         return self.soft if own is None else own
+
+    def entry_choices(self, key: str) -> frozenset[str]:
+        """The choice ids entry ``key`` names (without structuring a lazy entry)."""
+        entries = self.entries
+        if isinstance(entries, LazyEntries):
+            return entries.choices_of(key)
+        return entries[key].choices()
 
     def lookup(self, key: str, m: int, point: str | None = None) -> str | None:
         """The choice id for ``key`` at ``m`` (or exact ``point``); None when nothing serves."""
@@ -282,8 +360,8 @@ class TuningFile:
     def referenced_configs(self) -> frozenset[str]:
         """Config ids named by an entry or the coverage basis (sentinels excluded)."""
         names = set(self.coverage_basis)
-        for entry in self.entries.values():
-            names.update(entry.choices())
+        for key in self.entries:
+            names.update(self.entry_choices(key))
         return frozenset(n for n in names if n in self.configs)
 
     def to_json(self) -> dict[str, Any]:

@@ -141,11 +141,17 @@ def stale_entries(tuning_file: TuningFile, current: Mapping[str, Any], *,
     lane's record, which is not what was measured.
     """
     drifted = drifted_configs(tuning_file, lane) if lane is not None else {}
+    by_stamp: dict[int, tuple[Any, list[str]]] = {}  # most entries share the file's stamp
     out = {}
     for key in sorted(tuning_file.entries):
-        reasons = stale_reasons(tuning_file.entry_soft(key), current)
-        for cid in sorted(tuning_file.entries[key].choices() & drifted.keys()):
-            reasons.append(f"config {cid!r}: {drifted[cid]}")
+        soft = tuning_file.entry_soft(key)
+        known = by_stamp.get(id(soft))
+        if known is None or known[0] is not soft:
+            known = by_stamp[id(soft)] = (soft, stale_reasons(soft, current))
+        reasons = list(known[1])
+        if drifted:
+            for cid in sorted(tuning_file.entry_choices(key) & drifted.keys()):
+                reasons.append(f"config {cid!r}: {drifted[cid]}")
         if reasons:
             out[key] = reasons
     return out

@@ -97,9 +97,12 @@ def read_json(path: Path) -> dict[str, Any] | None:
     Writes are atomic, so an unreadable file was damaged outside oasr; treating it as missing
     rebuilds what it described.
     """
+    from oasr_core.database.codec import read_document
+    from oasr_core.errors import DatabaseError
+
     try:
-        document = json.loads(path.read_text())
-    except (OSError, ValueError):
+        document = read_document(path)
+    except DatabaseError:
         return None
     return document if isinstance(document, dict) else None
 
