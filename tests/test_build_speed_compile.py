@@ -8,6 +8,7 @@ import threading
 import time
 
 import attrs
+from build_speed_kit import by_size, modelled_lane
 
 from oasr_core import build
 from oasr_core.arch import ArchProfile
@@ -16,18 +17,6 @@ from oasr_core.jit.builder import BuildStatus
 from oasr_core.testing import ScriptedBench, fake_family_record, fake_lane_record
 
 SOFT = {"impl_hash": "compile-1"}
-
-
-def features(config):
-    p = config.params
-    return {"tile": [128, p["tile_n"], p["tile_k"]], "kind": "mma_sync", "sync_mma": True,
-            "warps": 4, "stages": p["stages"], "split_k": p["split_k"]}
-
-
-def by_size(configs, problem):
-    wide = problem.m >= 1024
-    return sorted(configs, key=lambda c: (-c.params["tile_n"] if wide else c.params["tile_n"],
-                                          c.id))
 
 
 @attrs.frozen
@@ -147,7 +136,7 @@ def test_a_failed_module_is_reported_and_the_build_goes_on():
 
 def test_a_pruned_live_build_compiles_only_its_sets_heaviest_first(tmp_path):
     modules = Modules()
-    lane = attrs.evolve(fake_lane_record(), cost_features=features, bench_modules=modules)
+    lane = modelled_lane(bench_modules=modules)
     bench = ScriptedBench()
     fam = attrs.evolve(fake_family_record(), make_bench=bench.make_bench)
     census = build.census_from_widths(fam, "512,256;1024,512;256,1024", "16,256,4096")

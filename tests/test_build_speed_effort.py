@@ -9,6 +9,7 @@ from collections import defaultdict
 
 import attrs
 import pytest
+from build_speed_kit import by_size, modelled_lane
 
 from oasr_core import build
 from oasr_core.arch import ArchProfile
@@ -19,27 +20,11 @@ from oasr_core.testing import (
     FakeFamilyPlugin,
     ScriptedBench,
     fake_family_record,
-    fake_lane_record,
 )
 
 SOFT = {"impl_hash": "effort-1"}
 PROFILE = ArchProfile.synthetic("sm90")
-
-
-def features(config):
-    p = config.params
-    return {"tile": [128, p["tile_n"], p["tile_k"]], "kind": "mma_sync", "sync_mma": True,
-            "warps": 4, "stages": p["stages"], "split_k": p["split_k"]}
-
-
-LANE = attrs.evolve(fake_lane_record(), cost_features=features)
-
-
-def by_size(configs, problem):
-    """A ranker whose favourite depends on M: narrow tiles at small M, wide ones at large M."""
-    wide = problem.m >= 1024
-    return sorted(configs, key=lambda c: (-c.params["tile_n"] if wide else c.params["tile_n"],
-                                          c.id))
+LANE = modelled_lane()
 
 
 class Registry:

@@ -8,14 +8,13 @@ from __future__ import annotations
 import json
 import os
 import shutil
-import signal
 import subprocess
 import sys
-import time
 from collections import Counter
 from pathlib import Path
 
 import pytest
+from build_speed_kit import kill_at
 
 from oasr_core.measurements import read_logs
 
@@ -31,7 +30,9 @@ import attrs
 
 from oasr_core import build, jit
 from oasr_core.arch import ArchProfile
-from oasr_core.testing import ScriptedBench, fake_family_record, fake_lane_record
+from oasr_core.testing import ScriptedBench, fake_family_record
+
+from build_speed_kit import by_size, modelled_lane
 
 root, mode, report = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 
@@ -53,19 +54,7 @@ class Modules:
         pass
 
 
-def features(config):
-    p = config.params
-    return {"tile": [128, p["tile_n"], p["tile_k"]], "kind": "mma_sync", "sync_mma": True,
-            "warps": 4, "stages": p["stages"], "split_k": p["split_k"]}
-
-
-def by_size(configs, problem):
-    wide = problem.m >= 1024
-    return sorted(configs, key=lambda c: (-c.params["tile_n"] if wide else c.params["tile_n"],
-                                          c.id))
-
-
-lane = attrs.evolve(fake_lane_record(), cost_features=features, bench_modules=Modules())
+lane = modelled_lane(bench_modules=Modules())
 bench = ScriptedBench()
 fam = attrs.evolve(fake_family_record(), make_bench=bench.make_bench)
 census = build.census_from_widths(fam, "1024,512;512,256;256,128", "16,256,4096")
@@ -111,15 +100,7 @@ def _spawn(tmp_path: Path, mode: str, report: Path) -> subprocess.Popen:
 
 def test_a_killed_pruned_build_resumes_without_remeasuring_or_recompiling(tmp_path):
     first = tmp_path / "first.json"
-    proc = _spawn(tmp_path, "block", first)
-    marker = first.with_suffix(".marker")
-    deadline = time.monotonic() + 240
-    while not marker.exists():
-        assert proc.poll() is None, proc.communicate()[1].decode()[-3000:]
-        assert time.monotonic() < deadline, "the child never reached the third signature"
-        time.sleep(0.05)
-    proc.send_signal(signal.SIGKILL)
-    proc.wait(timeout=30)
+    kill_at(_spawn(tmp_path, "block", first), first.with_suffix(".marker"))
     out = tmp_path / "db" / "sm90" / "fake.json"
     log = out.parent / "measurements" / "fake.jsonl"
     ckpt = out.parent / "measurements" / "fake.checkpoint.jsonl"
