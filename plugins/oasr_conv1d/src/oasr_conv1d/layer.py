@@ -23,8 +23,11 @@ def conv_layer(x: Any, layer: Any, activation: str | None = None) -> Any:
 
     padding = layer.padding if isinstance(layer.padding, str) else layer.padding[0]
     if getattr(layer, "padding_mode", "zeros") != "zeros":
-        raise ValueError(f"oasr_conv1d: Conv1d padding_mode {layer.padding_mode!r} is not "
-                         "served (only 'zeros')")
+        # Reflect/replicate/circular padding is the module's own: torch computes it.
+        from oasr_conv1d.numerics import apply_activation
+
+        y = apply_activation(layer(x.transpose(1, 2)), activation)
+        return y.transpose(1, 2).contiguous()
     return ops.conv1d_activation(x, layer.weight, layer.bias, activation,
                                  stride=layer.stride[0], padding=padding,
                                  dilation=layer.dilation[0], groups=layer.groups)
