@@ -15,7 +15,7 @@
 #   pack     .jit-h200.tgz: the newest library of each module in $OASR_JIT_DIR (lib/ only:
 #            the objects stay here), gzipped; run.sh unpacks it into .jit-h200
 # Options:
-#   --family NAME   jit: compile this family (repeat; default gemm and scaled_mm)
+#   --family NAME   jit: compile this family (repeat; default gemm, scaled_mm, scaled_mm_fp8)
 #   --configs GLOBS jit: comma list of gemm sm90 config-id globs (gemm_vs_torch.py --configs)
 #   --jobs N        jit: nvcc processes (default: the CPU count)
 # Carry .whl and .jit-h200.tgz to the GPU machine (64 MiB in all with the working tree).
@@ -39,7 +39,7 @@ while (($#)); do
   shift
 done
 ((${#STEPS[@]})) || { usage >&2; exit 2; }
-((${#FAMILIES[@]})) || FAMILIES=(gemm scaled_mm)
+((${#FAMILIES[@]})) || FAMILIES=(gemm scaled_mm scaled_mm_fp8)
 export OASR_JIT_DIR=${OASR_JIT_DIR:-$PWD/.jit-carry}
 
 step_wheels() {

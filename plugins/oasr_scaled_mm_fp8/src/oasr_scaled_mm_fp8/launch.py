@@ -59,9 +59,9 @@ class Kernel:
         return PreparedCall(self.fn, args, self.config, (int(scratch),), WORKSPACES)
 
     def run(self, a: Any, w: Any, a_scale: Any, w_scale: Any, bias: Any = None, *,
-            out_dtype: Any = None, out_scale: Any = None) -> Any:
-        """Run this kernel on contiguous CUDA tensors (no selection, no checks): tests and
-        benchmarks. Raises :class:`LaunchError` when refused."""
+            out_dtype: Any = None, out_scale: Any = None, out: Any = None) -> Any:
+        """Run this kernel on contiguous CUDA tensors (no selection, no checks), into ``out``
+        when given: tests and benchmarks. Raises :class:`LaunchError` when refused."""
         import torch
 
         n, k = w.shape
@@ -71,7 +71,8 @@ class Kernel:
         else:
             tdtype = out_dtype or torch.bfloat16
             name = {torch.float16: "fp16", torch.bfloat16: "bf16"}[tdtype]
-        out = torch.empty((*a.shape[:-1], n), dtype=tdtype, device=a.device)
+        if out is None:
+            out = torch.empty((*a.shape[:-1], n), dtype=tdtype, device=a.device)
         os_ptr, os_val = out_scale_args(out_scale)
         status = self.prepare(name, m, n, k)(
             a.get_device(), a.data_ptr(), w.data_ptr(), a_scale.data_ptr(), w_scale.data_ptr(),
