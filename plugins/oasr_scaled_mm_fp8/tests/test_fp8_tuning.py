@@ -165,3 +165,7 @@ def test_census_of_the_fp8_conformer_through_the_cli(tmp_path, cli_runner, regis
            if p["family"] == cs.FAMILY}
     assert fp8 == {(cs.OP_MM, cs.DTYPE, n, k)
                    for n, k in ((1024, 256), (256, 1024), (256, 256), (512, 256))}
+    status = cli_runner("tune", "status", "--arch", ARCH, "--census", out)
+    assert status.exit_code == 0, status.output
+    assert (f"{cs.FAMILY}: 11 quantized layer(s) over 4 signature(s): 0 with a tuning entry, "
+            "11 on the shape heuristic") in status.output
