@@ -178,12 +178,12 @@ def test_an_exhaustive_build_compiles_the_whole_space_module_first(tmp_path):
 
 def test_whole_space_progress_counts_the_spec_s_units():
     sigs = [attrs.make_class("Sig", ["key", "dtype"])("k", "fp16")]
-    item, = compiling.plan_compile(
+    item, = compiling.whole_space_items(
         attrs.evolve(fake_lane_record(), jit_specs=lambda arch, scope: [
             attrs.make_class("Spec", ["units"])((attrs.make_class("U", ["name"])("u1"),
                                                  attrs.make_class("U", ["name"])("u2")))]),
-        "sm90", sigs, None, set())
+        "sm90", sigs, set())
     assert item.key == "*" and item.unit_names() == ("u1", "u2")
     broken = attrs.evolve(fake_lane_record(), jit_specs=lambda arch, scope: 1 / 0)
-    assert compiling.plan_compile(broken, "sm90", sigs, None, set()) == []
-    assert compiling.plan_compile(broken, "sm90", sigs, None, {"k"}) == []  # all finished
+    assert compiling.whole_space_items(broken, "sm90", sigs, set()) == []
+    assert compiling.whole_space_items(broken, "sm90", sigs, {"k"}) == []  # all finished

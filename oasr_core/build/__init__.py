@@ -211,16 +211,20 @@ def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Pa
                         run=run, arch=arch, soft=soft, rankers=tuple(rankers),
                         top_k=options.top_k)
     checkpoint = Checkpoint(checkpoint_path or default_ckpt) if options.resume else None
-    sets = None
-    if lvl is not None and options.prune and source.rankers:
-        sets = [(sig.key, source.signature_set(sig, options.top_k)) for sig in signatures]
-        source.sets = {key: frozenset(c.id for c in configs) for key, configs in sets}
     done = _finished(signatures, checkpoint, options, source.fingerprint(), arch, lane,
                      soft.get("impl_hash"))
-    work = compiling.plan_compile(lane, arch, signatures, sets, done,
-                                  measured_dtypes=lvl is not None and lvl.measured_dtypes)
-    reset = getattr(lane.bench_modules, "reset", None) if sets is not None else None
-    queue = compiling.start(work, compiler=compiler, jobs=jobs, progress=progress, reset=reset)
+    pooled = lvl is not None and options.prune and bool(source.rankers)
+    start_kw = {"compiler": compiler, "jobs": jobs, "progress": progress}
+    if pooled and lane.bench_modules is not None:
+        queue, source.sets = compiling.stream(
+            lane, arch, signatures, done, lambda sig: source.signature_set(sig, options.top_k),
+            measured_dtypes=lvl.measured_dtypes, **start_kw)
+    else:
+        if pooled:
+            source.sets = {sig.key: frozenset(c.id for c in source.signature_set(
+                sig, options.top_k)) for sig in signatures if sig.key not in done}
+        queue = compiling.start(compiling.whole_space_items(lane, arch, signatures, done),
+                                **start_kw)
     try:
         result = run_build(signatures, source, family=family, arch=arch, lane=lane.name,
                            out=out, soft=soft, options=options, checkpoint=checkpoint,
@@ -232,7 +236,7 @@ def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Pa
         if queue is not None:
             queue.close()
     notes = [*census.skipped, *result.messages, *([queue.note()] if queue is not None else [])]
-    if queue is not None and sets is not None and lvl is not None and lvl.measured_dtypes:
+    if queue is not None and pooled and lane.bench_modules is not None and lvl.measured_dtypes:
         named = {c for e in result.entries.values() if e is not None for c in e.choices()
                  if lane.config(c) is not None}
         if named:

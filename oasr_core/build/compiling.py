@@ -137,8 +137,10 @@ class CompileQueue:
     """
 
     def __init__(self, items: Sequence[CompileItem], build: Builder, tracker: Any = None,
-                 clock: Callable[[], float] = time.monotonic) -> None:
+                 clock: Callable[[], float] = time.monotonic, workers: int | None = None
+                 ) -> None:
         self.items = list(items)
+        self._workers = workers
         self._build = build
         self.tracker = tracker
         self._clock = clock
@@ -195,13 +197,23 @@ class CompileQueue:
                         tuple(sorted(report.failed)), self._clock() - started)
 
     def start(self) -> CompileQueue:
-        """Begin compiling every item (returns self)."""
+        """Begin compiling every item (returns self); :meth:`submit` adds more."""
         self.started = self._clock()
-        self._pool = ThreadPoolExecutor(max_workers=max(1, len(self.items)),
+        self._pool = ThreadPoolExecutor(max_workers=max(1, self._workers or len(self.items)),
                                         thread_name_prefix="oasr-build-compile")
         for priority, item in enumerate(self.items):
             self._futures[item.key] = self._pool.submit(self._one, priority, item)
         return self
+
+    def submit(self, item: CompileItem) -> None:
+        """Queue one more module, behind every earlier one (the queue must be started)."""
+        assert self._pool is not None, "submit() before start()"
+        known = set(self.units())
+        new = [u for u in item.unit_names() if u not in known]
+        self.items.append(item)
+        if self.tracker is not None and new:
+            self.tracker.total += len(new)
+        self._futures[item.key] = self._pool.submit(self._one, len(self.items) - 1, item)
 
     def ready(self, key: str) -> Compiled | None:
         """Wait until ``key``'s module is built (None: no item has that key)."""
@@ -264,20 +276,11 @@ class CompileQueue:
         return "; ".join([line, *self.problems])
 
 
-def plan_compile(lane: Lane, arch: str, signatures: Sequence[Any],
-                 sets: Sequence[tuple[str, Sequence[Config]]] | None, done: Collection[str],
-                 *, measured_dtypes: bool = False) -> list[CompileItem]:
-    """What a build compiles: with candidate ``sets`` and a lane with ``bench_modules``, one
-    module per signature still to measure (``done``: the checkpoint's), in measuring order;
-    otherwise the lane's whole-space modules (``jit_specs(arch, "all")``), or nothing for a
-    lane without JIT modules. ``measured_dtypes`` compiles only the signatures' dtypes."""
-    modules = getattr(lane, "bench_modules", None)
-    dtypes = tuple(sorted({s.dtype for s in signatures})) if measured_dtypes else None
-    if sets is not None and modules is not None:
-        return [CompileItem(key, tuple(configs),
-                            spec=lambda cs=tuple(configs): modules.spec(arch, cs, dtypes),
-                            install=lambda cs=tuple(configs): modules.install(arch, cs, dtypes))
-                for key, configs in sets if key not in done and configs]
+def whole_space_items(lane: Lane, arch: str, signatures: Sequence[Any], done: Collection[str]
+                      ) -> list[CompileItem]:
+    """What a build measuring from the whole space compiles: the lane's whole-space modules
+    (``jit_specs(arch, "all")``), nothing for a lane without JIT modules or when the
+    checkpoint finished every signature (``done``)."""
     if lane.jit_specs is None or all(s.key in done for s in signatures):
         return []
     try:
@@ -289,18 +292,49 @@ def plan_compile(lane: Lane, arch: str, signatures: Sequence[Any],
             for i, sp in enumerate(specs)]
 
 
+def stream(lane: Lane, arch: str, signatures: Sequence[Any], done: Collection[str],
+           set_of: Callable[[Any], Sequence[Config]], *, measured_dtypes: bool = False,
+           **start_kw: Any) -> tuple[CompileQueue | None, dict[str, frozenset[str]]]:
+    """Each signature's candidate set (``set_of(sig)``) and a queue compiling them, one module
+    per signature still to measure (``done``: the checkpoint's), in measuring order.
+
+    A signature's module is queued as soon as its set is known, so the first one compiles
+    while the cost models rank the rest. ``measured_dtypes`` compiles only the signatures'
+    dtypes; ``start_kw`` goes to :func:`start`.
+    """
+    modules = lane.bench_modules
+    dtypes = tuple(sorted({s.dtype for s in signatures})) if measured_dtypes else None
+    queue: CompileQueue | None = None
+    sets: dict[str, frozenset[str]] = {}
+    for sig in signatures:
+        if sig.key in done:
+            continue
+        configs = tuple(set_of(sig))
+        sets[sig.key] = frozenset(c.id for c in configs)
+        if not configs:
+            continue
+        item = CompileItem(sig.key, configs,
+                           spec=lambda cs=configs: modules.spec(arch, cs, dtypes),
+                           install=lambda cs=configs: modules.install(arch, cs, dtypes))
+        if queue is None:
+            queue = start([item], workers=len(signatures), reset=modules.reset, **start_kw)
+        else:
+            queue.submit(item)
+    return queue, sets
+
+
 def start(items: Sequence[CompileItem], *, compiler: Builder | None = None,
-          jobs: int | None = None, progress: Any = False, reset: Callable[[], None] | None = None
-          ) -> CompileQueue | None:
+          jobs: int | None = None, progress: Any = False, reset: Callable[[], None] | None = None,
+          workers: int | None = None) -> CompileQueue | None:
     """A started :class:`CompileQueue` of ``items`` (None when there is nothing to compile),
     showing units in ``progress``'s mode (a bar becomes plain lines: the build's point bar
-    is the one live display)."""
+    is the one live display); ``workers``: modules built at once (default: every item)."""
     if not items:
         return None
     from oasr_core.jit.builder import default_jobs
 
     # One core stays with the measuring thread while signatures compile behind it.
-    jobs = jobs or max(1, default_jobs() - (1 if len(items) > 1 else 0))
+    jobs = jobs or max(1, default_jobs() - (1 if (workers or len(items)) > 1 else 0))
     build = compiler or jit_builder(PriorityGate(jobs), jobs)
     stack = contextlib.ExitStack()
     tracker = None
@@ -311,7 +345,7 @@ def start(items: Sequence[CompileItem], *, compiler: Builder | None = None,
         queue_units = len(dict.fromkeys(u for i in items for u in i.unit_names()))
         shown = ProgressMode.LINES if mode is ProgressMode.BAR else mode
         tracker = stack.enter_context(track("units compiled", queue_units, shown))
-    queue = CompileQueue(items, build, tracker)
+    queue = CompileQueue(items, build, tracker, workers=workers)
     if reset is not None:
         queue.on_close.append(reset)
     queue.on_close.append(stack.close)
