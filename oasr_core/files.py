@@ -14,6 +14,7 @@ from __future__ import annotations
 import contextlib
 import datetime
 import os
+import shutil
 import tempfile
 from pathlib import Path
 
@@ -84,15 +85,50 @@ def temp_beside(final: str | os.PathLike[str]) -> Path:
     return Path(tmp)
 
 
-def move_aside(path: str | os.PathLike[str]) -> Path:
-    """Rename an unreadable ``path`` to ``<name>.corrupt-<UTC time>`` (never over another such
-    file) so a writer can start afresh without losing it; returns the new path."""
+def move_aside(path: str | os.PathLike[str], why: str = "corrupt") -> Path:
+    """Rename ``path`` to ``<name>.<why>-<UTC time>`` (never over another such file) so a
+    writer can start afresh without losing it; returns the new path. ``why`` is ``corrupt``
+    for a file that could not be used, ``replaced`` for one a fresh write replaces."""
     path = Path(path)
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-    aside = path.with_name(f"{path.name}.corrupt-{stamp}")
+    aside = path.with_name(f"{path.name}.{why}-{stamp}")
     n = 1
     while aside.exists():
-        aside = path.with_name(f"{path.name}.corrupt-{stamp}-{n}")
+        aside = path.with_name(f"{path.name}.{why}-{stamp}-{n}")
         n += 1
     os.rename(path, aside)
     return aside
+
+
+def keep_aside(path: str | os.PathLike[str], why: str) -> Path | None:
+    """Keep ``path``'s current content as ``<name>.<why>-<UTC time>`` (as :func:`move_aside`
+    names it) while ``path`` itself stays in place, for a writer about to replace it
+    atomically: readers never see it missing. A hard link where the file system has them,
+    else a copy. None when there is no file."""
+    path = Path(path)
+    if not path.exists():
+        return None
+    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
+    aside = path.with_name(f"{path.name}.{why}-{stamp}")
+    n = 1
+    while aside.exists():
+        aside = path.with_name(f"{path.name}.{why}-{stamp}-{n}")
+        n += 1
+    try:
+        os.link(path, aside)
+    except OSError:
+        shutil.copy2(path, aside)
+    return aside
+
+
+LOCK_DIR = ".locks"
+"""The directory, beside the files it guards, that holds their lock files."""
+
+
+def lock_beside(path: str | os.PathLike[str]) -> Path:
+    """The lock file guarding ``path``: ``<dir>/.locks/<name>.lock`` (the directory created),
+    so locks gather in one hidden directory instead of one empty file beside each file."""
+    path = Path(path)
+    locks = path.parent / LOCK_DIR
+    locks.mkdir(parents=True, exist_ok=True)
+    return locks / f"{path.name}.lock"

@@ -33,6 +33,7 @@ from typing import Any
 
 import filelock
 
+from oasr_core import files
 from oasr_core.bench.records import ArmResult, ArmStatus
 
 LOG_SCHEMA_VERSION = 1
@@ -106,7 +107,7 @@ def _append_lines(path: Path, lines: Iterable[str]) -> None:
     if not text:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    with filelock.FileLock(str(path) + ".lock", timeout=120):
+    with filelock.FileLock(str(files.lock_beside(path)), timeout=120):
         if path.exists() and path.stat().st_size:
             with open(path, "rb") as handle:
                 handle.seek(-1, os.SEEK_END)

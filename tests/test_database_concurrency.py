@@ -19,7 +19,7 @@ kit = importlib.util.module_from_spec(_spec)
 _spec.loader.exec_module(kit)
 
 REPO = Path(database.__file__).resolve().parents[2]
-WRITERS, PER_WRITER = 8, 50
+WRITERS, PER_WRITER = 16, 20
 
 
 def _spawn(*args: str) -> subprocess.Popen:
@@ -42,6 +42,7 @@ def test_concurrent_writer_processes_lose_nothing(tmp_path):
     assert set(tf.configs) == {kit.A, kit.B}
     assert path.read_text() == tf.dumps()
     assert not list(path.parent.glob(".*.tmp")) and not list(path.parent.glob("*.corrupt-*"))
+    assert not list(path.parent.glob("*.lock")), "locks live in .locks/, not beside the file"
 
 
 def test_writers_killed_mid_write_leave_a_valid_file(tmp_path):
@@ -69,3 +70,28 @@ def test_writers_killed_mid_write_leave_a_valid_file(tmp_path):
     final = kit.write(path, {kit.gemm_key(99999): kit.example_entry()}, lock_timeout=10)
     assert len(final.entries) == seen + 1
     assert not list(path.parent.glob(".*.tmp"))
+
+
+def test_a_storm_of_sixteen_writers_killed_at_random_leaves_a_valid_file(tmp_path):
+    path = tmp_path / "user" / "sm90" / "gemm.json"
+    rng = random.Random(20261201)
+    procs = [_spawn("churn", str(path)) for _ in range(WRITERS)]
+    try:
+        for proc in procs:
+            assert proc.stdout.readline(), proc.stderr.read()
+        deadline = time.monotonic() + 1.0
+        while time.monotonic() < deadline:
+            victim = rng.choice(procs)
+            if victim.poll() is None and rng.random() < 0.3:
+                victim.send_signal(signal.SIGKILL)
+            assert len(kit.load(path).entries) >= 1
+    finally:
+        for proc in procs:
+            proc.send_signal(signal.SIGKILL)
+            proc.wait(timeout=60)
+            proc.stdout.close()
+            proc.stderr.close()
+    assert path.read_text() == kit.load(path).dumps()
+    kit.write(path, {kit.gemm_key(99999): kit.example_entry()}, lock_timeout=10)
+    assert not list(path.parent.glob(".*.tmp")), "the next writer sweeps killed temps"
+    assert not list(path.parent.glob("*.corrupt-*"))

@@ -203,7 +203,7 @@ def test_the_file_mode_is_kept_across_replacements(path):
 
 def test_a_held_lock_times_out_with_a_clear_error(path):
     kit.write(path, {K1: kit.example_entry()})
-    with filelock.FileLock(str(path) + ".lock"):
+    with filelock.FileLock(str(database.paths.lock_path(path))):
         with pytest.raises(DatabaseError, match="held its lock"):
             kit.write(path, {K2: kit.example_entry()}, lock_timeout=0.2)
     assert list(kit.load(path).entries) == [K1]

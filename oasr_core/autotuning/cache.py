@@ -399,7 +399,7 @@ def write_cache(path: str | os.PathLike[str], *, arch: str, results: Iterable[Re
     ours = list(results)
     try:
         path.parent.mkdir(parents=True, exist_ok=True)
-        lock = filelock.FileLock(str(path) + ".lock", timeout=lock_timeout)
+        lock = filelock.FileLock(str(files.lock_beside(path)), timeout=lock_timeout)
         with lock.acquire(poll_interval=_LOCK_POLL_S):
             files.sweep_temps(path)
             current = _reread(path, arch)

@@ -96,3 +96,32 @@ def tier_path(root: str | os.PathLike[str], arch: str, family: Family) -> Path:
     if not isinstance(arch, str) or not ARCH_RE.match(arch):
         raise ConfigurationError(f"arch family {arch!r} is not like 'sm90'")
     return Path(root) / arch / f"{family.stem}.json"
+
+
+def lock_path(path: str | os.PathLike[str]) -> Path:
+    """The lock file of the tuning file at ``path`` (created directories included).
+
+    A file of the system tier (shipped, often a checkout or a read-only install) is locked
+    in this user's cache, ``<user cache>/oasr/locks/<hash of its path>-<name>.lock``, so a
+    write never leaves anything in the tier's directory; any other file in the ``.locks/``
+    directory beside it (:func:`oasr_core.files.lock_beside`).
+    """
+    import hashlib
+
+    from oasr_core import files
+
+    path = Path(path).absolute()
+    roots = {r.absolute() for r in (default_system_root(), _system_env_root()) if r is not None}
+    if any(path.is_relative_to(root) for root in roots):
+        digest = hashlib.sha256(str(path).encode()).hexdigest()[:16]
+        locks = platformdirs.user_cache_path("oasr") / "locks"
+        locks.mkdir(parents=True, exist_ok=True)
+        return locks / f"{digest}-{path.name}.lock"
+    return files.lock_beside(path)
+
+
+def _system_env_root() -> Path | None:
+    try:
+        return system_root()
+    except ConfigurationError:
+        return None

@@ -26,10 +26,12 @@ from oasr_core.errors import DatabaseError, OasrWarning
 from oasr_core.serialization import Invalid, check_json
 from oasr_core.types import Config, Family, Lane, freeze, thaw
 
+from . import validated
 from .codec import decode, parse_text
 from .keys import check_key
 from .loader import check_tuning_file
 from .migrations import SchemaTooNewError
+from .paths import lock_path
 from .schema import ArchStamp, Entry, TuningFile, Validators
 
 _LOCK_POLL_S = 0.002
@@ -136,8 +138,24 @@ def _move_aside(path: Path, reason: str) -> Path:
     return aside
 
 
+def _keep_replaced(path: Path) -> None:
+    """Move the file a fresh write replaces aside (``<name>.replaced-<time>``), so replacing
+    a file never loses it."""
+    aside = files.keep_aside(path, "replaced")
+    if aside is not None:
+        warnings.warn(f"{path}: a fresh write replaces it; the old file is kept as "
+                      f"{aside.name}", TuningDatabaseWarning, stacklevel=4)
+
+
 def _reread(path: Path, *, family: Family, arch: str, lane: str) -> TuningFile | None:
+    from oasr_core.environment import MAX_FILE_ENV, max_file_bytes
+
     try:
+        size, limit = path.stat().st_size, max_file_bytes()
+        if size > limit:  # refused, not moved aside: it may be a good file, only large
+            raise DatabaseError(f"{path}: not written: {size / 2**20:.1f} MiB is over the "
+                                f"{limit / 2**20:g} MiB limit on files oasr reads "
+                                f"({MAX_FILE_ENV})")
         data = path.read_bytes()
     except FileNotFoundError:
         return None
@@ -199,7 +217,8 @@ def write_entries(path: str | os.PathLike[str], *, family: Family, arch: str,
     names is an error. ``soft`` (usually :func:`current_soft_validators`) becomes the file's
     stamp; entries measured under another stamp keep theirs as their own ``soft``.
     ``provenance`` None keeps the file's; ``coverage_basis`` and ``model`` default to
-    :data:`KEEP`. ``fresh=True`` replaces the whole file. A file that is corrupt, or of
+    :data:`KEEP`. ``fresh=True`` replaces the whole file, moving the old one aside to
+    ``<name>.replaced-<time>`` first. A file that is corrupt, or of
     another family, arch family or lane, is moved aside to ``<name>.corrupt-<time>`` with a
     :class:`TuningDatabaseWarning`; one written by a newer oasr is left alone and refused
     (:class:`SchemaTooNewError`). Raises ``DatabaseError`` (nothing written) on a bad change
@@ -209,7 +228,7 @@ def write_entries(path: str | os.PathLike[str], *, family: Family, arch: str,
     try:
         lane_name, stamp = _check_arguments(family, lane, entries, configs, soft)
         path.parent.mkdir(parents=True, exist_ok=True)
-        lock = filelock.FileLock(str(path) + ".lock", timeout=lock_timeout)
+        lock = filelock.FileLock(str(lock_path(path)), timeout=lock_timeout)
         with lock.acquire(poll_interval=_LOCK_POLL_S):
             files.sweep_temps(path)
             current = None if fresh else _reread(path, family=family, arch=arch,
@@ -219,7 +238,11 @@ def write_entries(path: str | os.PathLike[str], *, family: Family, arch: str,
                          coverage_basis=coverage_basis, model=model)
             check_tuning_file(new, family=family, arch=arch, lanes=None, origin=str(path),
                               keys=None if current is None else entries.keys())
-            files.atomic_write(path, new.dumps())
+            text = new.dumps()
+            if fresh:
+                _keep_replaced(path)
+            files.atomic_write(path, text)
+        validated.record(validated.mark_for(text.encode(), family))  # checked in full
     except filelock.Timeout:
         raise DatabaseError(f"{path}: another writer has held its lock for over "
                             f"{lock_timeout:g} s; is an oasr process stuck?") from None
