@@ -150,3 +150,22 @@ def test_cli_replays_a_level_from_a_log(tmp_path, cli_runner, register_plugin):
     assert json.loads(res.output)["points"] == 2 * effort.LEVELS["quick"].max_points
     bad = cli_runner("tune", "build", "--from-log", log, "--effort", "fast")
     assert bad.exit_code == 2 and "fast" in bad.output
+
+
+def test_structure_k_limits_the_structure_beside_a_calibration():
+    def structure(configs, problem):
+        return sorted(configs, key=lambda c: c.id, reverse=True)
+
+    structure.__qualname__ = effort.STRUCTURE
+    assert effort.ranker_ks([structure, by_size], 3, 0) == [0, 3]
+    assert effort.ranker_ks([structure, by_size], 3, None) == [3, 3]
+    assert effort.ranker_ks([structure], 3, 0) == [3]  # alone, the structure ranks
+    fam = fake_family_record()
+    sig, = build.plan(build.census_from_widths(fam, "512,256", "16"), fam, max_points=1)
+    every = list(LANE.config_space)
+    both = effort.signature_set(sig, fam, LANE, lambda _p: every, lambda _p: [],
+                                (structure, by_size), 1, None)
+    calibrated = effort.signature_set(sig, fam, LANE, lambda _p: every, lambda _p: [],
+                                      (structure, by_size), 1, 0)
+    assert len(both) == 2 and len(calibrated) == 1
+    assert [c.id for c in calibrated] == [by_size(every, sig.problem(fam, 16))[0].id]

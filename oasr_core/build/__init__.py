@@ -217,12 +217,14 @@ def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Pa
     start_kw = {"compiler": compiler, "jobs": jobs, "progress": progress}
     if pooled and lane.bench_modules is not None:
         queue, source.sets = compiling.stream(
-            lane, arch, signatures, done, lambda sig: source.signature_set(sig, options.top_k),
+            lane, arch, signatures, done,
+            lambda sig: source.signature_set(sig, options.top_k, lvl.structure_k),
             measured_dtypes=lvl.measured_dtypes, **start_kw)
     else:
         if pooled:
             source.sets = {sig.key: frozenset(c.id for c in source.signature_set(
-                sig, options.top_k)) for sig in signatures if sig.key not in done}
+                sig, options.top_k, lvl.structure_k)) for sig in signatures
+                if sig.key not in done}
         queue = compiling.start(compiling.whole_space_items(lane, arch, signatures, done),
                                 **start_kw)
     try:
@@ -351,9 +353,10 @@ def _replayed_level(signatures: Sequence[Signature], family: Family, lane: Lane 
     if not rankers:
         return thinned, None
     of = rankers if callable(rankers) else (lambda _key: rankers)
+    structure_k = effort.level(options.effort).structure_k
     return thinned, {sig.key: frozenset(
         c.id for c in LiveSource.planner(family, lane, arch, of(sig.key)).signature_set(
-            sig, options.top_k)) for sig in thinned}
+            sig, options.top_k, structure_k)) for sig in thinned}
 
 
 def logged_default(arm_rows: Sequence[Any]) -> str | None:

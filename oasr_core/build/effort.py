@@ -40,9 +40,13 @@ class Effort:
     name: str
     top_k: int | None
     """Configs each cost model keeps per point, pooled over the signature (None: all)."""
-    max_points: int
+    structure_k: int | None = attrs.field(default=None, kw_only=True)
+    """What the uncalibrated structure keeps beside a calibrated model (None: ``top_k``;
+    0: nothing, the calibration ranks alone). Without a calibration the structure keeps
+    ``top_k``."""
+    max_points: int = attrs.field(kw_only=True)
     """Points per signature, fill included."""
-    stage_rounds: tuple[int, ...] = attrs.field(converter=tuple)
+    stage_rounds: tuple[int, ...] = attrs.field(converter=tuple, kw_only=True)
     """Rounds per halving stage of the bench protocol."""
     measured_dtypes: bool = False
     """Compile only the dtypes the build measures (half a gemm unit's kernels) for units
@@ -52,7 +56,7 @@ class Effort:
     description: str = ""
 
 
-LEVELS: Mapping[str, Effort] = {
+LEVELS: dict[str, Effort] = {
     "quick": Effort("quick", top_k=1, max_points=14, stage_rounds=(3, 4, 9),
                     measured_dtypes=True,
                     description="top-1 per point pooled per signature, 14 points, the measured "
@@ -81,27 +85,42 @@ def level(name: str) -> Effort:
                                  f"{', '.join(LEVELS)}") from None
 
 
+STRUCTURE = "cost_model.structure"
+"""The name (``__qualname__``) :func:`oasr_core.cost_model.config_ranker` gives the
+uncalibrated structure's ranking."""
+
+
+def ranker_ks(rankers: Sequence[Any], top_k: int, structure_k: int | None) -> list[int]:
+    """How many configs each ranker keeps: ``structure_k`` for the structure beside other
+    rankers (when set), ``top_k`` for every other."""
+    alone = len(rankers) == 1
+    return [structure_k if structure_k is not None and not alone
+            and getattr(r, "__qualname__", "") == STRUCTURE else top_k for r in rankers]
+
+
 def signature_set(sig: Signature, family: Family, lane: Lane,
                   usable: Callable[[Any], Sequence[Config]],
                   stands_for: Callable[[Any], Iterable[Config]],
                   rankers: Sequence[Callable[[Sequence[Config], Any], Sequence[Config]]],
-                  top_k: int | None) -> tuple[Config, ...]:
+                  top_k: int | None, structure_k: int | None = None) -> tuple[Config, ...]:
     """The candidate set of ``sig`` (module docstring), in the lane's order.
 
     ``usable(problem)`` are the configs that may run there (forced sentinels' stand-ins
     excluded), ``stands_for(problem)`` the configs the forced sentinels launch there (they are
     compiled, since the sentinel arms run them). Without rankers, or with ``top_k=None``,
-    every usable config is a candidate.
+    every usable config is a candidate; ``structure_k`` see :func:`ranker_ks`.
     """
     picked: set[str] = set()
+    ks = ranker_ks(rankers, top_k, structure_k) if top_k is not None else []
     for pp in sig.points:
         problem = sig.problem(family, pp.m, pp.point)
         configs = list(usable(problem))
         if top_k is None or not rankers:
             picked.update(c.id for c in configs)
         else:
-            for rank in rankers:
-                picked.update(c.id for c in list(rank(configs, problem))[:top_k])
+            for rank, k in zip(rankers, ks, strict=True):
+                if k:
+                    picked.update(c.id for c in list(rank(configs, problem))[:k])
         picked.update(c.id for c in stands_for(problem))
         if pp.incumbent is not None and lane.config(pp.incumbent) is not None:
             picked.add(pp.incumbent)

@@ -151,8 +151,9 @@ class LiveSource:
             configs = [c for c in configs if c.id in picked]
         return [*self.forced(), *configs]
 
-    def signature_set(self, sig: Signature, top_k: int | None) -> tuple[Config, ...]:
-        """The configs ``sig`` compiles and measures at a level's ``top_k``
+    def signature_set(self, sig: Signature, top_k: int | None,
+                      structure_k: int | None = None) -> tuple[Config, ...]:
+        """The configs ``sig`` compiles and measures at a level's ``top_k`` / ``structure_k``
         (:func:`oasr_core.build.effort.signature_set` over this source's rankers)."""
         from .effort import signature_set
 
@@ -161,7 +162,7 @@ class LiveSource:
                     if c is not None]
 
         return signature_set(sig, self.family, self.lane, self.usable, stands_for,
-                             self.rankers, top_k)
+                             self.rankers, top_k, structure_k)
 
     def fingerprint(self) -> list[str]:
         """What decides the candidates, for the checkpoint digest."""
