@@ -26,7 +26,7 @@ from typing import Any
 import attrs
 
 from oasr_core.errors import OasrError, ToolchainError
-from oasr_core.jit import cache
+from oasr_core.jit import cache, trust
 from oasr_core.jit.spec import LINK_FLAGS, JitSpec, Plan, PlannedUnit, plan
 
 ERROR_HEAD = 2000
@@ -353,6 +353,7 @@ def _link(p: Plan, root: Path, units: dict[str, UnitStatus], started: float) -> 
                               "launcher as `OASR_EXPORT <type> name(...)`",
                         compiled=units[pu.unit.name].compiled)
         os.chmod(tmp, 0o755)
+        digest = trust.file_sha256(tmp)
         os.replace(tmp, library)
     finally:
         tmp.unlink(missing_ok=True)
@@ -360,6 +361,7 @@ def _link(p: Plan, root: Path, units: dict[str, UnitStatus], started: float) -> 
     cache.write_json(cache.manifest_path(root, p.spec.name, p.key), {
         "schema_version": cache.MANIFEST_SCHEMA_VERSION,
         "name": p.spec.name, "key": p.key, "arch": p.spec.arch, "library": library.name,
+        trust.HASH_FIELD: digest,
         "nvcc": p.toolchain.version, "cutlass": p.cutlass_version,
         "link_flags": [*LINK_FLAGS, *p.spec.link_flags],
         "undeclared_exports": sorted(symbols - declared) if symbols is not None else None,

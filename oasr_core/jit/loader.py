@@ -4,6 +4,8 @@ On a GPU machine the library is normally already in the cache (``oasr tune prebu
 this machine or on a CPU machine with the same toolchain, and the cache was copied). When it is
 not, :func:`load` says so once and builds it under the module's lock; if it cannot be built it
 raises, so the caller falls back to the next tier instead of running something else silently.
+Before opening a library it checks that no other user can change it and that its bytes are
+the ones its build recorded (:mod:`oasr_core.jit.trust`); a refusal raises the same way.
 """
 
 from __future__ import annotations
@@ -17,7 +19,7 @@ from types import MappingProxyType
 import attrs
 
 from oasr_core.errors import JitBuildError
-from oasr_core.jit import cache
+from oasr_core.jit import cache, trust
 from oasr_core.jit.builder import BuildStatus, build_plan, first_error
 from oasr_core.jit.spec import JitSpec, plan
 
@@ -99,6 +101,7 @@ def load(spec: JitSpec, *, build_missing: bool = True, jobs: int | None = None) 
         if manifest is None:
             raise JitBuildError(f"module {spec.name} was built but its manifest is missing")
     path = cache.library_path(root, spec.name, p.key)
+    trust.check_library(path, root, manifest)
     try:
         cdll = ctypes.CDLL(str(path))
     except OSError as exc:

@@ -1,0 +1,118 @@
+"""The JIT loader trusts a cached library only when no other user can change it and its
+bytes are the ones its build recorded; every refusal is one line and nothing is loaded.
+
+One real host-only module is built once (nvcc, about a second); the cache is then
+tampered with the ways another user sharing it could.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+import stat
+
+import pytest
+
+from oasr_core import jit
+from oasr_core.errors import JitBuildError
+from oasr_core.jit import cache, trust
+
+pytestmark = pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH")
+
+UNIT = jit.TranslationUnit("adv", "OASR_EXPORT int adv_value(void) { return 7; }\n",
+                           ("adv_value",))
+
+
+@pytest.fixture(scope="module")
+def pristine(tmp_path_factory):
+    root = tmp_path_factory.mktemp("jit-pristine") / "jit"
+    spec = jit.JitSpec(name="t_adv", arch="90a", cutlass=False, units=(UNIT,))
+    with pytest.MonkeyPatch.context() as mp:
+        mp.setenv("OASR_JIT_DIR", str(root))
+        jit.build(spec, jobs=1)
+    return spec, root
+
+
+@pytest.fixture
+def built(pristine, tmp_path, monkeypatch):
+    """A private copy of the built cache, as OASR_JIT_DIR."""
+    spec, root = pristine
+    copy = tmp_path / "jit"
+    shutil.copytree(root, copy, symlinks=True)
+    monkeypatch.setenv("OASR_JIT_DIR", str(copy))
+    key = jit.spec.plan(spec).key
+    return spec, copy, cache.library_path(copy, spec.name, key)
+
+
+def test_a_private_cache_loads(built):
+    spec, _, library = built
+    module = jit.load(spec, build_missing=False)
+    assert module.function("adv_value")() == 7
+    manifest = json.loads((library.parent / "manifest.json").read_text())
+    assert manifest[trust.HASH_FIELD] == trust.file_sha256(library)
+
+
+@pytest.mark.parametrize("where", ["library_dir", "root", "obj", "library"])
+def test_a_place_others_can_write_is_refused(built, where):
+    spec, root, library = built
+    place = {"library_dir": library.parent, "root": root, "obj": root / "obj",
+             "library": library}[where]
+    os.chmod(place, stat.S_IMODE(os.stat(place).st_mode) | stat.S_IWOTH)
+    with pytest.raises(JitBuildError) as info:
+        jit.load(spec, build_missing=False)
+    text = str(info.value)
+    assert "\n" not in text and "refusing to load" in text and str(place) in text
+    assert "writable by others" in text
+
+
+def test_a_sticky_shared_directory_is_fine(built):
+    spec, root, _ = built
+    os.chmod(root, 0o1777)
+    assert jit.load(spec, build_missing=False).function("adv_value")() == 7
+
+
+def test_a_library_owned_by_another_user_is_refused(built, monkeypatch):
+    spec, _, library = built
+    real = os.getuid()
+    monkeypatch.setattr(os, "getuid", lambda: real + 4242)
+    if real == 0:  # root-owned files are trusted: pretend the file is someone else's
+        original = os.stat
+
+        def stat_as_other(path, *args, **kwargs):
+            st = original(path, *args, **kwargs)
+            if os.fspath(path) == str(library):
+                return os.stat_result((st.st_mode, st.st_ino, st.st_dev, st.st_nlink, 999,
+                                       *st[5:]))
+            return st
+        monkeypatch.setattr(os, "stat", stat_as_other)
+    with pytest.raises(JitBuildError, match="is owned by uid"):
+        jit.load(spec, build_missing=False)
+
+
+def test_a_swapped_library_is_refused(built):
+    spec, _, library = built
+    with open(library, "ab") as handle:
+        handle.write(b"\0")
+    with pytest.raises(JitBuildError, match="sha256 .* is not the .* its build recorded"):
+        jit.load(spec, build_missing=False)
+
+
+def test_a_manifest_without_the_hash_is_not_trusted(built):
+    spec, _, library = built
+    manifest_path = library.parent / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    del manifest[trust.HASH_FIELD]
+    manifest_path.write_text(json.dumps(manifest))
+    assert not jit.is_prebuilt(spec)
+    with pytest.raises(JitBuildError, match="not built"):
+        jit.load(spec, build_missing=False)
+
+
+def test_each_library_is_hashed_once_per_process(built, monkeypatch):
+    spec, _, _ = built
+    jit.load(spec, build_missing=False)
+    calls = []
+    monkeypatch.setattr(trust, "file_sha256", lambda p: calls.append(p) or "x")
+    jit.load(spec, build_missing=False)
+    assert calls == []
