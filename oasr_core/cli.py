@@ -320,19 +320,26 @@ def _parse_dims(values: tuple[str, ...]) -> dict[str, int]:
     return dims
 
 
-def select_arch(rt: Any, family: str, arch: str | None) -> str:
-    """The arch family ``oasr tune select`` answers for: ``--arch`` (which some installed lane
-    of ``family`` must run on), else this GPU's; an error naming what to pass otherwise."""
+def select_arch(rt: Any, family: str, arch: str | None, lane: str | None = None) -> str:
+    """The arch family ``oasr tune select`` answers for: ``--arch`` (which ``lane``, else some
+    installed lane of ``family``, must run on), else this GPU's; an error naming what to pass
+    otherwise (an unknown ``lane`` first)."""
     from oasr_core.commands.device import no_gpu_hint, seen_arch
     from oasr_core.report import tier_arches
     from oasr_core.types import ARCH_RE
 
     if arch is not None and not ARCH_RE.match(arch):
         raise click.BadParameter(f"{arch!r} is not an arch family like sm90", param_hint="--arch")
+    asked = rt.registry.lane(lane) if lane is not None else None
     arch = arch or seen_arch(rt)
     if arch is None:
         raise click.UsageError(no_gpu_hint(tier_arches()))
-    if not rt.registry.lanes_of(family, arch):
+    if asked is not None:
+        if arch not in asked.arch_families:
+            raise click.BadParameter(f"lane {asked.name} runs on "
+                                     f"{', '.join(asked.arch_families)}, not {arch}",
+                                     param_hint="--arch")
+    elif not rt.registry.lanes_of(family, arch):
         runs = ", ".join(f"{lane.name} on {'/'.join(lane.arch_families)}"
                          for lane in rt.registry.lanes_of(family)) or "none"
         raise click.BadParameter(f"no installed lane of family {family} runs on {arch} "
@@ -370,7 +377,7 @@ def select_cmd(state: CliState, family: str, op: str, dtype: str, dims: tuple[st
     rt = state.runtime()
     rt.registry.family(family)
     parsed = _parse_dims(dims)
-    arch = select_arch(rt, family, arch)
+    arch = select_arch(rt, family, arch, lane)
     with warnings.catch_warnings(record=True) as caught:
         warnings.simplefilter("always")
         sel = select(family, op, dtype, parsed, m, arch, point=point, lane=lane)

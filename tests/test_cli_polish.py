@@ -178,3 +178,10 @@ def test_selecting_another_lane_by_name_is_a_note_not_a_warning(run):
     assert "warning" not in res.stderr
     assert ("  note: the tier entries here were tuned for another lane, so they do not apply "
             "to lane tg_other; the next tier answers") in res.stdout.splitlines()
+
+
+def test_select_names_an_unknown_lane_before_the_arch(run):
+    res = run(*SELECT, "--arch", "sm100", "--lane", "tg_nope")
+    assert res.exit_code == 2 and "no plugin registers lane 'tg_nope'" in res.output
+    res = run(*SELECT, "--arch", "sm100", "--lane", "tg_other")
+    assert res.exit_code == 2 and "lane tg_other runs on" in res.output
