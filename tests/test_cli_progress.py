@@ -162,3 +162,11 @@ def test_skipped_lines_of_a_good_log_are_counted(tmp_path):
     assert res.exit_code == 0, res.output
     assert f"note: {log}: 1 line(s) skipped (not JSON, or not a run or measurement row)" \
         in res.stderr
+
+
+def test_replay_with_effort_takes_the_points_options_without_a_note(tmp_path):
+    log = write_log(tmp_path / "log.jsonl", synthetic_rows())
+    res = _build("--from-log", log, "--effort", "exhaustive", "--max-points", "3",
+                 "--out", tmp_path / "t.json", "--no-progress")
+    assert res.exit_code == 0, res.output
+    assert "note: --max-points" not in res.stderr

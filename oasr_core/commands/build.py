@@ -155,11 +155,15 @@ def build_cmd(ctx: click.Context, family, censuses, widths, m_ladder, op, dtype,
 LIVE_ONLY = ("thin", "max_points", "no_fill", "budget_s", "seed", "top_k", "prune", "alpha",
              "working_set_bytes", "lane", "log_path", "checkpoint_path", "no_resume")
 """Options that choose what a live build measures; a replay takes the log's points as they
-are, so these change nothing there."""
+are, so these change nothing there (except :data:`EFFORT_REPLAY` with ``--effort``)."""
+EFFORT_REPLAY = ("thin", "max_points", "top_k", "prune")
+"""What a replay with ``--effort`` honours: it keeps the points and configs that level would
+have measured."""
 
 
 def _note_live_only(ctx: click.Context) -> None:
-    given = [p for p in ctx.command.params if p.name in LIVE_ONLY
+    ignored = set(LIVE_ONLY) - (set(EFFORT_REPLAY) if ctx.params.get("effort") else set())
+    given = [p for p in ctx.command.params if p.name in ignored
              and ctx.get_parameter_source(p.name) is click.core.ParameterSource.COMMANDLINE]
     if given:
         names = ", ".join(p.opts[-1] for p in given)
