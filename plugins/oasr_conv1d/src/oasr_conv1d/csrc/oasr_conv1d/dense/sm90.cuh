@@ -150,6 +150,13 @@ struct Kernel {
     auto launch = [&](Prepared& prep) -> int32_t {
       dim3 grid = ConvKernel::get_grid_shape(prep.params);
       dim3 block = ConvKernel::get_block_shape();
+      if (CM * CN == 1 && !pdl) {
+        // The launch attributes' path costs a function-attribute call per launch; a single-CTA
+        // cluster without programmatic dependent launch needs none of them.
+        cutlass::device_kernel<ConvKernel>
+            <<<grid, block, ConvKernel::SharedStorageSize, stream>>>(prep.params);
+        return launch_status();
+      }
       dim3 cluster(CM, CN, 1);
       void* kernel_params[] = {&prep.params};
       const void* entry = reinterpret_cast<const void*>(cutlass::device_kernel<ConvKernel>);
