@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import json
 import os
+import re
 import subprocess
 import sys
 from pathlib import Path
@@ -73,9 +74,14 @@ def test_tiny_conformer_table_and_tiers():
     oasr_ms, torch_ms, speedup = (c.strip() for c in row.split("|")[3:6])
     assert float(oasr_ms) > 0 and float(torch_ms) > 0 and speedup.endswith("x")
     assert "CUDA graph |" not in out  # a CPU run is eager only
-    assert "agreement: max |oasr - torch| / max |torch| = 0 (bound 0.0001)" in out
-    # Eleven linears a layer go through oasr's ops; the subsampling projection stays torch's.
-    assert "calls of one forward served by oasr's ops: 11" in out
+    # Folding the conv module's BatchNorm into its convolution rounds differently in fp32.
+    agreement = re.search(r"agreement: max \|oasr - torch\| / max \|torch\| = (\S+) \(bound "
+                          r"0\.0001\)", out)
+    assert agreement and float(agreement.group(1)) < 1e-6
+    # Eleven linears and the depthwise conv of a layer go through oasr's ops; the subsampling
+    # stays torch's.
+    assert "calls of one forward served by oasr's ops: 12" in out
+    assert "conv1d/conv1d_silu: torch (cpu) x1" in out
     assert "gemm/gemm: torch (cpu) x9" in out and "gemm/gemm_activation: torch (cpu) x2" in out
 
 

@@ -293,7 +293,7 @@ def build_pair(workload: Any, pm: Any, options: E2EOptions) -> tuple[Any, Any, s
     oasr = oasr.to(device=options.device, dtype=dtype).eval()
     twin = twin.to(device=options.device, dtype=dtype).eval()
     twin.load_state_dict(oasr.state_dict(), strict=True)
-    baseline = f"the same model with torch's F.linear in {options.compute_dtype}" + (
+    baseline = f"the same model on torch alone (its own layers) in {options.compute_dtype}" + (
         f" (unquantized: the {options.quantization} model against its "
         f"{options.compute_dtype} self)" if options.quantization != "none" else "")
     return oasr, twin, baseline
