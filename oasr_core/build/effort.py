@@ -3,12 +3,13 @@
 A level (``oasr tune build --effort``) fixes what each signature costs:
 
 - **configs**: the signature's *candidate set*, found before anything is measured: the union
-  over its points of each cost model's top ``top_k`` (the structure's and, when the prior is
-  calibrated, the calibration's), plus the configs the forced sentinels stand for and the
-  incumbents. Every config of the set is compiled once and measured at *every* point of the
-  signature: a config one point's model liked is compiled anyway, and the partition shares
-  configs between neighbouring points, so timing it at the neighbours costs a few graph
-  replays and spares their cross-evaluation. ``top_k=None`` is the whole space (exhaustive);
+  over its points of each cost model's top ``top_k`` (the calibration's and ``structure_k`` of
+  the structure's; the structure's ``top_k`` when the prior is uncalibrated), plus the configs
+  the forced sentinels stand for and the incumbents. Every config of the set is compiled
+  once and measured at *every* point of the signature: a config one point's model liked is
+  compiled anyway, and the partition shares configs between neighbouring points, so timing
+  it at the neighbours costs a few graph replays and spares their cross-evaluation.
+  ``top_k=None`` is the whole space (exhaustive);
 - **points**: ``max_points`` per signature, fill included;
 - **repetitions**: the protocol's ``stage_rounds`` (successive halving; the last stage stops
   once every arm's sigma is within ``stop_stdrel`` of its median).
@@ -57,23 +58,25 @@ class Effort:
 
 
 LEVELS: dict[str, Effort] = {
-    "quick": Effort("quick", top_k=1, max_points=14, stage_rounds=(3, 4, 9),
+    "quick": Effort("quick", top_k=1, structure_k=0, max_points=14, stage_rounds=(3, 4, 9),
                     measured_dtypes=True,
-                    description="top-1 per point pooled per signature, 14 points, the measured "
-                    "dtype's kernels only"),
-    "default": Effort("default", top_k=2, max_points=14, stage_rounds=(3, 6, 15),
-                      measured_dtypes=True,
-                      description="top-2 per point pooled per signature, 14 points, the "
-                      "measured dtype's kernels only"),
+                    description="the calibration's top-1 per point pooled per signature, 14 "
+                    "points, the measured dtype's kernels only"),
+    "default": Effort("default", top_k=2, structure_k=0, max_points=14,
+                      stage_rounds=(3, 6, 15), measured_dtypes=True,
+                      description="the calibration's top-2 per point pooled per signature, 14 "
+                      "points, the measured dtype's kernels only"),
     "exhaustive": Effort("exhaustive", top_k=None, max_points=24, stage_rounds=(3, 6, 15),
                          description="every config of the lane at 24 points (--no-prune)"),
 }
 """The levels, chosen from the offline scores against the committed exhaustive logs
-(``benchmarks/results/effort_levels_offline.md``): on the Conformer census, with models held
-out per signature, top-2 pooled at 14 points scored 1.3% geomean / 5.2% p95 regret (the
-exhaustive build 1.0% / 5.0%) with 46 of 133 units and a fifth of the arm rows; top-1 scored
-2.2% / 7.8% with 32 units; 10 or 12 points lost 15-20% p95 at every top-k, so no level
-thins below 14."""
+(``benchmarks/results/effort_levels_offline.md``). On the Conformer census, with models held
+out per signature: the calibration's top-2 pooled at 14 points scored 1.3% geomean / 5.2% p95
+regret (the exhaustive build 1.0% / 5.0%) with 29 of 133 units and a ninth of the arm rows;
+adding the structure's top-k changed nothing but the units (46 for both models' top-2);
+top-3 matched the exhaustive build with 36 units, top-1 scored 2.2% / 7.8% with 20; 12 points
+instead of 14 lost 10-15% p95, so no level thins below 14. Without a calibrated prior the
+structure ranks alone, with ``top_k``."""
 
 
 def level(name: str) -> Effort:
