@@ -53,7 +53,8 @@
 #                    replay cmp'd; ~8 min
 #   bench-conv1d     benchmarks/conv1d_vs_torch.py: every config and the served op against torch
 #                    at the Conformer / Whisper / wav2vec2 shapes and a sweep (conv1d_vs_torch*.md,
-#                    .jsonl), out of the box and served from the conv1d phase's table; ~9 min
+#                    .jsonl), served from the conv1d phase's table when it ran on this machine
+#                    (shapes the table does not cover are served by torch), else out of the box
 # Options:
 #   --pdl on|off|both   programmatic dependent launch for bench-gemm and engine (default: both
 #                       for bench-gemm, on for engine)
@@ -123,7 +124,9 @@ FP8_CENSUS=(--census benchmarks/census/conformer_offline_fp8.json
 CONV_CENSUS=(--census benchmarks/census/conformer_offline_conv.json
              --census benchmarks/census/conformer_streaming_conv.json
              --census benchmarks/census/whisper_encoder_offline_conv.json
-             --census benchmarks/census/whisper_encoder_small_batch_conv.json)
+             --census benchmarks/census/whisper_encoder_small_batch_conv.json
+             --census benchmarks/census/whisper_encoder_b1_conv.json
+             --census benchmarks/census/whisper_encoder_b8_conv.json)
 T0=$(date +%s)
 el() { echo "[$(($(date +%s) - T0)) s] $*"; }
 oasr() { python3 -m oasr_core.cli "$@"; }
@@ -432,11 +435,13 @@ phase_conv1d() {
 phase_bench_conv1d() {
   local dir=$1 user table=$OUT/conv1d/conv1d.json
   prebuild_conv1d "$dir"
-  el "conv1d_vs_torch out of the box (served = torch where no table covers a shape)"
-  OASR_TUNE_SYSTEM_DB=off timeout 280 python3 benchmarks/conv1d_vs_torch.py --sets conformer,whisper \
-    --out "$dir/conv1d_vs_torch.md" > "$dir/conv1d_vs_torch.log" 2>&1
-  echo "  rc=$?"; sed -n '/^## Summary/,/^## Points/p' "$dir/conv1d_vs_torch.md" 2>/dev/null
-  if [ -f "$table" ]; then
+  if [ ! -f "$table" ]; then
+    el "conv1d_vs_torch out of the box (served = torch where no table covers a shape)"
+    OASR_TUNE_SYSTEM_DB=off timeout 280 python3 benchmarks/conv1d_vs_torch.py \
+      --sets conformer,whisper,wav2vec2,sweep --out "$dir/conv1d_vs_torch.md" \
+      > "$dir/conv1d_vs_torch.log" 2>&1
+    echo "  rc=$?"; sed -n '/^## Summary/,/^## Points/p' "$dir/conv1d_vs_torch.md" 2>/dev/null
+  else
     user=$(mktemp -d /tmp/oasr-conv1d-user.XXXXXX)
     mkdir -p "$user/sm90" && cp "$table" "$user/sm90/conv1d.json"
     el "conv1d_vs_torch served from the conv1d phase's table"
