@@ -37,13 +37,12 @@ from typing import Any
 
 import attrs
 from oasr_core.errors import OasrWarning
+from oasr_core.kit.devices import DEFAULT_SM_COUNT
+from oasr_core.kit.devices import current_index as _device_index
 from oasr_core.types import Config, Lane, Problem, Sentinel
 
 from oasr_scaled_mm.config_space import LANE_SM80, LANE_SM90, LANES, space
 
-DEFAULT_SM_COUNT = {"sm80": 108, "sm86": 84, "sm87": 16, "sm89": 128, "sm90": 132}
-"""SMs per arch family when no device can be asked (A100, A10/A40-class, Orin, L4/4090-class,
-H100/H200)."""
 HALF_WAVE = 0.5
 FILL_GRID = (0.0, 0.125, 0.25, 0.375, 0.5, 0.75, 1.0, 1.5, 2.0, 3.0, 4.0, 6.0, 8.0, math.inf)
 """Threshold values :func:`fit_ladder` searches (``inf`` takes a rung off the ladder)."""
@@ -444,17 +443,6 @@ def device_sms(lane: str, arch_families: Sequence[str],
         return facts.arch, facts.sm_count
     arch = (tuple(default_on) or tuple(arch_families))[0]
     return arch, DEFAULT_SM_COUNT.get(arch, 108)
-
-
-def _device_index() -> int | None:
-    try:
-        import torch
-    except ImportError:
-        return None
-    try:
-        return torch.cuda.current_device() if torch.cuda.is_available() else None
-    except (RuntimeError, AssertionError):
-        return None
 
 
 def _device_facts(device: int | None) -> Any:

@@ -13,11 +13,9 @@ GEMM kernels' ``impl_hash``: the quantizer changes no GEMM table.
 from __future__ import annotations
 
 import ctypes
-import threading
-import warnings
 from typing import Any
 
-from oasr_core.errors import JitBuildError, OasrWarning, ToolchainError
+from oasr_core.kit.helpers import HelperKernel
 
 SYMBOL = "oasr_quantize_rows"
 MODULE = "scaled_mm_quantize_rows"
@@ -31,9 +29,6 @@ OASR_EXPORT int32_t {SYMBOL}(const void* x, int32_t dtype, int64_t rows, int64_t
   return oasr_quantize::quantize(x, dtype, rows, k, q, scale, static_cast<cudaStream_t>(stream));
 }}
 """
-_LOCK = threading.Lock()
-_LOADED: dict[str, Any] = {}
-_WARNED: set[str] = set()
 
 
 def spec(arch: str):
@@ -48,27 +43,10 @@ def spec(arch: str):
                    cutlass=False)
 
 
-def _launcher(arch: str) -> Any:
-    """The loaded launcher for ``arch`` (None when it cannot be loaded; warned once)."""
-    fn = _LOADED.get(arch)
-    if fn is not None or arch in _WARNED:
-        return fn
-    with _LOCK:
-        if arch in _LOADED or arch in _WARNED:
-            return _LOADED.get(arch)
-        from oasr_core import jit
-
-        try:
-            fn = jit.load(spec(arch)).function(SYMBOL)
-        except (JitBuildError, ToolchainError, OSError) as exc:
-            _WARNED.add(arch)
-            warnings.warn(f"oasr_scaled_mm: the activation quantizer for {arch} is unavailable "
-                          f"({str(exc).splitlines()[0]}); quantizing with torch", OasrWarning,
-                          stacklevel=3)
-            return None
-        fn.argtypes, fn.restype = _ARGTYPES, ctypes.c_int32
-        _LOADED[arch] = fn
-        return fn
+KERNEL = HelperKernel(spec, SYMBOL, _ARGTYPES, ctypes.c_int32,
+                      label="oasr_scaled_mm: the activation quantizer",
+                      fallback="quantizing with torch")
+"""The loaded quantizer per arch (None, warned once, where it cannot be loaded)."""
 
 
 def quantize_rows_cuda(x: Any, arch: str) -> tuple[Any, Any] | None:
@@ -76,7 +54,7 @@ def quantize_rows_cuda(x: Any, arch: str) -> tuple[Any, Any] | None:
     None when the kernel is unavailable or refused the call (the caller quantizes with torch)."""
     import torch
 
-    fn = _launcher(arch)
+    fn = KERNEL.get(arch)
     if fn is None:
         return None
     k = x.shape[-1]
