@@ -15,7 +15,10 @@ serves its ops and keeps its per-epoch state:
 - :mod:`oasr_core.kit.production`: :class:`ProductionSet`, the production compile set of a
   family's lanes from the tiers, and the ``Lane.jit_specs`` / soft-stamp helpers;
 - :mod:`oasr_core.kit.lanes`: :class:`LaneSpaces`, :class:`LaneRules` and per-lane predicates;
-- :mod:`oasr_core.kit.benching`: the family-agnostic half of a family's ``make_bench``.
+- :mod:`oasr_core.kit.benching`: the family-agnostic half of a family's ``make_bench``;
+- :mod:`oasr_core.kit.devices`: the arch and SM count a shape heuristic reads;
+- :mod:`oasr_core.kit.helpers`: :class:`~oasr_core.kit.helpers.HelperKernel`, a small helper
+  kernel (an activation quantizer) loaded once per arch, torch serving where it cannot load.
 
 Importing the kit (all but :mod:`~oasr_core.kit.launching`) imports no torch and builds no
 runtime; the names above load their module on first access.
