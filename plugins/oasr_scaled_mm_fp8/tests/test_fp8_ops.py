@@ -144,3 +144,20 @@ def test_the_recorder_sees_fp8_calls_only():
     assert recorder.record_mm(a.to(torch.bfloat16), w) is None
     assert {p.target for p in recorder.recorder_patches()} == {
         "oasr_scaled_mm_fp8.ops:scaled_mm_fp8", "oasr_scaled_mm_fp8.ops:scaled_mm_fp8_quant"}
+
+
+def test_the_layers_fp8_weight_is_cached_until_the_weight_changes():
+    from oasr_scaled_mm_fp8 import quantize
+
+    layer = torch.nn.Linear(96, 64).to(torch.bfloat16)
+    x = torch.randn(5, 96, dtype=torch.bfloat16)
+    quantize.quantized_linear(x, layer)
+    state = getattr(layer, quantize.CACHE_ATTR)
+    assert state.weight.dtype == E4M3 and state.bias.dtype == torch.float32
+    quantize.quantized_linear(x, layer)
+    assert getattr(layer, quantize.CACHE_ATTR) is state
+    with torch.no_grad():
+        layer.weight.mul_(2)
+    quantize.quantized_linear(x, layer)
+    assert getattr(layer, quantize.CACHE_ATTR) is not state
+    assert quantize.CACHE_ATTR not in layer.state_dict()

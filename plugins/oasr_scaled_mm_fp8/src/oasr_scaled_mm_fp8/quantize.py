@@ -17,28 +17,11 @@ from __future__ import annotations
 
 from typing import Any
 
-import attrs
+from oasr_core.kit.weights import QuantizedWeight, cached_weight
 
 CACHE_ATTR = "_oasr_fp8_w8a8"
 """The attribute of an ``nn.Linear`` holding its :class:`QuantizedWeight`."""
 QUANTIZATION = "fp8_w8a8"
-
-
-@attrs.define(eq=False)
-class QuantizedWeight:
-    """An ``nn.Linear``'s e4m3 weight ``[N, K]``, per-channel scales ``[N]``, float32 bias."""
-
-    key: tuple
-    weight: Any
-    scale: Any
-    bias: Any
-
-
-def _identity(t: Any) -> tuple:
-    if t is None:
-        return (None,)
-    ptr = t.data_ptr() if t.device.type != "meta" else id(t)
-    return (ptr, t._version, t.device, t.dtype, tuple(t.shape))
 
 
 def quantize_rows(x: Any) -> tuple[Any, Any]:
@@ -66,21 +49,9 @@ def quantize_rows(x: Any) -> tuple[Any, Any]:
 
 def quantized_weight(layer: Any) -> QuantizedWeight:
     """The cached e4m3 copy of ``layer.weight`` (computed on first use and on change)."""
-    import torch
-
     from oasr_scaled_mm_fp8 import numerics
 
-    weight, bias = layer.weight, getattr(layer, "bias", None)
-    key = (*_identity(weight), *_identity(bias))
-    cached = getattr(layer, CACHE_ATTR, None)
-    if isinstance(cached, QuantizedWeight) and cached.key == key:
-        return cached
-    with torch.no_grad():
-        q, scale = numerics.quantize_rows(weight)
-        b32 = bias.detach().to(torch.float32).contiguous() if bias is not None else None
-    state = QuantizedWeight(key=key, weight=q.contiguous(), scale=scale.contiguous(), bias=b32)
-    object.__setattr__(layer, CACHE_ATTR, state)
-    return state
+    return cached_weight(layer, CACHE_ATTR, numerics.quantize_rows)
 
 
 def quantized_linear(x: Any, layer: Any) -> Any:
