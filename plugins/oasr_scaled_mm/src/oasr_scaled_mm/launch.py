@@ -14,97 +14,36 @@ are the kit's :class:`oasr_core.kit.Serving` (:data:`SERVING`).
 
 from __future__ import annotations
 
-import ctypes
 from collections.abc import Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import attrs
 from oasr_core.jit.kit import CallArgs
 from oasr_core.kit import BufferKind, LaunchError, Serving, WorkspacePool
-from oasr_core.kit.calls import PreparedCall
+from oasr_core.kit.scaled import ScaledAbi, ScaledKernel, out_scale_args, status_text
+from oasr_core.kit.scaled import bind_all as _bind_all
 from oasr_core.types import Config
 
 from oasr_scaled_mm import codegen
 from oasr_scaled_mm.config_space import OP_MM, OP_QUANT, OPS, serves
 from oasr_scaled_mm.feasibility import fits_arch
 
-_LAUNCH_ARGTYPES = (*(ctypes.c_void_p,) * 7, ctypes.c_float, ctypes.c_void_p, ctypes.c_void_p)
-_WORKSPACE_ARGTYPES = (ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32)
 OUT_DTYPE_OF_OP = {OP_QUANT: "int8"}
+__all__ = ["CallArgs", "Kernel", "LaunchError", "SERVING", "WORKSPACES", "bind_all",
+           "out_scale_args", "reserve_workspace", "status_text"]
 
 
 @attrs.define(eq=False)
-class Kernel:
-    """One (config, op)'s launcher and workspace query in a loaded library."""
+class Kernel(ScaledKernel):
+    """One (config, op)'s launcher and workspace query in a loaded library (the kit's
+    :class:`~oasr_core.kit.scaled.ScaledKernel` with the int8 family's ABI): ``prepare``
+    gives the per-shape prepared call, ``run`` launches on torch tensors (tests, benchmarks;
+    fp16 out by default, int8 for ``scaled_mm_quant``)."""
 
-    config: Config
-    op: str
-    fn: Any
-    workspace_fn: Any
-
-    @classmethod
-    def bind(cls, module: Any, config: Config, op: str = OP_MM) -> Kernel:
-        """Bind the symbols of ``config`` for ``op`` in a loaded module (raises if absent)."""
-        fn = module.function(codegen.symbol(config, op))
-        fn.argtypes, fn.restype = _LAUNCH_ARGTYPES, ctypes.c_int32
-        ws = module.function(codegen.workspace_symbol(config, op))
-        ws.argtypes, ws.restype = _WORKSPACE_ARGTYPES, ctypes.c_int64
-        return cls(config, op, fn, ws)
-
-    def prepare(self, out_dtype: str, m: int, n: int, k: int) -> PreparedCall:
-        """The per-shape prepared call (queries the scratch this shape needs, once); its
-        operands are ``(a_ptr, w_ptr, a_scale_ptr, w_scale_ptr, bias_ptr, out_scale_ptr,
-        out_scale, d_ptr)``."""
-        code = codegen.OUT_CODES[out_dtype]
-        scratch = self.workspace_fn(m, n, k, code)
-        if scratch < 0:
-            raise LaunchError(f"{self.config.lane}/{self.config.id} ({self.op}): workspace "
-                              f"query refused m={m} n={n} k={k} {out_dtype}")
-        args = CallArgs(m=m, n=n, k=k, dtype=code, split=1)
-        return PreparedCall(self.fn, args, self.config, (int(scratch),), WORKSPACES)
-
-    def run(self, a: Any, w: Any, a_scale: Any, w_scale: Any, bias: Any = None, *,
-            out_dtype: Any = None, out_scale: Any = None, out: Any = None) -> Any:
-        """Run this kernel on torch tensors (no selection, no checks): tests and benchmarks.
-
-        ``a [..., K]`` / ``w [N, K]`` int8, ``a_scale [M]`` / ``w_scale [N]`` / ``bias [N]``
-        float32, all contiguous on the current device; ``out_scale`` a float or a float32
-        device tensor (``scaled_mm_quant``). Raises :class:`LaunchError` when refused.
-        """
-        import torch
-
-        n, k = w.shape
-        m = a.numel() // k
-        if self.op == OP_QUANT:
-            tdtype, name = torch.int8, "int8"
-        else:
-            tdtype = out_dtype or torch.float16
-            name = {torch.float16: "fp16", torch.bfloat16: "bf16"}[tdtype]
-        if out is None:
-            out = torch.empty((*a.shape[:-1], n), dtype=tdtype, device=a.device)
-        prepared = self.prepare(name, m, n, k)
-        os_ptr, os_val = out_scale_args(out_scale)
-        status = prepared(a.get_device(), a.data_ptr(), w.data_ptr(), a_scale.data_ptr(),
-                          w_scale.data_ptr(), bias.data_ptr() if bias is not None else 0,
-                          os_ptr, os_val, out.data_ptr())
-        if status:
-            raise LaunchError(f"{self.config.lane}/{self.config.id} ({self.op}) refused m={m} "
-                              f"n={n} k={k} {name}: {status_text(status)}")
-        return out
-
-
-def out_scale_args(out_scale: Any) -> tuple[int, float]:
-    """``(pointer, value)`` of an out_scale: a device tensor's pointer, or a float's value."""
-    if out_scale is None:
-        return 0, 1.0
-    if hasattr(out_scale, "data_ptr"):
-        return out_scale.data_ptr(), 1.0
-    return 0, float(out_scale)
-
-
-def status_text(status: int) -> str:
-    """What a launcher status code means."""
-    return codegen.STATUS.get(status, f"unknown status {status}")
+    ABI: ClassVar[ScaledAbi] = ScaledAbi(
+        ops=OPS, symbol=codegen.symbol, workspace_symbol=codegen.workspace_symbol,
+        out_codes=codegen.OUT_CODES, quant_op=OP_QUANT, quant_out="int8", quant_torch="int8",
+        default_out="float16", workspaces=lambda: WORKSPACES)
 
 
 def reserve_workspace(scratch_bytes: int = 64 << 20, device: int | None = None,
@@ -123,12 +62,7 @@ Kernels = Mapping[tuple[str, str], Kernel]
 
 def bind_all(module: Any, configs: Any) -> dict[tuple[str, str], Kernel]:
     """Every (op, config) launcher of ``configs`` present in a loaded module."""
-    kernels: dict[tuple[str, str], Kernel] = {}
-    for config in configs:
-        for op in OPS:
-            if serves(config, op) and codegen.symbol(config, op) in module.exports:
-                kernels[(op, config.id)] = Kernel.bind(module, config, op)
-    return kernels
+    return _bind_all(Kernel, module, configs, serves)
 
 
 def _load(lane: str, arch: str) -> Kernels | None:
