@@ -24,6 +24,7 @@ from oasr_core.jit import kit
 from oasr_core.types import Config
 
 from oasr_conv1d.dense.config_space import LANE_SM80, LANE_SM90
+from oasr_conv1d.geometry import CSRC
 
 OPS = ("conv1d", "conv1d_relu", "conv1d_gelu", "conv1d_silu")
 """The ops a dense unit serves (all through one launcher)."""
@@ -35,8 +36,6 @@ DTYPE_CODES = {"fp16": 0, "bf16": 1}
 _CXX_DTYPE = {"fp16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t"}
 _ALGO = {"analytic": 0, "optimized": 1, "few_channels": 2}
 _LANE_TAG = {LANE_SM80: "sm80", LANE_SM90: "sm90"}
-CSRC = Path(__file__).resolve().parent.parent / "csrc"
-"""The include dir holding ``oasr_conv1d/dense/*.cuh`` (and the family's geometry header)."""
 HEADER = {2: "oasr_conv1d/dense/sm80.cuh", 3: "oasr_conv1d/dense/sm90.cuh"}
 EXTRA_FLAGS = ("-Xcompiler", "-fvisibility-inlines-hidden")
 """Hide inline functions too: CUTLASS's host code pulls in libstdc++ inline functions that
@@ -47,7 +46,8 @@ with programmatic dependent launch (``kFlagPdl``); the 2.x kernels ignore the fl
 
 
 def csrc_dir() -> Path:
-    """The include dir the dense units need (``oasr_conv1d/dense/*.cuh``)."""
+    """The include dir the dense units need (``oasr_conv1d/dense/*.cuh`` beside the family's
+    ``oasr_conv1d/geometry.cuh``)."""
     return CSRC
 
 
