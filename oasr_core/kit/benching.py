@@ -109,3 +109,21 @@ def choice_arms(problem: Problem, choices: Sequence[Config | Sentinel], options:
         except Exception as exc:  # noqa: BLE001 - recorded as the arm's rejection
             rejected[name] = str(exc)
     return arms, rejected
+
+
+def quantized_operands(quantize_rows: Callable[[Any], tuple[Any, Any]], m: int, n: int, k: int,
+                       *, bias: bool = True, device: Any = "cpu", seed: int = 0
+                       ) -> tuple[Any, Any, Any, Any, Any]:
+    """Random ``(a [m, k], a_scale [m], w [n, k], w_scale [n], bias [n] | None)`` of a W8A8
+    family: a float activation and weight (std 1 and 1/sqrt(k)) quantized per token / per
+    channel by ``quantize_rows``, so outputs are O(1); bias float32. Never zeros or constants."""
+    import torch
+
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    x = torch.randn(m, k, generator=gen)
+    wf = torch.randn(n, k, generator=gen) / k ** 0.5
+    a, a_scale = quantize_rows(x)
+    w, w_scale = quantize_rows(wf)
+    b = torch.randn(n, generator=gen) if bias else None
+    move = (lambda t: t.to(device)) if str(device) != "cpu" else (lambda t: t)
+    return move(a), move(a_scale), move(w), move(w_scale), (move(b) if b is not None else None)

@@ -60,3 +60,26 @@ class HelperKernel:
         with self._lock:
             self._loaded.clear()
             self._failed.clear()
+
+
+def quantize_rows_with(kernel: HelperKernel, x: Any, arch: str, q_dtype: Any
+                       ) -> tuple[Any, Any] | None:
+    """``(q [..., K] of q_dtype, scale float32 [...])`` of a contiguous fp16/bf16 CUDA tensor
+    by a row quantizer ``kernel`` (C ABI ``(x, dtype 0 fp16 / 1 bf16, rows, k, q, scale,
+    stream) -> status``) on the current stream, or None when it is unavailable or refused the
+    call (the caller quantizes with torch)."""
+    import torch
+
+    fn = kernel.get(arch)
+    if fn is None:
+        return None
+    k = x.shape[-1]
+    rows = x.numel() // k if k else 0
+    q = torch.empty(x.shape, dtype=q_dtype, device=x.device)
+    scale = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+    if rows == 0:
+        return q, scale
+    stream = torch._C._cuda_getCurrentRawStream(x.device.index)
+    code = 0 if x.dtype == torch.float16 else 1
+    status = fn(x.data_ptr(), code, rows, k, q.data_ptr(), scale.data_ptr(), stream)
+    return (q, scale) if status == 0 else None

@@ -61,21 +61,11 @@ def quantize_rows(x: Any) -> tuple[Any, Any]:
 
 def make_operands(m: int, n: int, k: int, *, bias: bool = True, device: Any = "cpu",
                   seed: int = 0) -> tuple[Any, Any, Any, Any, Any]:
-    """Random ``(a [m, k] int8, a_scale [m], w [n, k] int8, w_scale [n], bias [n] | None)``.
+    """Random ``(a [m, k] int8, a_scale [m], w [n, k] int8, w_scale [n], bias [n] | None)``:
+    the kit's :func:`~oasr_core.kit.benching.quantized_operands` with :func:`quantize_rows`."""
+    from oasr_core.kit.benching import quantized_operands
 
-    A float activation and weight (std 1 and 1/sqrt(k)) quantized per token / per channel, so
-    outputs are O(1); bias float32. Never zeros or constants.
-    """
-    import torch
-
-    gen = torch.Generator(device="cpu").manual_seed(seed)
-    x = torch.randn(m, k, generator=gen)
-    wf = torch.randn(n, k, generator=gen) / k ** 0.5
-    a, a_scale = quantize_rows(x)
-    w, w_scale = quantize_rows(wf)
-    b = torch.randn(n, generator=gen) if bias else None
-    move = (lambda t: t.to(device)) if str(device) != "cpu" else (lambda t: t)
-    return move(a), move(a_scale), move(w), move(w_scale), (move(b) if b is not None else None)
+    return quantized_operands(quantize_rows, m, n, k, bias=bias, device=device, seed=seed)
 
 
 def out_scale_for(y: Any) -> float:

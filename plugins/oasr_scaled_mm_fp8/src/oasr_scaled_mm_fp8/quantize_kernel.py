@@ -15,7 +15,7 @@ from __future__ import annotations
 import ctypes
 from typing import Any
 
-from oasr_core.kit.helpers import HelperKernel
+from oasr_core.kit.helpers import HelperKernel, quantize_rows_with
 
 SYMBOL = "oasr_fp8_quantize_rows"
 MODULE = "scaled_mm_fp8_quantize_rows"
@@ -54,16 +54,4 @@ def quantize_rows_cuda(x: Any, arch: str) -> tuple[Any, Any] | None:
     None when the kernel is unavailable or refused the call (the caller quantizes with torch)."""
     import torch
 
-    fn = KERNEL.get(arch)
-    if fn is None:
-        return None
-    k = x.shape[-1]
-    rows = x.numel() // k if k else 0
-    q = torch.empty(x.shape, dtype=torch.float8_e4m3fn, device=x.device)
-    scale = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
-    if rows == 0:
-        return q, scale
-    stream = torch._C._cuda_getCurrentRawStream(x.device.index)
-    code = 0 if x.dtype == torch.float16 else 1
-    status = fn(x.data_ptr(), code, rows, k, q.data_ptr(), scale.data_ptr(), stream)
-    return (q, scale) if status == 0 else None
+    return quantize_rows_with(KERNEL, x, arch, torch.float8_e4m3fn)
