@@ -184,7 +184,7 @@ phase_bench_fp8() {
   local dir=$1
   prebuild_fp8 "$dir"
   el "scaled_mm_fp8 table from the fp8 Conformer censuses (every tile, torch, unquantized)"
-  OASR_TUNE_SYSTEM_DB=off timeout 400 python3 -m oasr_core.cli tune build \
+  OASR_TUNE_SYSTEM_DB=off timeout 300 python3 -m oasr_core.cli tune build \
     --family scaled_mm_fp8 "${FP8_CENSUS[@]}" --thin --max-points 14 --no-progress --fresh \
     --out "$dir/scaled_mm_fp8.json" --log "$dir/scaled_mm_fp8.jsonl" \
     --checkpoint /tmp/oasr_ck_fp8.jsonl 2>&1 | tail -8
@@ -198,7 +198,7 @@ phase_bench_fp8() {
     echo "  replay: DIFFERS from the build"
   fi
   el "fp8_vs_torch: every tile and the served linear against torch._scaled_mm and bf16"
-  timeout 540 python3 benchmarks/fp8_vs_torch.py --db "$dir/scaled_mm_fp8.json" \
+  timeout 420 python3 benchmarks/fp8_vs_torch.py --db "$dir/scaled_mm_fp8.json" \
     --out "$dir/h200_fp8.md" > "$dir/fp8_vs_torch.log" 2>&1
   echo "  rc=$?"; sed -n '/^## Against the goals/,$p' "$dir/h200_fp8.md" 2>/dev/null
   tail -3 "$dir/fp8_vs_torch.log"
