@@ -163,3 +163,12 @@ def test_the_lazy_and_the_eager_reader_agree(big):
     eager = database.load_tuning_file(big, family=fam, arch="sm90", lanes=lanes)
     assert lazy.dumps() == eager.dumps()
     assert lazy.referenced_configs() == eager.referenced_configs()
+
+
+def test_a_deep_unbalanced_line_is_refused_in_linear_time():
+    import time
+
+    started = time.monotonic()
+    with pytest.raises(DatabaseError, match="nested deeper"):
+        parse_text(b"[" * 200_000 + b'{"M": 1}', origin="log.jsonl:1")
+    assert time.monotonic() - started < 10, "the depth check must not be quadratic"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import functools
 import gc
+import itertools
 import json
 import os
 import re
@@ -166,6 +167,7 @@ writes is 6 (a tuning file's evidence point); the limit keeps every recursive co
 (structuring, freezing, rendering) far from the interpreter's recursion limit."""
 
 _STRUCTURE = bytes(range(256)).translate(None, b"[]{}")
+_STEP = bytes.maketrans(b"[{]}", b"\x02\x02\x00\x00")
 _PAIR = re.compile(rb"\[\]|\{\}")
 _STRING = re.compile(rb'"(?:[^"\\]|\\.)*"', re.DOTALL)
 
@@ -192,9 +194,11 @@ def check_depth(data: bytes, *, origin: str, limit: int = MAX_DEPTH) -> None:
     skeleton = _STRING.sub(b"", data).translate(None, _STRUCTURE)
     if _nesting_within(skeleton, limit):
         return
-    if _nesting_within(skeleton, len(skeleton)):  # balanced, only too deep
+    # One linear pass (repeating the pair removal would be quadratic in the depth).
+    steps = skeleton.translate(_STEP)
+    if max(itertools.accumulate(b - 1 for b in steps), default=0) > limit:
         raise DatabaseError(f"{origin}: not valid JSON (nested deeper than {limit} levels)")
-    # unbalanced: the parser reports where
+    # unbalanced but shallow: the parser reports where
 
 
 def read_bytes(path: str | os.PathLike[str], *, error: type[Exception] = DatabaseError,
