@@ -108,3 +108,67 @@ def test_knobs_refuse_a_non_mapping():
 
     with pytest.raises(ConfigurationError, match="knobs must be an object"):
         Knobs.from_json("x")
+
+
+def _paths(value, prefix=()):
+    if prefix:
+        yield prefix
+    if isinstance(value, dict):
+        for k, v in value.items():
+            yield from _paths(v, (*prefix, k))
+    elif isinstance(value, list):
+        for i, v in enumerate(value):
+            yield from _paths(v, (*prefix, i))
+
+
+PAYLOAD = json.loads(SHIPPED.read_text())["model"]
+PAYLOAD_PATHS = sorted(_paths(PAYLOAD), key=repr)
+
+
+def _replace(doc, path, value):
+    import copy
+
+    doc = copy.deepcopy(doc)
+    parent = doc
+    for step in path[:-1]:
+        parent = parent[step]
+    parent[path[-1]] = value
+    return doc
+
+
+def test_a_payload_that_validates_always_predicts():
+    """Property: any one value of the shipped payload replaced by any JSON value either is
+    refused by ``from_json`` (one ConfigurationError) or gives a model whose predictions,
+    for every config of the lane at a spread of shapes, are numbers."""
+    from hypothesis import HealthCheck, given, settings
+    from hypothesis import strategies as st
+
+    from oasr_core.cost_model.features import features_of
+
+    lane = runtime.get_runtime().registry.lane("sm90_wgmma")
+    feats = [(c.id, features_of(c, lane.cost_features, lane.name)) for c in lane.config_space]
+    json_values = st.recursive(
+        st.none() | st.booleans() | st.integers(-2**40, 2**40)
+        | st.floats(allow_nan=False, allow_infinity=False) | st.text(max_size=6),
+        lambda inner: st.lists(inner, max_size=3) | st.dictionaries(st.text(max_size=5),
+                                                                   inner, max_size=3),
+        max_leaves=6)
+
+    @settings(max_examples=120, deadline=None, database=None, derandomize=True,
+              suppress_health_check=list(HealthCheck))
+    @given(path=st.sampled_from(PAYLOAD_PATHS), value=json_values)
+    def check(path, value):
+        try:
+            model = CostModel.from_json(_replace(PAYLOAD, path, value))
+        except ConfigurationError as exc:
+            assert "\n" not in str(exc)
+            return
+        for cid, f in feats[:12]:
+            if f is None:
+                continue
+            for m, n, k in ((1, 64, 64), (16, 512, 2048), (20000, 4096, 4096)):
+                t = model.predict(cid, f, m, n, k, "fp16")
+                assert isinstance(t, float)
+            model.predict_fallback("torch", "gemm", 16, 512, 512, "fp16")
+
+    check()
