@@ -126,7 +126,9 @@ CONV_CENSUS=(--census benchmarks/census/conformer_offline_conv.json
              --census benchmarks/census/whisper_encoder_offline_conv.json
              --census benchmarks/census/whisper_encoder_small_batch_conv.json
              --census benchmarks/census/whisper_encoder_b1_conv.json
-             --census benchmarks/census/whisper_encoder_b8_conv.json)
+             --census benchmarks/census/whisper_encoder_b8_conv.json
+             --census benchmarks/census/conformer_s_offline_conv.json
+             --census benchmarks/census/conformer_l_offline_conv.json)
 T0=$(date +%s)
 el() { echo "[$(($(date +%s) - T0)) s] $*"; }
 oasr() { python3 -m oasr_core.cli "$@"; }
