@@ -90,13 +90,18 @@ def move_aside(path: str | os.PathLike[str], why: str = "corrupt") -> Path:
     writer can start afresh without losing it; returns the new path. ``why`` is ``corrupt``
     for a file that could not be used, ``replaced`` for one a fresh write replaces."""
     path = Path(path)
+    aside = _aside_name(path, why)
+    os.rename(path, aside)
+    return aside
+
+
+def _aside_name(path: Path, why: str) -> Path:
     stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
     aside = path.with_name(f"{path.name}.{why}-{stamp}")
     n = 1
     while aside.exists():
         aside = path.with_name(f"{path.name}.{why}-{stamp}-{n}")
         n += 1
-    os.rename(path, aside)
     return aside
 
 
@@ -108,12 +113,7 @@ def keep_aside(path: str | os.PathLike[str], why: str) -> Path | None:
     path = Path(path)
     if not path.exists():
         return None
-    stamp = datetime.datetime.now(datetime.timezone.utc).strftime("%Y%m%dT%H%M%S%fZ")
-    aside = path.with_name(f"{path.name}.{why}-{stamp}")
-    n = 1
-    while aside.exists():
-        aside = path.with_name(f"{path.name}.{why}-{stamp}-{n}")
-        n += 1
+    aside = _aside_name(path, why)
     try:
         os.link(path, aside)
     except OSError:

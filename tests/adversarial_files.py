@@ -32,14 +32,15 @@ def big_user_tier(path: Path, entries: int) -> Path:
     return path
 
 
-def _paths(value: Any, prefix: tuple = ()) -> Iterator[tuple]:
+def json_paths(value: Any, prefix: tuple = ()) -> Iterator[tuple]:
+    """Every path into ``value`` (keys and indexes), the empty one first."""
     yield prefix
     if isinstance(value, dict):
         for k, v in value.items():
-            yield from _paths(v, (*prefix, k))
+            yield from json_paths(v, (*prefix, k))
     elif isinstance(value, list):
         for i, v in enumerate(value):
-            yield from _paths(v, (*prefix, i))
+            yield from json_paths(v, (*prefix, i))
 
 
 ODD_VALUES = (None, True, False, 0, -1, 1.5, 2**70, "", "x", "../../../x", "torch",
@@ -50,7 +51,7 @@ def mutate_document(doc: Any, rng: random.Random) -> Any:
     """``doc`` with one structural mutation: a value replaced, a key dropped or renamed, a
     container duplicated or nested deeper."""
     doc = copy.deepcopy(doc)
-    paths = [p for p in _paths(doc) if p]
+    paths = [p for p in json_paths(doc) if p]
     if not paths:
         return rng.choice(ODD_VALUES)
     path = rng.choice(paths)

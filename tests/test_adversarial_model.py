@@ -12,6 +12,7 @@ import warnings
 from pathlib import Path
 
 import pytest
+from adversarial_files import json_paths
 from click.testing import CliRunner
 
 from oasr_core import runtime
@@ -110,19 +111,8 @@ def test_knobs_refuse_a_non_mapping():
         Knobs.from_json("x")
 
 
-def _paths(value, prefix=()):
-    if prefix:
-        yield prefix
-    if isinstance(value, dict):
-        for k, v in value.items():
-            yield from _paths(v, (*prefix, k))
-    elif isinstance(value, list):
-        for i, v in enumerate(value):
-            yield from _paths(v, (*prefix, i))
-
-
 PAYLOAD = json.loads(SHIPPED.read_text())["model"]
-PAYLOAD_PATHS = sorted(_paths(PAYLOAD), key=repr)
+PAYLOAD_PATHS = sorted((p for p in json_paths(PAYLOAD) if p), key=repr)
 
 
 def _replace(doc, path, value):
