@@ -159,7 +159,11 @@ class MeasurementLog:
 
 
 def read_logs(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[dict], list[dict], int]:
-    """(run rows, arm rows, unreadable lines) of one or more logs, in file order."""
+    """(run rows, arm rows, unreadable lines) of one or more logs, in file order.
+
+    An arm row whose fields are not of their types (:func:`arm_row_problem`) is unreadable
+    too: every consumer may then convert them without checking again.
+    """
     runs, arms, bad = [], [], 0
     for path in paths:
         rows, skipped = read_jsonl(path)
@@ -167,11 +171,61 @@ def read_logs(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[dict], list
         for row in rows:
             if row.get("row") == "run":
                 runs.append(row)
-            elif row.get("row") == "arm" and "key" in row and "M" in row and "config" in row:
+            elif row.get("row") == "arm" and arm_row_problem(row) is None:
                 arms.append(row)
             else:
                 bad += 1
     return runs, arms, bad
+
+
+_MAX_SIZE = 2**31
+"""Largest M, N or K a row may hold (the launchers' int32 extents)."""
+
+
+def _real(v: Any) -> bool:
+    return isinstance(v, (int, float)) and not isinstance(v, bool) and math.isfinite(v) \
+        and abs(v) < 1e12
+
+
+def _count(v: Any) -> bool:
+    return type(v) is int and 0 <= v < 2**40
+
+
+def _size(v: Any) -> bool:
+    return type(v) is int and 1 <= v <= _MAX_SIZE
+
+
+_ARM_TYPES: dict[str, tuple[Any, bool]] = {
+    **{f: (lambda v: isinstance(v, str), True) for f in ("key", "config")},
+    "M": (_size, True),
+    **{f: (lambda v: isinstance(v, str), False) for f in (
+        "status", "phase", "run", "l2", "reason", "op", "dtype", "lane", "arch", "family",
+        "fallback", "impl_hash", "incumbent")},
+    **{f: (_real, False) for f in ("median_ms", "sigma_ms", "solo_ms", "issue_us",
+                                   "gate_error", "alpha", "calls", "weight", "separator_ms")},
+    **{f: (_count, False) for f in ("n", "stage", "batch", "copies", "graph_calls",
+                                    "census_max")},
+    **{f: (_size, False) for f in ("N", "K")},
+    "dims": (lambda v: isinstance(v, dict) and all(_size(x) for x in v.values()), False),
+    **{f: (lambda v: isinstance(v, dict), False) for f in ("params", "sku")},
+}
+"""Arm-row fields a consumer converts: (check, required); an optional field may be null."""
+
+
+def arm_row_problem(row: Mapping[str, Any]) -> str | None:
+    """Why a logged arm row cannot be used (a field missing or of another type), or None."""
+    for name, (check, required) in _ARM_TYPES.items():
+        value = row.get(name)
+        if value is None:
+            if required:
+                return f"no {name}"
+            continue
+        if not check(value):
+            return f"{name}={value!r:.40} is not of its type"
+    status = row.get("status")
+    if status is not None and status not in {s.value for s in ArmStatus}:
+        return f"status={status!r:.40} is not an arm status"
+    return None
 
 
 def latest_groups(arm_rows: Iterable[Mapping[str, Any]]) -> dict[tuple[str, int, str],

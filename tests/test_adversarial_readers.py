@@ -172,3 +172,24 @@ def test_a_deep_unbalanced_line_is_refused_in_linear_time():
     with pytest.raises(DatabaseError, match="nested deeper"):
         parse_text(b"[" * 200_000 + b'{"M": 1}', origin="log.jsonl:1")
     assert time.monotonic() - started < 10, "the depth check must not be quadratic"
+
+
+@pytest.mark.parametrize("field, value", [("M", {"x": 1}), ("M", 2**70), ("median_ms", [1]),
+                                          ("sigma_ms", {}), ("n", [[]]), ("dims", [1, 2]),
+                                          ("gate_error", "x"), ("status", "maybe")])
+def test_a_log_row_of_the_wrong_types_is_an_unreadable_row(tmp_path, field, value):
+    from oasr_core.measurements import read_logs
+
+    lines = LOG.read_bytes().splitlines()[:80]
+    rows = [json.loads(x) for x in lines]
+    arm = next(i for i, r in enumerate(rows) if r.get("row") == "arm")
+    rows[arm][field] = value
+    log = tmp_path / "log.jsonl"
+    log.write_text("".join(json.dumps(r) + "\n" for r in rows))
+    _, arms, bad = read_logs([log])
+    assert bad == 1 and len(arms) == sum(r.get("row") == "arm" for r in rows) - 1
+    for args in (["tune", "build", "--from-log", str(log), "--out", str(tmp_path / "o.json")],
+                 ["tune", "evaluate", "--log", str(log), "--db", f"x={SHIPPED}"]):
+        got = _invoke(*args)
+        assert got.exit_code in (0, 2) and "Traceback" not in got.output, got.output
+        assert got.exception is None or isinstance(got.exception, SystemExit)

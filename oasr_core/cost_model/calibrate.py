@@ -32,6 +32,7 @@ Rows pinned at the memory floor carry no information about ``a`` or ``b`` and ar
 
 from __future__ import annotations
 
+import math
 import statistics
 from collections import Counter, defaultdict
 from collections.abc import Iterable, Iterator, Mapping, Sequence
@@ -129,7 +130,10 @@ def parse_rows(rows: Iterable[Mapping[str, Any]], *, arch: str | None = None,
             try:
                 cid, op, dtype = str(raw["config"]), str(raw["op"]), str(raw["dtype"])
                 m, (n, k), t_ms = int(raw["M"]), _dims(raw), float(raw["median_ms"])
-            except (KeyError, TypeError, ValueError):
+            except (KeyError, TypeError, ValueError, AttributeError, OverflowError):
+                skipped["missing fields"] += 1
+                continue
+            if not all(1 <= v <= 2**31 for v in (m, n, k)) or not math.isfinite(t_ms):
                 skipped["missing fields"] += 1
                 continue
             sigma = raw.get("sigma_ms")
