@@ -98,15 +98,20 @@ def test_a_swapped_library_is_refused(built):
         jit.load(spec, build_missing=False)
 
 
-def test_a_manifest_without_the_hash_is_not_trusted(built):
-    spec, _, library = built
+def test_a_manifest_without_the_hash_gets_it_on_first_load_of_a_private_cache(built):
+    spec, root, library = built
     manifest_path = library.parent / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
     del manifest[trust.HASH_FIELD]
     manifest_path.write_text(json.dumps(manifest))
-    assert not jit.is_prebuilt(spec)
-    with pytest.raises(JitBuildError, match="not built"):
+    os.chmod(library.parent, 0o777)  # not private: refused, nothing recorded
+    with pytest.raises(JitBuildError, match="writable by"):
         jit.load(spec, build_missing=False)
+    assert trust.HASH_FIELD not in json.loads(manifest_path.read_text())
+    os.chmod(library.parent, 0o755)
+    assert jit.load(spec, build_missing=False).function("adv_value")() == 7
+    recorded = json.loads(manifest_path.read_text())[trust.HASH_FIELD]
+    assert recorded == trust.file_sha256(library)
 
 
 def test_each_library_is_hashed_once_per_process(built, monkeypatch):
@@ -116,3 +121,18 @@ def test_each_library_is_hashed_once_per_process(built, monkeypatch):
     monkeypatch.setattr(trust, "file_sha256", lambda p: calls.append(p) or "x")
     jit.load(spec, build_missing=False)
     assert calls == []
+
+
+def test_a_link_does_not_hide_a_writable_parent(built, tmp_path, monkeypatch):
+    spec, root, _ = built
+    shared = tmp_path / "shared"
+    shared.mkdir()
+    moved = shared / "jit"
+    root.rename(moved)
+    link = tmp_path / "jit-link"
+    link.symlink_to(moved)
+    monkeypatch.setenv("OASR_JIT_DIR", str(link))
+    assert jit.load(spec, build_missing=False).function("adv_value")() == 7
+    os.chmod(shared, 0o777)
+    with pytest.raises(JitBuildError, match=f"{shared} is writable by"):
+        jit.load(spec, build_missing=False)

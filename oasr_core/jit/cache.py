@@ -110,12 +110,8 @@ def read_json(path: Path) -> dict[str, Any] | None:
 def read_manifest(root: Path, name: str, key: str) -> dict[str, Any] | None:
     """The manifest of a complete module (its library present too), or None.
 
-    A manifest without the library's sha256 (written before builds recorded it) is None
-    too: the module is relinked from its cached objects, which records it. Raises
-    :class:`JitBuildError` for a manifest written by a newer oasr.
+    Raises :class:`JitBuildError` for a manifest written by a newer oasr.
     """
-    from oasr_core.jit.trust import HASH_FIELD
-
     path = manifest_path(root, name, key)
     manifest = read_json(path)
     if manifest is None or not library_path(root, name, key).is_file():
@@ -126,8 +122,6 @@ def read_manifest(root: Path, name: str, key: str) -> dict[str, Any] | None:
             f"{path} has schema_version {version!r}, newer than this oasr understands "
             f"({MANIFEST_SCHEMA_VERSION}); upgrade oasr or use another OASR_JIT_DIR"
         )
-    if not isinstance(manifest.get(HASH_FIELD), str):
-        return None
     return manifest
 
 

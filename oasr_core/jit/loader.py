@@ -101,7 +101,7 @@ def load(spec: JitSpec, *, build_missing: bool = True, jobs: int | None = None) 
         if manifest is None:
             raise JitBuildError(f"module {spec.name} was built but its manifest is missing")
     path = cache.library_path(root, spec.name, p.key)
-    trust.check_library(path, root, manifest)
+    trust.check_library(path, root, manifest, cache.manifest_path(root, spec.name, p.key))
     try:
         cdll = ctypes.CDLL(str(path))
     except OSError as exc:

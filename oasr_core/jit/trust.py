@@ -10,7 +10,8 @@ the path and the remedy:
   not replace what this user put there);
 * a library whose bytes differ from the sha256 its build recorded in the module's manifest
   (``library_sha256``): a library is filed under the key of what it was built from, and the
-  hash ties the file to that build, so a swapped or torn copy is never loaded.
+  hash ties the file to that build, so a swapped or torn copy is never loaded. A manifest
+  from before the hash was recorded gets it on first load (:func:`check_library`).
 
 Each library is hashed once per process (by path, inode, size and modification time), so a
 process loading its modules pays one read per library, not one per call.
@@ -56,7 +57,9 @@ def _unsafe(st: os.stat_result) -> str | None:
 def check_place(library: Path, root: Path) -> None:
     """Raise :class:`JitBuildError` unless only this user (or root) can change ``library``
     or any directory above it, and ``root``'s ``obj/`` (see the module docstring)."""
-    places = [library, *library.absolute().parents]
+    # Both the path as named and as resolved: a link in it must not hide a writable parent.
+    places = list(dict.fromkeys([library, *library.absolute().parents,
+                                 *library.resolve().parents]))
     obj = root / "obj"
     if obj.is_dir():
         places.append(obj)
@@ -91,8 +94,21 @@ def check_content(library: Path, manifest: dict) -> None:
             f"{str(expected)[:16]}... its build recorded; delete {library.parent} to rebuild it")
 
 
-def check_library(library: Path, root: Path, manifest: dict) -> None:
+def check_library(library: Path, root: Path, manifest: dict, manifest_path: Path) -> None:
     """:func:`check_place` then :func:`check_content`: what :func:`oasr_core.jit.load` asks
-    before it opens ``library``."""
+    before it opens ``library``.
+
+    A manifest written before builds recorded the hash gets it now, once its place passed:
+    only this user (or root) can have put the library there, so it is trusted as its own
+    build would be, and every later load checks the bytes against it.
+    """
     check_place(library, root)
+    if not isinstance(manifest.get(HASH_FIELD), str):
+        from oasr_core.jit import cache
+
+        manifest[HASH_FIELD] = file_sha256(library)
+        try:
+            cache.write_json(manifest_path, manifest)
+        except OSError:
+            pass  # a read-only cache: this process checked the place; the next one will too
     check_content(library, manifest)
