@@ -5,7 +5,7 @@ measured; the CLI's --effort."""
 from __future__ import annotations
 
 import json
-from collections import defaultdict
+from collections import Counter, defaultdict
 
 import attrs
 import pytest
@@ -71,6 +71,9 @@ def test_each_point_measures_its_signature_s_pooled_set_and_a_replay_reproduces_
         assert len(widths) >= 2
         assert {"default", "torch"} <= arms
         assert len(arms) < len(LANE.config_space) + 1
+    # coarse cells: every finalist was timed at every point, so no cross-evaluation ran
+    runs = Counter((p.dim("N"), p.m) for p, _arms in bench.benched)
+    assert set(runs.values()) == {1}
     again = tmp_path / "again" / "sm90" / "fake.json"
     build.build_from_log([out.parent / "measurements" / "fake.jsonl"], registry=Registry(),
                          out=str(again), options=build.BuildOptions(fresh=True, effort="default",
@@ -106,6 +109,13 @@ def test_a_level_replayed_from_an_exhaustive_log_uses_only_its_rows(tmp_path, mo
     full = build.build_from_log([log], registry=Registry(), out=str(tmp_path / "f.json"),
                                 options=build.BuildOptions(fresh=True))
     assert full.points == exhaustive.points
+
+
+def test_without_coarse_cells_halving_s_dropped_finalists_are_cross_evaluated(tmp_path):
+    bench = ScriptedBench()
+    live(tmp_path, bench, effort="default", top_k=2, coarse_cells=False)
+    runs = Counter((p.dim("N"), p.m) for p, _arms in bench.benched)
+    assert max(runs.values()) == 2  # main, then cross for the finalists dropped there
 
 
 def test_levels_resolve_their_knobs_and_explicit_ones_win():

@@ -54,16 +54,22 @@ class Effort:
     whose production object is not cached yet. Those objects are not the production
     module's, which then compiles the configs the new table references on first load; False:
     the build's objects are the production ones."""
+    coarse_cells: bool = False
+    """A point's matrix row takes every arm timed there, those halving dropped early too (their
+    coarse medians), so cross-evaluation runs only for a finalist never timed at the point: a
+    pooled set times every finalist at every point, so it all but never runs. Replaying the
+    pruned H200 Conformer logs (halved, with cross rows) this way chose the same configs at
+    100% of weighted points; cross runs were half of those builds' measuring."""
     description: str = ""
 
 
 LEVELS: dict[str, Effort] = {
     "quick": Effort("quick", top_k=1, structure_k=0, max_points=14, stage_rounds=(3, 4, 9),
-                    measured_dtypes=True,
+                    measured_dtypes=True, coarse_cells=True,
                     description="the calibration's top-1 per point pooled per signature, 14 "
                     "points, the measured dtype's kernels only"),
     "default": Effort("default", top_k=2, structure_k=0, max_points=14,
-                      stage_rounds=(3, 6, 15), measured_dtypes=True,
+                      stage_rounds=(3, 6, 15), measured_dtypes=True, coarse_cells=True,
                       description="the calibration's top-2 per point pooled per signature, 14 "
                       "points, the measured dtype's kernels only"),
     "exhaustive": Effort("exhaustive", top_k=None, max_points=24, stage_rounds=(3, 6, 15),

@@ -88,6 +88,9 @@ class BuildOptions(PartitionOptions):
     ``exhaustive``): each signature compiles and measures its pooled candidate set, with the
     level's points and rounds; ``top_k`` / ``max_points`` given here override the level's.
     None: each point measures its own top-k (a replay: every row of the log)."""
+    coarse_cells: bool | None = None
+    """Matrix rows take arms halving dropped early too (``Effort.coarse_cells``; None: the
+    level's, else off)."""
 
     def resolved(self) -> BuildOptions:
         """These options with ``top_k`` and ``max_points`` filled in from the level (or the
@@ -100,7 +103,10 @@ class BuildOptions(PartitionOptions):
         points = self.max_points if self.max_points is not None else (
             lvl.max_points if lvl is not None else 24)
         prune = self.prune and not (lvl is not None and lvl.top_k is None)
-        return attrs.evolve(self, top_k=top_k, max_points=points, prune=prune)
+        coarse = self.coarse_cells if self.coarse_cells is not None else (
+            lvl is not None and lvl.coarse_cells)
+        return attrs.evolve(self, top_k=top_k, max_points=points, prune=prune,
+                            coarse_cells=coarse)
 
     def partition_options(self) -> PartitionOptions:
         """The partition's share of the knobs."""
@@ -110,8 +116,8 @@ class BuildOptions(PartitionOptions):
     def knobs(self) -> dict[str, Any]:
         """The knobs that change what a signature measures or decides (for its digest); the
         effort level only where one is set, so a legacy build's knobs read as before."""
-        skip = ("budget_s", "fresh", "resume", "prune") + (("effort",) if self.effort is None
-                                                           else ())
+        skip = ("budget_s", "fresh", "resume", "prune") + (
+            ("effort", "coarse_cells") if self.effort is None and not self.coarse_cells else ())
         return attrs.asdict(self.resolved(), filter=lambda a, _v: a.name not in skip)
 
 
@@ -156,7 +162,8 @@ def tune_signature(sig: Signature, source: MeasurementSource, family: Family,
     mains: dict[int, Measured] = {}
     for pp in sig.points:
         keep = always | ({pp.incumbent} if pp.incumbent else set())
-        mains[pp.m] = source.main(sig, pp, sorted(keep))
+        main = source.main(sig, pp, sorted(keep))
+        mains[pp.m] = every_timed(main) if options.coarse_cells else main
         tick()
     alphas = {pp.m: pp.alpha for pp in sig.points}
     timed = [pp for pp in sig.points if mains[pp.m].survivors()]
@@ -197,6 +204,13 @@ def tune_signature(sig: Signature, source: MeasurementSource, family: Family,
     runs = sorted({m.run for m in mains.values() if m.run})
     return Outcome(sig.key, entry, configs, tuple(points), tuple(runs),
                    any(m.contended for m in measured.values()))
+
+
+def every_timed(main: Measured) -> Measured:
+    """``main`` with every timed arm a survivor: the arms halving dropped enter the matrix
+    with their coarse medians (``BuildOptions.coarse_cells``)."""
+    return attrs.evolve(main, arms=[attrs.evolve(a, stage=None) if a.ok else a
+                                    for a in main.arms])
 
 
 EXACT_REGION_SIZES = 6
