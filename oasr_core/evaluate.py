@@ -37,6 +37,11 @@ LEGEND = [
 """The lines :meth:`EvalReport.lines` ends with: what each column means."""
 
 
+def exact_point(sig: Signature, m: int) -> str | None:
+    """The exact point a signature's size ``m`` was measured at (exact-point families)."""
+    return next((p.point for p in sig.points if p.m == m), None)
+
+
 class Selector(Protocol):
     """Something that names a choice for a signature's point."""
 
@@ -69,10 +74,11 @@ class TableSelector:
         from oasr_core.database import signature_key
 
         dims = tuple(v for _, v in sig.dims)
+        point = exact_point(sig, m)
         for dt in self.family.key_dtypes(sig.dtype):
             entry = self.table.entries.get(signature_key(self.family, sig.op, dt, dims))
             if entry is not None:
-                hit = entry.lookup(m)
+                hit = entry.lookup(m, point)
                 if hit is not None:
                     return hit
         return self.family.untuned_choice.value
@@ -88,7 +94,7 @@ class ModelSelector:
     calibrated_on: frozenset[str] | None = None
 
     def choose(self, sig: Signature, m: int, measured: Sequence[str]) -> str | None:
-        return self.pick(sig.problem(self.family, m), measured)
+        return self.pick(sig.problem(self.family, m, exact_point(sig, m)), measured)
 
 
 @attrs.frozen

@@ -1,5 +1,5 @@
 """Integration: the shipped sm90 tables are what their committed H200 measurement logs rebuild
-to, with the real gemm and scaled_mm plugins.
+to, with the real gemm, scaled_mm and conv1d plugins.
 
 `oasr tune build --from-log` runs the same decision code as the live build on the H200, so a
 CPU machine can reproduce (and re-score) the shipped table byte for byte.
@@ -21,7 +21,7 @@ LOG = REPO / "db" / "sm90" / "measurements" / "gemm.jsonl"
 KNOBS = ("--thin", "--max-points", "14")
 """The knobs the shipped tables were built with (``benchmarks/h200/run.sh build-table`` and
 ``bench-scaled-mm``)."""
-SHIPPED = ("gemm", "scaled_mm")
+SHIPPED = ("gemm", "scaled_mm", "conv1d")
 """The families with a shipped table and log (their plugins are in the setup command)."""
 
 
@@ -95,3 +95,23 @@ def test_status_reports_the_int8_census_covered_by_the_shipped_table(tmp_path):
     line = next(x for x in res.stdout.splitlines() if x.startswith("scaled_mm:"))
     assert "over 4 signature(s)" in line and "0 on the shape heuristic" in line, line
     assert "(system=" in line
+
+
+def test_shipped_conv1d_table_serves_its_exact_points_and_regions(tmp_path):
+    """Scored on its H200 log, the conv1d table is the oracle at the Whisper front end's exact
+    points (no regions there) and within the targets on the Conformer depthwise regions."""
+    table = REPO / "db" / "sm90" / "conv1d.json"
+    log = REPO / "db" / "sm90" / "measurements" / "conv1d.jsonl"
+    res = _oasr("tune", "evaluate", "--log", str(log), "--db", f"shipped={table}", "--json",
+                cwd=tmp_path)
+    assert res.returncode == 0, res.stderr
+    by_name = {s["name"]: s for s in json.loads(res.stdout)["selectors"]}
+    shipped, torch = by_name["shipped"], by_name["torch"]
+    assert shipped["overall"]["missing"] == 0
+    assert shipped["overall"]["geomean"] <= 0.02 and shipped["overall"]["p95"] <= 0.08
+    assert torch["overall"]["geomean"] > 1.0, "the build measured torch several times slower"
+    entries = json.loads(table.read_text())["entries"]
+    front = [k for k in entries if "op=conv1d_gelu" in k]
+    assert front and all(entries[k].get("points") and not entries[k].get("regions")
+                         for k in front)
+    assert sorted(entries[front[0]]["points"]) == ["16x3000", "1x3000", "4x3000", "8x3000"]
