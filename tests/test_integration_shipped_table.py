@@ -21,7 +21,7 @@ LOG = REPO / "db" / "sm90" / "measurements" / "gemm.jsonl"
 KNOBS = ("--thin", "--max-points", "14")
 """The knobs the shipped tables were built with (``benchmarks/h200/run.sh build-table`` and
 ``bench-scaled-mm``)."""
-SHIPPED = ("gemm", "scaled_mm", "conv1d")
+SHIPPED = ("gemm", "scaled_mm", "conv1d", "scaled_mm_fp8")
 """The families with a shipped table and log (their plugins are in the setup command)."""
 
 
