@@ -14,6 +14,9 @@ absmax to 127. It returns one arm per choice:
 
 The gate is bitwise (``torch.equal``) against the heuristic variant's output; without a
 launchable heuristic config, against the exact torch reference (the same bits by construction).
+Operands are drawn on the host and copied (``numerics.make_operands``): with operands drawn and
+quantized on the GPU, the H200 saw ``scaled_mm_quant`` tiles disagree bitwise (2026-12-01), and
+the host draw is the path every GPU run before had passed.
 A build measures the lane's whole space, so the arms come from the lane's full module
 (:func:`oasr_scaled_mm.jit.full_spec`), loaded once per process.
 """
@@ -46,23 +49,6 @@ FULL = Libraries(load=_load_full)
 """Every compiled (op, config) of a lane's full module, loaded once per (lane, arch)."""
 
 
-def device_operands(m: int, n: int, k: int, device: Any, seed: int) -> tuple[Any, ...]:
-    """``(a, a_scale, w, w_scale, bias)`` as :func:`oasr_scaled_mm.numerics.make_operands`
-    draws and quantizes them, drawn and quantized on the measuring device (on the host, the
-    largest census points took seconds each). The values differ from a host draw's; every arm
-    and the bitwise gate see the same."""
-    import torch
-
-    from oasr_scaled_mm import numerics
-
-    gen = torch.Generator(device=device).manual_seed(seed)
-    a, a_scale = numerics.quantize_rows(torch.randn(m, k, generator=gen, device=device))
-    w, w_scale = numerics.quantize_rows(
-        torch.randn(n, k, generator=gen, device=device).mul_(k ** -0.5))
-    bias = torch.randn(n, generator=gen, device=device)
-    return a, a_scale, w, w_scale, bias
-
-
 def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: Any):
     """The :class:`oasr_core.bench.BenchCase` of ``problem`` (see the module docstring)."""
     import torch
@@ -76,7 +62,8 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
     out_dtype = torch.int8 if quant else torch.float16
     out_name = "int8" if quant else "fp16"
     where = benching.bench_device(options, FULL)
-    a, a_scale, w, w_scale, bias = device_operands(m, n, k, where.device, options.seed)
+    a, a_scale, w, w_scale, bias = numerics.make_operands(m, n, k, device=where.device,
+                                                          seed=options.seed)
     weight_bytes = n * k + 4 * n
     copies, weights = benching.weight_copies(w, options, weight_bytes)
     y = reference.scale(reference.exact_acc(a, w), a_scale, w_scale, bias)
