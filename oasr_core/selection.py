@@ -332,6 +332,11 @@ def _fallback(rt, fam: Family, lane: Lane | None, problem: Problem) -> Selection
         # A fallback answers only what the shape can run: else no lane config (torch).
         reason += f", whose {sel.config.id} cannot run this shape, so no lane config serves"
         sel = attrs.evolve(sel, config=None)
+    elif sel.config is not None and fam.untuned_gate is not None and not fam.untuned_gate(
+            sel.config, problem):
+        reason += (f", whose {sel.config.id} does not beat torch at this shape (the family's "
+                   "untuned gate), so no lane config serves")
+        sel = attrs.evolve(sel, config=None)
     elif sel.config is None and choice is Sentinel.HEURISTIC and lane is not None:
         reason += ", which has no config that can run this shape, so no lane config serves"
     return attrs.evolve(sel, reason=f"{reason}; cost model: {why}" if why else reason)

@@ -213,6 +213,12 @@ class Family:
     answer (None: :attr:`fallback`). ``TORCH`` makes the family never slower than torch
     untuned: the model tier then serves a config only where the tuning file's model payload
     predicts it beats its calibration of the torch arm by a margin."""
+    untuned_gate: Callable[[Config, Problem], bool] | None = attrs.field(
+        default=None, validator=_check_optional_callable)
+    """Where the untuned selector's config may serve an uncovered shape (None: wherever its
+    lane supports it); elsewhere no lane config serves (torch). A family whose shape heuristic
+    is its untuned selector states here, from measurements, the shapes where that config does
+    not beat torch, while its builds still partition against the heuristic everywhere."""
     exact_points: bool = False
     """Whether entries may hold exact ``points`` (conv1d's ``"1x3000"``)."""
     db_stem: str | None = None

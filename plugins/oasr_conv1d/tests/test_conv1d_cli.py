@@ -51,10 +51,19 @@ def test_plugins_lists_the_family_and_its_lanes(run):
     assert "conv1d" in out and "sm80_conv1d" in out and "sm90_conv1d" in out
 
 
-def test_an_uncovered_shape_is_served_by_torch(run):
+def test_an_uncovered_shape_is_served_by_the_heuristic_where_it_beats_torch(run):
     result = _select(run, "conv1d_silu", 4096, "16x256")
     answer = json.loads(result.output)
-    assert answer["choice"] == "torch" and answer["lane"] == LANE_SM90, result.output
+    assert answer["tier"] == "heuristic" and answer["lane"] == LANE_SM90, result.output
+    assert answer["config"] == "dw31_v8_8x16_tp8_reg"
+    small = json.loads(_select(run, "conv1d_silu", 64, "1x64").output)
+    assert small["config"] is None and "untuned gate" in small["reason"], small
+    raw_audio = json.loads(run(
+        "tune", "select", "--family", "conv1d", "--op", "conv1d_gelu", "--dtype", "fp16",
+        "--dim", "Cin=1", "--dim", "Cout=512", "--dim", "k=10", "--dim", "stride=5",
+        "--dim", "pad=0", "--dim", "dil=1", "--dim", "groups=1", "--m", 12799,
+        "--point", "4x64000", "--arch", "sm90", "--json").output)
+    assert raw_audio["config"] is None, "a Cin = 1 front end stays on torch untuned"
 
 
 def _table(tmp_path):
@@ -87,7 +96,7 @@ def test_a_hand_written_table_is_served_by_region_and_exact_point(run, tmp_path,
     beyond = json.loads(_select(run, "conv1d_silu", 20000, "40x500").output)
     assert beyond["choice"] == "torch"
     other_act = json.loads(_select(run, "conv1d_gelu", 4096, "16x256").output)
-    assert other_act["choice"] == "torch", "an entry measured with SiLU never serves GELU"
+    assert other_act["tier"] == "heuristic", "an entry measured with SiLU never serves GELU"
     text = run("tune", "select", "--family", "conv1d", "--op", "conv1d_silu", "--dtype", "bf16",
                *DW_DIMS, "--m", 50, "--point", "1x50", "--arch", "sm90").output
     assert "dw31_v4_16x8_tp8_smem" in text and "why:" in text, text

@@ -46,7 +46,8 @@ def test_family_record():
     assert family.ops == ("conv1d", "conv1d_relu", "conv1d_gelu", "conv1d_silu")
     assert family.dims == ("Cin", "Cout", "k", "stride", "pad", "dil", "groups")
     assert family.dynamic_axis == "M" and family.exact_points
-    assert family.untuned_choice is Sentinel.TORCH and family.fallback is Sentinel.HEURISTIC
+    assert family.untuned_choice is Sentinel.HEURISTIC and family.fallback is Sentinel.HEURISTIC
+    assert family.untuned_gate is not None
     assert dict(family.dtype_classes) == {"half": ("fp16", "bf16")}
     soft = family.soft_validators()
     assert set(soft) == {"impl_hash", "cutlass"} and len(soft["impl_hash"]) == 16

@@ -23,7 +23,8 @@ def oasr_register_families():
         dtype_classes={"half": ("fp16", "bf16")}, dynamic_axis="M", exact_points=True,
         sentinels={Sentinel.DEFAULT, Sentinel.HEURISTIC, Sentinel.TORCH},
         fallback=Sentinel.HEURISTIC, sentinel_heuristic=lanes.heuristic,
-        untuned=Sentinel.TORCH, numerics_gate=numerics.numerics_gate,
+        untuned=Sentinel.HEURISTIC, untuned_gate=lanes.untuned_gate,
+        numerics_gate=numerics.numerics_gate,
         soft_validators=jit.soft_validators, recorder_patches=recorder.recorder_patches,
         make_bench=bench.make_bench,
         description="fp16/bf16 channels-last conv1d, dense and depthwise (+bias, +act)")]
@@ -37,7 +38,8 @@ def oasr_register_lanes():
     from oasr_conv1d.geometry import FAMILY, LANE_SM80, LANE_SM90
 
     # No cost_features: the lanes are measured (dense and depthwise kernels in one space have
-    # no common cost structure yet); uncovered shapes run on torch (Family.untuned).
+    # no common cost structure yet); uncovered shapes run the heuristic's config where the
+    # untuned gate says it beats torch, else torch (Family.untuned, Family.untuned_gate).
     common = dict(family=FAMILY, is_feasible=lanes.is_feasible, supports=lanes.supports,
                   is_available=launch.is_available, jit_module=jit.Conv1dKernelModule)
     return [Lane(name=lane, arch_families=lanes.ARCHES[lane], default_on=lanes.DEFAULT_ON[lane],

@@ -87,6 +87,27 @@ def pdl_capable(config: Config) -> bool:
     return dense.pdl_capable(config)
 
 
+UNTUNED_MIN_M = 256
+"""Below this many output rows the heuristic's config does not reliably beat torch."""
+UNTUNED_MIN_DENSE_CIN = 8
+"""Dense convs over fewer input channels (a raw-audio front end, Cin = 1) stay on torch."""
+
+
+def untuned_gate(config: Config, problem: Problem) -> bool:
+    """``Family.untuned_gate``: whether the heuristic's ``config`` serves an uncovered shape.
+
+    Measured on the H200 (``benchmarks/results/conv1d_vs_torch_tuned.jsonl``, every config
+    screened at 79 shapes; replayed by ``benchmarks/conv1d_untuned_offline.py``): the
+    heuristic's pick beats torch's transpose + cuDNN + activation by 2.1-3.6x geomean per set,
+    except at M = B * T_out <= 100 (0.95-0.96x) and on the few-channel kernels of a Cin = 1
+    raw-audio conv (0.51-0.85x). Those shapes stay on torch, and so does a pick outside the
+    production module (the dense default and the depthwise defaults are in it).
+    """
+    if problem.m < UNTUNED_MIN_M or config.id not in (DEFAULTS[config.lane], *DEPTHWISE_ALWAYS):
+        return False  # small, or a config the production module does not link
+    return dw.is_depthwise(config) or problem.dim("Cin") >= UNTUNED_MIN_DENSE_CIN
+
+
 def heuristic(problem: Problem, lane) -> Config:
     """``Family.sentinel_heuristic``: the config ``HEURISTIC`` names for ``problem`` on
     ``lane`` (a :class:`~oasr_core.types.Lane`; see the module docstring)."""
