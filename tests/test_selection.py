@@ -221,3 +221,23 @@ def test_a_reload_hook_clears_on_a_new_runtime_and_on_every_reload():
         assert calls == [None, epoch, None]
     finally:
         runtime.install_runtime(old)
+
+
+def test_the_untuned_gate_sends_a_shape_it_refuses_to_torch(tiers):
+    import attrs
+
+    from oasr_core.types import Problem
+
+    oasr_core.select("tq", "scaled_mm", "int8", (768, 256), 32, ARCH)  # builds the runtime
+    rt = runtime.get_runtime()
+    fam = attrs.evolve(rt.registry.family("tq"), untuned_gate=lambda c, p: p.m >= 1000)
+    lane = rt.registry.active_lane("tq", ARCH)
+
+    def problem(m):
+        return Problem("tq", "scaled_mm", "int8", (("N", 768), ("K", 256)), m)
+
+    small = selection._fallback(rt, fam, lane, problem(32))
+    assert small.tier is Tier.HEURISTIC and small.config is None
+    assert "untuned gate" in small.reason
+    big = selection._fallback(rt, fam, lane, problem(4096))
+    assert big.config.id == "big"
