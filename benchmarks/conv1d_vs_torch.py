@@ -144,13 +144,12 @@ def _problem(op, cin, cout, k, s, p, d, g, b, t, dtype):
 
 
 def _point(kernels, lane, shape, args, rng, timer):
+    import oasr_conv1d
     import torch
     import torch.nn.functional as F
-    from oasr_conv1d import launch, lanes, numerics, ops, weights
+    from oasr_conv1d import lanes, launch, numerics, ops, weights
     from oasr_conv1d.bench import activation_of
     from oasr_conv1d.geometry import geometry
-
-    import oasr_conv1d
 
     sset, op, cin, cout, k, s, p, d, g, b, t = shape
     act = activation_of(op)
@@ -245,7 +244,8 @@ def _report(points, header, build_lines, gpu):
             f"| {p['set']} | {p['op']} | {p['Cin']}->{p['Cout']} k{p['k']} s{p['stride']} "
             f"p{p['pad']} d{p['dil']} g{p['groups']} | {p['B']}x{p['T']} | {p['torch_us']:.2f} | "
             f"{p['torch_bct_us']:.2f} | {p['best']} | {best_us:.2f} | "
-            f"{p['torch_us'] / best_us:.3f}x | {p['served']}{'' if p['served_gate'] else ' (GATE FAILED)'} | "
+            f"{p['torch_us'] / best_us:.3f}x | {p['served']}"
+            f"{'' if p['served_gate'] else ' (GATE FAILED)'} | "
             f"{p['served_us']:.2f} | {p['torch_us'] / p['served_us']:.3f}x | {len(p['failed'])} |")
     failed = [(p, f) for p in points for f in p["failed"]]
     if failed:

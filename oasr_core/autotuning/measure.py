@@ -6,8 +6,9 @@ statically feasible, supports the problem and is in this process's compiled set
 (``Lane.is_available``), plus the family's sentinels that run without a lane config
 (``torch``, ``fused``, ``unquantized``) and the shape heuristic when it is the family's
 fallback. They are measured through the family's ``make_bench`` and
-:func:`oasr_core.bench.bench_problem` with CUDA-graph replays; when no arm could be timed that way and some raised (the op cannot be
-captured), the problem is measured again with an eager timer
+:func:`oasr_core.bench.bench_problem` with CUDA-graph replays; when no arm could be timed
+that way and some raised (the op cannot be captured), the problem is measured again with an
+eager timer
 (:class:`~oasr_core.autotuning.eager.EagerTimer`).
 
 The winner is the best objective, unless the incumbent (what the tiers serve now) is within

@@ -11,7 +11,6 @@ from click.testing import CliRunner
 from oasr_core import build, cli
 from oasr_core.database import read_tuning_file
 from oasr_core.plugins import make_plugin_manager
-from oasr_core.registry import Registry
 from oasr_core.testing import ScriptedBench
 
 from oasr_conv1d import hooks, lanes

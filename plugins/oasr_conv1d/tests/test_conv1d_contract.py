@@ -15,7 +15,7 @@ from oasr_conv1d.recorder import DIMS
 def _problem(op, cin, cout, k, stride, pad, groups, batch, t_in):
     t_out = (t_in + 2 * pad - (k - 1) - 1) // stride + 1
     return Problem(family="conv1d", op=op, dtype="fp16",
-                   dims=tuple(zip(DIMS, (cin, cout, k, stride, pad, 1, groups))),
+                   dims=tuple(zip(DIMS, (cin, cout, k, stride, pad, 1, groups), strict=True)),
                    m=batch * t_out, point=f"{batch}x{t_in}")
 
 

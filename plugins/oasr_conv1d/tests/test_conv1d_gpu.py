@@ -73,8 +73,8 @@ def _check(kernel, c, batch, t_in, k, stride, pad, dil, dtype, act, bias=True, s
 @pytest.mark.parametrize("shape", CONFORMER, ids=lambda s: "C{}_B{}_T{}".format(*s))
 def test_every_depthwise_config_at_the_conformer_shapes(kernels, shape):
     c, batch, t_in = shape
-    for lane, by_id in kernels.items():
-        for cid, kernel in by_id.items():
+    for by_id in kernels.values():
+        for kernel in by_id.values():
             cfg = kernel.config
             probe = bench_problem(c, 31, 1, 15, 1, batch, t_in, "conv1d_silu")
             if not lanes.supports(cfg, probe):

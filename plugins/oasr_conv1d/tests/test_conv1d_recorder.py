@@ -24,7 +24,7 @@ def test_nn_conv1d_is_recorded_with_its_exact_point():
     calls = _record(lambda: conv(torch.empty(8, 80, 3000, device="meta")))
     (call, n), = calls.items()
     assert n == 1 and call.family == "conv1d" and call.op == "conv1d"
-    assert dict(call.dims) == dict(zip(DIMS, (80, 512, 3, 2, 1, 1, 1)))
+    assert dict(call.dims) == dict(zip(DIMS, (80, 512, 3, 2, 1, 1, 1), strict=True))
     assert (call.m, call.batch, call.point) == (8 * 1500, 1, "8x3000")
     assert call.flops == 2 * 8 * 1500 * 512 * 80 * 3
 

@@ -16,7 +16,7 @@ from oasr_conv1d.recorder import DIMS
 def problem(cin, cout, k, stride=1, pad=0, dil=1, groups=1, batch=2, t_in=100, op="conv1d"):
     t_out = (t_in + 2 * pad - dil * (k - 1) - 1) // stride + 1
     return Problem(family="conv1d", op=op, dtype="fp16",
-                   dims=tuple(zip(DIMS, (cin, cout, k, stride, pad, dil, groups))),
+                   dims=tuple(zip(DIMS, (cin, cout, k, stride, pad, dil, groups), strict=True)),
                    m=batch * t_out, point=f"{batch}x{t_in}")
 
 

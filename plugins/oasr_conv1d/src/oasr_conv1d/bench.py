@@ -29,8 +29,8 @@ def _load_full(lane: str, arch: str) -> Mapping[str, Any]:
     from oasr_core import jit as core_jit
 
     from oasr_conv1d import jit
-    from oasr_conv1d.launch import Kernel
     from oasr_conv1d.lanes import symbol
+    from oasr_conv1d.launch import Kernel
 
     module = core_jit.load(jit.full_spec(lane, arch))
     return {c.id: Kernel.bind(module, c) for c in jit.lane_configs(lane, arch)

@@ -34,7 +34,7 @@ def oasr_register_families():
 def oasr_register_lanes():
     from oasr_core.types import Lane
 
-    from oasr_conv1d import jit, launch, lanes
+    from oasr_conv1d import jit, lanes, launch
     from oasr_conv1d.geometry import FAMILY, LANE_SM80, LANE_SM90
 
     # No cost_features: the lanes are measured (dense and depthwise kernels in one space have

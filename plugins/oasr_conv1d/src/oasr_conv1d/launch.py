@@ -26,7 +26,7 @@ from oasr_core.kit.calls import PreparedCall
 from oasr_core.types import Config
 
 from oasr_conv1d import geometry as geo_mod
-from oasr_conv1d.geometry import ACT_CODE, DTYPE_CODE, Geometry
+from oasr_conv1d.geometry import DTYPE_CODE, Geometry
 from oasr_conv1d.lanes import fits_arch, pdl_capable, symbol
 
 PDL_ENV = "OASR_CONV1D_PDL"

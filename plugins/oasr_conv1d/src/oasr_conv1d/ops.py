@@ -40,7 +40,7 @@ from oasr_conv1d.launch import SERVING
 from oasr_conv1d.numerics import torch_conv
 from oasr_conv1d.ops_names import ACTIVATIONS, OPS
 
-__all__ = ["conv1d", "conv1d_activation", "stats", "reset_stats", "clear_memo", "op_name"]
+__all__ = ["OPS", "conv1d", "conv1d_activation", "stats", "reset_stats", "clear_memo", "op_name"]
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _compiling = torch.compiler.is_compiling

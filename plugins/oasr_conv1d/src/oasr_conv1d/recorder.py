@@ -58,7 +58,8 @@ def conv_call(op: str, dtype: Any, batch: int, t_in: int, cin: int, weight: Any,
         return None
     m = batch * t_out
     return Call(family=FAMILY, op=op, dtype=dt,
-                dims=tuple(zip(DIMS, (cin, cout, k, stride, padding, dilation, groups))),
+                dims=tuple(zip(DIMS, (cin, cout, k, stride, padding, dilation, groups),
+                               strict=True)),
                 m=m, point=f"{batch}x{t_in}",
                 elements=batch * t_in * cin + cout * cpg * k + m * cout,
                 flops=2 * m * cout * cpg * k, weight_elements=cout * cpg * k)
