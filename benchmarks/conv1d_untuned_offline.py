@@ -4,7 +4,11 @@ For every shape of ``conv1d_vs_torch.py``'s JSONL (every config screened once, t
 the way a model runs it), the family's untuned answer is what :func:`oasr_core.select` serves
 with no tuning entry: the shape heuristic's config where ``Family.untuned_gate`` admits it,
 torch elsewhere. Its screened time against torch's, per set, is what a user gets at widths no
-table covers. Run: ``python3 benchmarks/conv1d_untuned_offline.py [LOG] --out MD``.
+table covers. It times nothing itself: the times are the log's, which ``conv1d_vs_torch.py``
+measures with the spec's separator protocol by default (each call followed by a tiny unrelated
+kernel whose cost is subtracted); the report states the log's timing mode, and a log timed
+back to back (``--back-to-back``) is labelled so. Run:
+``python3 benchmarks/conv1d_untuned_offline.py [LOG] --out MD``.
 """
 
 from __future__ import annotations
@@ -58,7 +62,12 @@ def main() -> None:
     args = parser.parse_args()
     rows = [json.loads(line) for line in Path(args.log).read_text().splitlines() if line]
     results = replay(rows)
+    modes = sorted({row.get("timing", "separated") for row in rows})
+    timing = ("separated: each call followed by a separator kernel, its cost subtracted"
+              if modes == ["separated"] else
+              f"{', '.join(modes)} (back-to-back times credit launch overlap a model never gives)")
     lines = ["# conv1d untuned selector, replayed offline on an H200 log", "",
+             f"- timing of the log: {timing}",
              f"- log: `{Path(args.log).name}` (every config screened once per shape, torch as a "
              "model runs it: transpose, cuDNN, activation, transpose back)",
              "- untuned: the heuristic's config where `Family.untuned_gate` admits it, else torch",

@@ -5,7 +5,7 @@ A change that moves host-side code (launchers, parameter caches, codegen) change
 same. This script compiles the device code of sample units in both checkouts (``nvcc -cubin``,
 the lane's flags) and compares the cubins' ``.text`` sections, the kernels' machine code, byte
 for byte. Identical text for every sample is what a family's ``EQUIVALENT_IMPLS`` entry (its
-codegen module) must cite.
+codegen module) must cite. It times nothing, so no separator protocol applies.
 
     git worktree add /tmp/oasr-old <revision>
     python benchmarks/device_code_diff.py --old /tmp/oasr-old --jobs 2
