@@ -68,11 +68,12 @@ class Modules:
         self.dtypes: set = set()
         self.resets = 0
 
-    def spec(self, arch, configs, dtypes=None):
+    def spec(self, arch, configs, dtypes=None, groups=None):
         self.dtypes.add(dtypes)
+        self.groups = groups
         return tuple(c.params.get("unit", c.id) for c in configs)
 
-    def install(self, arch, configs, dtypes=None):
+    def install(self, arch, configs, dtypes=None, groups=None):
         self.installed.append(tuple(c.id for c in configs))
 
     def reset(self):

@@ -29,6 +29,7 @@ from pathlib import Path
 import attrs
 
 from oasr_core import build, jit
+from oasr_core.jit import bundles
 from oasr_core.arch import ArchProfile
 from oasr_core.testing import ScriptedBench, fake_family_record
 
@@ -40,14 +41,23 @@ root, mode, report = Path(sys.argv[1]), sys.argv[2], Path(sys.argv[3])
 class Modules:
     """A lane's bench_modules: one host-only unit per config, really compiled."""
 
-    def spec(self, arch, configs, dtypes=None):
-        units = tuple(jit.TranslationUnit(
-            c.id, f"OASR_EXPORT int {c.id}_value(void) {{ return {i}; }}\n",
-            (f"{c.id}_value",)) for i, c in enumerate(configs))
-        return jit.JitSpec(name="speed_bench", arch="90a", cutlass=False, units=units)
+    def spec(self, arch, configs, dtypes=None, groups=None):
+        def unit(c):
+            return jit.TranslationUnit(
+                c.id, f"OASR_EXPORT int {c.id}_value(void) {{ return {len(c.id)}; }}\n",
+                (f"{c.id}_value",))
 
-    def install(self, arch, configs, dtypes=None):
-        module = jit.load(self.spec(arch, configs), build_missing=False)
+        wanted = {c.id for c in configs}
+        units = {}
+        for group in groups or [(c,) for c in configs]:
+            if wanted & {c.id for c in group}:
+                tu = bundles.bundle(f"{group[0].id}+{len(group) - 1}", [unit(c) for c in group])
+                units[tu.name] = tu
+        return jit.JitSpec(name="speed_bench", arch="90a", cutlass=False,
+                           units=tuple(units.values()))
+
+    def install(self, arch, configs, dtypes=None, groups=None):
+        module = jit.load(self.spec(arch, configs, dtypes, groups), build_missing=False)
         return None if module.exports else "empty module"
 
     def reset(self):
@@ -123,4 +133,7 @@ def test_a_killed_pruned_build_resumes_without_remeasuring_or_recompiling(tmp_pa
     assert all(after[k] == before[k] for k in finished)
     # every unit the killed run compiled is a cache hit now: no compile command ran again
     assert _compiles(tmp_path / "nvcc.log") == compiled_first
+    # the units were compiled as bundles (jobs=2: two files), planned alike by both runs
+    sources = [p.read_text() for p in (tmp_path / "jit").rglob("*.cu")]
+    assert any("// bundle of" in s for s in sources)
     assert any(m.startswith("compile: ") for m in report["messages"])

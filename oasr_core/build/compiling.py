@@ -298,30 +298,53 @@ def stream(lane: Lane, arch: str, signatures: Sequence[Any], done: Collection[st
     """Each signature's candidate set (``set_of(sig)``) and a queue compiling them, one module
     per signature still to measure (``done``: the checkpoint's), in measuring order.
 
-    A signature's module is queued as soon as its set is known, so the first one compiles
-    while the cost models rank the rest. ``measured_dtypes`` compiles only the signatures'
-    dtypes; ``start_kw`` goes to :func:`start`.
+    ``measured_dtypes`` compiles only the signatures' dtypes; those objects are the build's
+    own, so the units are bundled too: every set's units (the finished signatures' included,
+    so a resumed build plans the same bundles and finds them compiled) are cut into one group
+    per nvcc slot (:func:`oasr_core.jit.bundles.plan_groups`), and each module links the
+    bundles holding its units. ``start_kw`` goes to :func:`start`.
     """
+    from oasr_core.jit.builder import default_jobs
+    from oasr_core.jit.bundles import plan_groups
+
     modules = lane.bench_modules
     dtypes = tuple(sorted({s.dtype for s in signatures})) if measured_dtypes else None
+    all_sets = {sig.key: tuple(set_of(sig)) for sig in signatures}
+    groups = None
+    if dtypes is not None:
+        by_unit = {c.params.get("unit", c.id): c for cs in all_sets.values() for c in cs}
+        slots = start_kw.get("jobs") or max(1, default_jobs() - 1)
+        groups = plan_groups(list(by_unit.values()), slots)
     queue: CompileQueue | None = None
     sets: dict[str, frozenset[str]] = {}
     for sig in signatures:
         if sig.key in done:
             continue
-        configs = tuple(set_of(sig))
+        configs = all_sets[sig.key]
         sets[sig.key] = frozenset(c.id for c in configs)
         if not configs:
             continue
-        item = CompileItem(sig.key, configs,
-                           spec=lambda cs=configs: modules.spec(arch, cs, dtypes),
-                           install=lambda cs=configs: modules.install(arch, cs, dtypes))
+        # A family whose ops compile different units answers per op (BenchModules.for_op).
+        mods = modules.for_op(sig.op) if hasattr(modules, "for_op") else modules
+        item = CompileItem(sig.key, configs, units=_unit_names(mods, arch, configs, dtypes,
+                                                               groups),
+                           spec=lambda cs=configs, m=mods: m.spec(arch, cs, dtypes, groups),
+                           install=lambda cs=configs, m=mods: m.install(arch, cs, dtypes, groups))
         if queue is None:
             queue = start([item], workers=len(signatures), reset=modules.reset, **start_kw)
         else:
             queue.submit(item)
     return queue, sets
 
+
+def _unit_names(modules: Any, arch: str, configs: Sequence[Config], dtypes: Any,
+                groups: Any) -> tuple[str, ...] | None:
+    """The compile units (bundles included) of a signature's module, for progress; None
+    (count the configs' units) when the spec cannot be made here: its builder reports why."""
+    try:
+        return tuple(u.name for u in modules.spec(arch, configs, dtypes, groups).units)
+    except Exception:  # noqa: BLE001 - the builder thread makes the spec again and reports
+        return None
 
 def start(items: Sequence[CompileItem], *, compiler: Builder | None = None,
           jobs: int | None = None, progress: Any = False, reset: Callable[[], None] | None = None,

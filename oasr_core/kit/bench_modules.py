@@ -6,12 +6,15 @@ those, in the background, into one small module per signature
 (:mod:`oasr_core.build.compiling`) and measure each signature from its own module. The object
 answers three calls:
 
-- ``spec(arch_family, configs, dtypes)``: the :class:`oasr_core.jit.JitSpec` of a module
-  linking exactly ``configs`` (a family may compile only the ``dtypes`` measured; None: every
-  dtype, the production objects);
-- ``install(arch_family, configs, dtypes)``: load that module (built by then: a cache hit) and
-  make the family's ``make_bench`` take its arms from it until the next ``install``; returns
-  None, or why it could not (its arms are then rejected as not compiled, never timed);
+- ``spec(arch_family, configs, dtypes, groups=None)``: the :class:`oasr_core.jit.JitSpec` of a
+  module linking ``configs`` (a family may compile only the ``dtypes`` measured; None: every
+  dtype, the production objects). ``groups`` partitions every config the build will time
+  (:func:`oasr_core.jit.bundles.plan_groups`): a family may compile a group's build-only
+  units as one bundle, linking the bundles that hold ``configs``;
+- ``install(arch_family, configs, dtypes, groups=None)``: load that module (built by then: a
+  cache hit) and make the family's ``make_bench`` take its arms from it until the next
+  ``install``; returns None, or why it could not (its arms are then rejected as not
+  compiled, never timed);
 - ``reset()``: back to the whole-space module (after the build).
 
 :class:`BenchModules` implements it for a family whose ``make_bench`` reads its kernels from a
@@ -41,21 +44,22 @@ class BenchModules:
     lane: str
     libraries: Any
     """The family's :class:`~oasr_core.jit.libraries.Libraries` of whole-space modules."""
-    spec_of: Callable[[str, Sequence[Config], Sequence[str] | None], Any]
+    spec_of: Callable[..., Any]
+    """``spec_of(arch, configs, dtypes, groups)``."""
     bind: Callable[[Any, Sequence[Config]], Mapping[Any, Any]]
 
-    def spec(self, arch: str, configs: Sequence[Config],
-             dtypes: Sequence[str] | None = None) -> Any:
-        """The module linking exactly ``configs`` on ``arch``."""
-        return self.spec_of(arch, configs, dtypes)
+    def spec(self, arch: str, configs: Sequence[Config], dtypes: Sequence[str] | None = None,
+             groups: Sequence[Sequence[Config]] | None = None) -> Any:
+        """The module linking ``configs`` on ``arch`` (bundled by ``groups``)."""
+        return self.spec_of(arch, configs, dtypes, groups)
 
-    def install(self, arch: str, configs: Sequence[Config],
-                dtypes: Sequence[str] | None = None) -> str | None:
+    def install(self, arch: str, configs: Sequence[Config], dtypes: Sequence[str] | None = None,
+                groups: Sequence[Sequence[Config]] | None = None) -> str | None:
         """Measure from the module of ``configs`` from now on (None) or say why not."""
         from oasr_core import jit
 
         try:
-            module = jit.load(self.spec(arch, configs, dtypes), build_missing=False)
+            module = jit.load(self.spec(arch, configs, dtypes, groups), build_missing=False)
             kernels = self.bind(module, configs)
         except Exception as exc:  # noqa: BLE001 - the signature's arms are rejected instead
             self.libraries.install(self.lane, arch, {})

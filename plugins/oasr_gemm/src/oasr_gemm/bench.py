@@ -55,8 +55,8 @@ def bench_modules(lane: str):
                 if codegen.symbol(c) in module.exports}
 
     return BenchModules(lane=lane, libraries=FULL, bind=bind,
-                        spec_of=lambda arch, configs, dtypes: jit.bench_spec(lane, arch, configs,
-                                                                             dtypes))
+                        spec_of=lambda arch, configs, dtypes, groups=None: jit.bench_spec(
+                            lane, arch, configs, dtypes, groups))
 
 
 def device_operands(m: int, n: int, k: int, dtype: str, device: Any, seed: int

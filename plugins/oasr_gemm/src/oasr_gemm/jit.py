@@ -14,7 +14,9 @@ Nothing here runs at import; building happens in :func:`oasr_core.jit.build`/``p
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
+import attrs
 from oasr_core import jit as core_jit
 from oasr_core.kit import ProductionSet, cutlass_stamps
 from oasr_core.kit import lane_specs as _lane_specs
@@ -123,16 +125,51 @@ def _bench_dtypes(config: Config, arch: str, wanted: tuple[str, ...]) -> tuple[s
 
 
 def bench_spec(lane: str, arch: str, configs: Iterable[Config],
-               dtypes: Sequence[str] | None = None):
+               dtypes: Sequence[str] | None = None,
+               groups: Sequence[Sequence[Config]] | None = None):
     """A module of exactly ``configs`` for a build to time them (``Lane.bench_modules``).
 
     ``dtypes`` None compiles every dtype (the production module's objects, reused by it);
     ``("fp16",)`` compiles half the kernels of each unit whose production object is not
-    cached yet (objects only builds use; the production module compiles its own)."""
+    cached yet (objects only builds use; the production module compiles its own).
+    ``groups`` (the build's :func:`oasr_core.jit.bundles.plan_groups` over every config it
+    will time) compiles each group's build-only units as one bundle; the module links every
+    bundle holding one of ``configs``, so signatures sharing a unit share its bundle."""
     wanted = tuple(d for d in ALL_DTYPES if dtypes is None or d in dtypes) or ALL_DTYPES
     pick = None if wanted == ALL_DTYPES else (lambda c: _bench_dtypes(c, arch, wanted))
-    return module_spec(lane, arch, configs, name=f"{MODULE_PREFIX[lane]}_bench",
+    spec = module_spec(lane, arch, configs, name=f"{MODULE_PREFIX[lane]}_bench",
                        unit_dtypes=pick)
+    if not groups or pick is None:
+        return spec
+    return attrs.evolve(spec, units=_bundled(spec.units, configs, groups, arch, wanted))
+
+
+def _bundled(solo: Sequence, configs: Iterable[Config], groups: Sequence[Sequence[Config]],
+             arch: str, wanted: tuple[str, ...]) -> tuple:
+    """``solo`` (one unit per config) with the build-only units of each group touching
+    ``configs`` compiled as bundles of the whole group (same-head members only)."""
+    from oasr_core.jit import bundles
+
+    needed = {c.params["unit"] for c in configs}
+    fresh = lambda c: _bench_dtypes(c, arch, wanted) != ALL_DTYPES  # noqa: E731
+    bundled: dict[str, Any] = {}
+    for group in groups:
+        members = list({c.params["unit"]: c for c in group if fresh(c)}.values())
+        if len(members) < 2 or not needed & {c.params["unit"] for c in members}:
+            continue
+        tus = [unit(c, wanted) for c in members]
+        by_head: dict[str, list] = {}
+        for tu in tus:
+            by_head.setdefault(bundles.head_of(tu), []).append(tu)
+        for same in by_head.values():
+            tu = bundles.bundle(f"{same[0].name}+{len(same) - 1}", same)
+            for member in same:
+                bundled[member.name] = tu
+    out: dict[str, Any] = {}
+    for tu in solo:
+        chosen = bundled.get(tu.name, tu)
+        out.setdefault(chosen.name, chosen)
+    return tuple(out.values())
 
 
 def lane_specs(lane: str, arch: str, scope: str) -> list:

@@ -1,0 +1,52 @@
+"""Bundles: several generated units as one file (``oasr_core.jit.bundles``), and the groups a
+build cuts its units into, one per nvcc slot."""
+
+from __future__ import annotations
+
+import pytest
+
+from oasr_core.jit import TranslationUnit, bundles
+
+
+def _unit(name: str, prelude: str = "") -> TranslationUnit:
+    return TranslationUnit(name, f"// unit {name}\n// generated\n{prelude}#include \"lane.cuh\"\n\n"
+                                 f"namespace {{\nusing K0 = Kernel<{len(name)}>;\n}}\n"
+                                 f"OASR_EXPORT int {name}_run(void) {{ return K0::run(); }}\n",
+                           (f"{name}_run",))
+
+
+def test_a_bundle_holds_every_body_in_its_own_namespace_under_one_head():
+    tu = bundles.bundle("a+1", [_unit("a"), _unit("bb")])
+    assert tu.name == "a+1" and tu.exports == ("a_run", "bb_run")
+    assert tu.source.count('#include "lane.cuh"') == 1
+    assert tu.source.index('#include') < tu.source.index("namespace oasr_bundle_0 {")
+    assert "namespace oasr_bundle_1 {  // unit bb" in tu.source
+    assert tu.source.count("using K0 =") == 2  # each in its own namespace: no clash
+
+
+def test_a_single_unit_is_its_own_bundle_and_heads_must_match():
+    one = _unit("a")
+    assert bundles.bundle("x", [one]) is one
+    with pytest.raises(ValueError, match="different preprocessor heads"):
+        bundles.bundle("x", [_unit("a"), _unit("b", "#undef GDC\n")])
+    with pytest.raises(ValueError, match="no units"):
+        bundles.bundle("x", [])
+    assert bundles.head_of(_unit("b", "#undef GDC\n")) == '#undef GDC\n#include "lane.cuh"'
+
+
+@pytest.mark.parametrize(("items", "slots", "sizes"), [
+    (30, 15, [2] * 15),
+    (41, 15, [3] * 11 + [2] * 4),
+    (10, 15, [1] * 10),
+    (133, 15, [4] * 31 + [3] * 3),  # capped at MAX_BUNDLE: more groups than slots
+    (0, 15, []),
+])
+def test_groups_fill_the_slots_in_priority_order(items, slots, sizes):
+    groups = bundles.plan_groups(list(range(items)), slots)
+    assert [len(g) for g in groups] == sizes
+    assert [i for g in groups for i in g] == list(range(items))
+
+
+def test_groups_need_a_slot():
+    with pytest.raises(ValueError, match="slots"):
+        bundles.plan_groups([1], 0)
