@@ -3,11 +3,15 @@
 :class:`HelperKernel` is one exported function of a tiny JIT module, loaded once per arch
 family and process: :meth:`HelperKernel.get` returns the bound ctypes function, or None -- with
 one warning per arch -- when the module cannot be built or loaded (no toolchain, a failed
-build), so the caller's torch path serves. Importing this module imports no torch.
+build), so the caller's torch path serves. A row quantizer's module is written by
+:mod:`oasr_core.kit.row_quantizer`; :func:`row_quantizer` binds it with its C ABI
+(:data:`ROW_QUANTIZER_ARGTYPES`), :func:`quantize_rows_with` calls it. Importing this module
+imports no torch.
 """
 
 from __future__ import annotations
 
+import ctypes
 import threading
 import warnings
 from collections.abc import Callable, Sequence
@@ -60,6 +64,18 @@ class HelperKernel:
         with self._lock:
             self._loaded.clear()
             self._failed.clear()
+
+
+ROW_QUANTIZER_ARGTYPES = (ctypes.c_void_p, ctypes.c_int32, ctypes.c_int64, ctypes.c_int64,
+                          ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p)
+"""``(x, dtype, rows, k, q, scale, stream)`` of a row quantizer's export; it returns int32."""
+
+
+def row_quantizer(spec_of: Callable[[str], Any], symbol: str, *, label: str) -> HelperKernel:
+    """The :class:`HelperKernel` of a row quantizer exporting ``symbol`` from the module
+    ``spec_of(arch)`` (torch quantizes where it cannot load)."""
+    return HelperKernel(spec_of, symbol, ROW_QUANTIZER_ARGTYPES, ctypes.c_int32, label=label,
+                        fallback="quantizing with torch")
 
 
 def quantize_rows_with(kernel: HelperKernel, x: Any, arch: str, q_dtype: Any

@@ -1,10 +1,13 @@
-"""The one-kernel activation quantizer on a GPU: bit for bit the torch reference, under CUDA
-graph capture, and through the quantized linear. Run with ``pytest -m gpu`` on a CUDA machine."""
+"""The one-kernel activation quantizer on a GPU: bit for bit the torch reference on every
+kernel path of the kit's row quantizer (M 1 .. 300000, K 7 .. 16392, zero rows, ties, a wide
+dynamic range, a misaligned input), under CUDA graph capture, and through the quantized
+linear. Run with ``pytest -m gpu`` on a CUDA machine."""
 
 from __future__ import annotations
 
 import pytest
 import torch
+from oasr_core.kit import row_quantizer
 
 from oasr_scaled_mm import quantize, quantize_kernel
 
@@ -37,6 +40,60 @@ def test_kernel_equals_the_reference_bitwise(dtype, shape):
         assert q.shape == x.shape and s.shape == x.shape[:-1]
         assert torch.equal(s.view(torch.int32), s_ref.view(torch.int32)), (shape, dtype, seed)
         assert torch.equal(q, q_ref), (shape, dtype, seed, (q != q_ref).sum().item())
+
+
+TIES = (127.0, 2.5, -2.5, 3.5, 0.5, -0.5, 1.5, -126.5)
+"""A row whose scale is exactly 1 and whose quotients are halfway: round half to even."""
+
+
+def _special(x):
+    """Row 0 zero, row 1 ties (:data:`TIES`), row 2 one large value over tiny ones."""
+    rows = x.shape[0]
+    if rows > 0:
+        x[0] = 0
+    if rows > 1:
+        ties = torch.tensor(TIES, device=x.device).to(x.dtype)
+        x[1] = ties.repeat(-(-x.shape[1] // len(TIES)))[:x.shape[1]]
+    if rows > 2:
+        x[2] *= 1e-3
+        x[2, -1] = 200.0
+    return x
+
+
+def _assert_bitwise(x, what):
+    got = quantize_kernel.quantize_rows_cuda(x, _arch())
+    assert got is not None, "the quantizer did not load"
+    q, s = got
+    q_ref, s_ref = quantize.quantize_rows_reference(x)
+    assert q.dtype == torch.int8 and s.dtype == torch.float32, what
+    assert q.shape == x.shape and s.shape == x.shape[:-1], what
+    assert torch.equal(s.view(torch.int32), s_ref.view(torch.int32)), what
+    bad = int((q != q_ref).sum())
+    assert bad == 0, f"{what}: {bad} of {q.numel()} values differ"
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+@pytest.mark.parametrize("k", row_quantizer.PATH_KS)
+def test_every_kernel_path_is_the_reference_bitwise(dtype, k):
+    for m in (1, 2, 3, 33, 1001):
+        x = _special(_rows((m, k), dtype, m * 7 + k, scale=3.0))
+        _assert_bitwise(x, f"M={m} K={k} {dtype} ({row_quantizer.kernel_of(k)})")
+
+
+@pytest.mark.parametrize("m, k", [(300000, 8), (20001, 40), (20000, 136), (20000, 1024),
+                                  (20000, 2048), (20000, 4096), (4097, 8192), (2049, 16384),
+                                  (1025, 16392), (20000, 1004)])
+def test_grids_smaller_than_the_rows_stride_over_all_of_them(m, k):
+    x = _special(_rows((m, k), torch.bfloat16, k))
+    _assert_bitwise(x, f"M={m} K={k} ({row_quantizer.kernel_of(k)})")
+
+
+@pytest.mark.parametrize("k", [8, 1024, 4104])
+def test_a_misaligned_input_takes_the_element_kernel(k):
+    flat = _rows((1001 * k + 1,), torch.float16, 9)
+    x = _special(flat[1:].view(1001, k))  # 2 bytes past a 16-byte boundary, contiguous
+    assert x.data_ptr() % 16 == 2
+    _assert_bitwise(x, f"misaligned K={k} ({row_quantizer.kernel_of(k, aligned=False)})")
 
 
 def test_quantize_rows_takes_the_kernel_and_captures_in_a_graph():
@@ -74,4 +131,4 @@ def test_one_kernel_per_quantization():
         torch.cuda.synchronize()
     kernels = [e for e in prof.events() if e.device_type == torch.autograd.DeviceType.CUDA]
     names = {e.name for e in kernels}
-    assert len(kernels) == 1 and any("quantize_rows" in n for n in names), names
+    assert len(kernels) == 1 and any("oasr_quantize::" in n for n in names), names

@@ -1,0 +1,426 @@
+"""A bandwidth-bound per-row (per-token) activation quantizer, as CUDA text a family loads.
+
+Both W8A8 families quantize an fp16/bf16 activation ``X [rows, K]`` per row before their GEMM:
+``scale[r] = f(amax_r)``, ``Q[r, i] = g(X[r, i], scale[r])``. The kernel skeleton is shared
+and the numerics are the family's: a :class:`RowFormat` supplies the device functions
+``row_scale(amax)`` and ``quantize_pair(a, b, s)`` (two elements -> two bytes, ``a`` in the
+low byte) and whether the row's absmax propagates NaN. :func:`unit_source` writes the one
+translation unit of the family's helper module, exporting the C ABI
+:func:`oasr_core.kit.helpers.quantize_rows_with` calls::
+
+    int32_t <symbol>(const void* x, int32_t dtype, int64_t rows, int64_t k, void* q,
+                     void* scale, void* stream)   // dtype 0 fp16, 1 bf16 -> oasr_kit::Status
+
+One pass over the activation, the row held in registers (the quantizer moves ``3 K + 4``
+bytes per row of a 16-bit input and is meant to run at the memory's bandwidth):
+
+- K a multiple of 8 and 16-byte aligned rows: 16-byte loads, 8-byte stores;
+  - at most 512 vectors of 8 (K <= 4096): a group of ``2^g`` lanes per row (a whole warp
+    from K = 1024, fewer below so that each lane still loads 4 vectors), the row's absmax
+    reduced by warp shuffles, many rows per block;
+  - at most 2048 vectors (K <= 16384): a block per row, its absmax through shared memory;
+  - beyond: a block per row reading it twice (absmax, then quantize);
+- anything else (K not a multiple of 8, a misaligned pointer): a block per row, one element
+  per access, reading it twice.
+
+Every kernel strides over the rows with a grid of the SM count times the blocks one SM holds
+(queried once per kernel). The absmax is taken on the 16-bit values (``__habs2`` /
+``__hmax2``, exact: widening is monotonic) and widened once; every element's quotient is the
+family's own expression in fp32, so the result does not depend on which kernel ran.
+Importing this module imports no torch.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+GROUP_MAX_VECTORS = 512
+"""Rows of at most this many 16-byte vectors (K <= 4096 at 16 bits) take the group kernel."""
+BLOCK_MAX_VECTORS = 2048
+"""Rows of at most this many vectors (K <= 16384) take the register-resident block kernel."""
+PATH_KS = (8, 16, 40, 72, 136, 512, 520, 1024, 1032, 2048, 2056, 4096, 4104, 8192, 8200,
+           16392, 1004, 7)
+"""Row lengths that reach every kernel and group width of :func:`kernel_of`, each at or just
+past a boundary (tests and benchmarks; 1004 and 7 are not multiples of 8)."""
+
+
+@attrs.frozen
+class RowFormat:
+    """One family's quantized element: its numerics as device code and as words.
+
+    ``device_code`` defines, inside the unit's namespace, ``__device__ float row_scale(float
+    amax)`` and ``__device__ uint32_t quantize_pair(float a, float b, float s)`` (the two
+    quantized bytes, ``a``'s in bits 0-7, ``b``'s in bits 8-15). ``propagate_nan``: a NaN in a
+    row makes its absmax NaN (torch's ``amax``) rather than being skipped (``fmaxf``).
+    ``headers`` are extra ``#include`` lines' targets; ``contract`` is the numerics in words,
+    written into the unit's header comment.
+    """
+
+    name: str
+    device_code: str
+    propagate_nan: bool
+    contract: str
+    headers: tuple[str, ...] = ()
+
+
+def kernel_of(k: int, *, aligned: bool = True) -> str:
+    """Which kernel quantizes rows of ``k`` elements, in words: the launcher's dispatch
+    (``aligned``: the input 16-byte and the output 8-byte aligned)."""
+    if k < 1:
+        raise ValueError(f"row quantizer: k must be positive, got {k}")
+    vectors, rest = divmod(k, 8)
+    if rest or not aligned:
+        return "stream_rows, one element per access"
+    if vectors <= 128:
+        lanes = 1
+        while 4 * lanes < vectors:
+            lanes *= 2
+        return f"group_rows<4>, {lanes} lane(s) per row"
+    if vectors <= GROUP_MAX_VECTORS:
+        return f"group_rows<{8 if vectors <= 256 else 16}>, a warp per row"
+    if vectors <= BLOCK_MAX_VECTORS:
+        return f"block_rows<{4 if vectors <= 1024 else 8}>"
+    return "stream_rows, 16-byte vectors"
+
+
+_SKELETON = r"""
+constexpr bool kPropagateNan = @PROPAGATE@;
+constexpr int kVec = 8;         // 16-bit elements per 16-byte load
+constexpr int kThreads = 256;   // threads per block of every kernel here
+constexpr unsigned kFull = 0xffffffffu;
+
+template <class T> struct Pair;
+template <> struct Pair<__half> {
+  using T2 = __half2;
+  static __device__ __forceinline__ T2 zero() { return __float2half2_rn(0.f); }
+  static __device__ __forceinline__ float lo(T2 v) { return __low2float(v); }
+  static __device__ __forceinline__ float hi(T2 v) { return __high2float(v); }
+  static __device__ __forceinline__ float widen(__half v) { return __half2float(v); }
+};
+template <> struct Pair<__nv_bfloat16> {
+  using T2 = __nv_bfloat162;
+  static __device__ __forceinline__ T2 zero() { return __float2bfloat162_rn(0.f); }
+  static __device__ __forceinline__ float lo(T2 v) { return __low2float(v); }
+  static __device__ __forceinline__ float hi(T2 v) { return __high2float(v); }
+  static __device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+};
+
+// The larger magnitude; a NaN wins when kPropagateNan, loses otherwise (fmaxf).
+__device__ __forceinline__ float max_of(float a, float b) {
+  if constexpr (kPropagateNan) {
+    return (a != a || a > b) ? a : b;
+  } else {
+    return fmaxf(a, b);
+  }
+}
+
+template <class T2>
+__device__ __forceinline__ T2 max2(T2 a, T2 b) {
+  if constexpr (kPropagateNan) {
+    return __hmax2_nan(a, b);
+  } else {
+    return __hmax2(a, b);
+  }
+}
+
+// m folded with |v| of the 8 elements of one 16-byte vector.
+template <class T>
+__device__ __forceinline__ typename Pair<T>::T2 fold(typename Pair<T>::T2 m, uint4 raw) {
+  using T2 = typename Pair<T>::T2;
+  const T2* v = reinterpret_cast<const T2*>(&raw);
+#pragma unroll
+  for (int i = 0; i < 4; ++i) {
+    m = max2(m, __habs2(v[i]));
+  }
+  return m;
+}
+
+template <class T>
+__device__ __forceinline__ float widen_max(typename Pair<T>::T2 m) {
+  return max_of(Pair<T>::lo(m), Pair<T>::hi(m));
+}
+
+// The 8 quantized bytes of one 16-byte vector, in memory order.
+template <class T>
+__device__ __forceinline__ uint2 quantize8(uint4 raw, float s) {
+  using T2 = typename Pair<T>::T2;
+  const T2* v = reinterpret_cast<const T2*>(&raw);
+  uint32_t w[2];
+#pragma unroll
+  for (int i = 0; i < 2; ++i) {
+    const uint32_t lo = quantize_pair(Pair<T>::lo(v[2 * i]), Pair<T>::hi(v[2 * i]), s);
+    const uint32_t hi = quantize_pair(Pair<T>::lo(v[2 * i + 1]), Pair<T>::hi(v[2 * i + 1]), s);
+    w[i] = (lo & 0xffffu) | (hi << 16);
+  }
+  return make_uint2(w[0], w[1]);
+}
+
+// The block's largest magnitude (every thread gets it); warp_max is free again on return.
+__device__ __forceinline__ float block_max(float v, float* warp_max) {
+#pragma unroll
+  for (int offset = 16; offset > 0; offset >>= 1) {
+    v = max_of(v, __shfl_xor_sync(kFull, v, offset));
+  }
+  if ((threadIdx.x & 31) == 0) {
+    warp_max[threadIdx.x >> 5] = v;
+  }
+  __syncthreads();
+  v = warp_max[0];
+#pragma unroll
+  for (int w = 1; w < kThreads / 32; ++w) {
+    v = max_of(v, warp_max[w]);
+  }
+  __syncthreads();
+  return v;
+}
+
+// Rows of at most NV << g_log2 vectors: 2^g_log2 lanes per row, NV vectors per lane in
+// registers, kThreads >> g_log2 rows per block. The loop runs on each warp's first row, so
+// every lane of a warp reaches the shuffles.
+template <class T, int NV>
+__global__ void __launch_bounds__(kThreads)
+    group_rows(const T* __restrict__ x, int64_t rows, int64_t k, int g_log2,
+               uint8_t* __restrict__ q, float* __restrict__ scale) {
+  using T2 = typename Pair<T>::T2;
+  const int g = 1 << g_log2;
+  const int lane = threadIdx.x & (g - 1);
+  const int64_t per_block = kThreads >> g_log2;
+  const int64_t vectors = k / kVec;
+  const int64_t in_warp = (threadIdx.x & 31) >> g_log2;
+  const int64_t stride = int64_t(gridDim.x) * per_block;
+  for (int64_t first = int64_t(blockIdx.x) * per_block + ((threadIdx.x & ~31u) >> g_log2);
+       first < rows; first += stride) {
+    const int64_t row = first + in_warp;
+    const bool live = row < rows;
+    const uint4* xr = reinterpret_cast<const uint4*>(x + (live ? row : first) * k);
+    uint4 raw[NV];
+    T2 m = Pair<T>::zero();
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const int64_t v = int64_t(j) * g + lane;
+      raw[j] = make_uint4(0u, 0u, 0u, 0u);
+      if (live && v < vectors) {
+        raw[j] = xr[v];
+        m = fold<T>(m, raw[j]);
+      }
+    }
+    float amax = widen_max<T>(m);
+    for (int offset = g >> 1; offset > 0; offset >>= 1) {
+      amax = max_of(amax, __shfl_xor_sync(kFull, amax, offset));
+    }
+    const float s = row_scale(amax);
+    if (live) {
+      if (lane == 0) {
+        scale[row] = s;
+      }
+      uint2* qr = reinterpret_cast<uint2*>(q + row * k);
+#pragma unroll
+      for (int j = 0; j < NV; ++j) {
+        const int64_t v = int64_t(j) * g + lane;
+        if (v < vectors) {
+          qr[v] = quantize8<T>(raw[j], s);
+        }
+      }
+    }
+  }
+}
+
+// Rows of at most NV * kThreads vectors: a block per row, NV vectors per thread in registers.
+template <class T, int NV>
+__global__ void __launch_bounds__(kThreads)
+    block_rows(const T* __restrict__ x, int64_t rows, int64_t k, uint8_t* __restrict__ q,
+               float* __restrict__ scale) {
+  using T2 = typename Pair<T>::T2;
+  __shared__ float warp_max[kThreads / 32];
+  const int64_t vectors = k / kVec;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const uint4* xr = reinterpret_cast<const uint4*>(x + row * k);
+    uint4 raw[NV];
+    T2 m = Pair<T>::zero();
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const int64_t v = int64_t(j) * kThreads + threadIdx.x;
+      raw[j] = make_uint4(0u, 0u, 0u, 0u);
+      if (v < vectors) {
+        raw[j] = xr[v];
+        m = fold<T>(m, raw[j]);
+      }
+    }
+    const float s = row_scale(block_max(widen_max<T>(m), warp_max));
+    if (threadIdx.x == 0) {
+      scale[row] = s;
+    }
+    uint2* qr = reinterpret_cast<uint2*>(q + row * k);
+#pragma unroll
+    for (int j = 0; j < NV; ++j) {
+      const int64_t v = int64_t(j) * kThreads + threadIdx.x;
+      if (v < vectors) {
+        qr[v] = quantize8<T>(raw[j], s);
+      }
+    }
+  }
+}
+
+// Any row: a block per row reads it twice (absmax, then quantize), 16-byte vectors when
+// Vector, one element per access otherwise.
+template <class T, bool Vector>
+__global__ void __launch_bounds__(kThreads)
+    stream_rows(const T* __restrict__ x, int64_t rows, int64_t k, uint8_t* __restrict__ q,
+                float* __restrict__ scale) {
+  using T2 = typename Pair<T>::T2;
+  __shared__ float warp_max[kThreads / 32];
+  const int64_t vectors = k / kVec;
+  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
+    const T* xr = x + row * k;
+    uint8_t* qr = q + row * k;
+    float amax;
+    if constexpr (Vector) {
+      T2 m = Pair<T>::zero();
+      for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
+        m = fold<T>(m, reinterpret_cast<const uint4*>(xr)[v]);
+      }
+      amax = widen_max<T>(m);
+    } else {
+      amax = 0.f;
+      for (int64_t i = threadIdx.x; i < k; i += kThreads) {
+        amax = max_of(amax, fabsf(Pair<T>::widen(xr[i])));
+      }
+    }
+    const float s = row_scale(block_max(amax, warp_max));
+    if (threadIdx.x == 0) {
+      scale[row] = s;
+    }
+    if constexpr (Vector) {
+      for (int64_t v = threadIdx.x; v < vectors; v += kThreads) {
+        reinterpret_cast<uint2*>(qr)[v] =
+            quantize8<T>(reinterpret_cast<const uint4*>(xr)[v], s);
+      }
+    } else {
+      for (int64_t i = threadIdx.x; i < k; i += kThreads) {
+        qr[i] = uint8_t(quantize_pair(Pair<T>::widen(xr[i]), 0.f, s) & 0xffu);
+      }
+    }
+  }
+}
+
+// Blocks of `Kernel` one SM holds (queried once per kernel; 1 when the query fails).
+template <auto Kernel>
+inline int resident_blocks() {
+  static std::atomic<int> cached{0};
+  int v = cached.load(std::memory_order_relaxed);
+  if (v <= 0) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, Kernel, kThreads, 0) != cudaSuccess ||
+        v <= 0) {
+      cudaGetLastError();
+      v = 1;
+    }
+    cached.store(v, std::memory_order_relaxed);
+  }
+  return v;
+}
+
+// The grid of `Kernel` for `units` rows or row groups of `per_block` each: enough blocks for
+// every unit, at most what the device holds at once (the kernels stride over the rest).
+template <auto Kernel>
+inline unsigned grid_of(int64_t units, int64_t per_block, int dev) {
+  const int64_t wanted = (units + per_block - 1) / per_block;
+  const int64_t resident = int64_t(oasr_kit::sm_count(dev)) * resident_blocks<Kernel>();
+  const int64_t blocks = resident > 0 && resident < wanted ? resident : wanted;
+  return unsigned(blocks < 1 ? 1 : blocks);
+}
+
+template <class T>
+inline int32_t launch(const T* x, int64_t rows, int64_t k, uint8_t* q, float* scale,
+                      cudaStream_t stream) {
+  const int dev = oasr_kit::current_device();
+  if (dev < 0) {
+    return oasr_kit::kErrDevice;
+  }
+  const int64_t vectors = k / kVec;
+  const bool vector = k % kVec == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0 &&
+                      (reinterpret_cast<uintptr_t>(q) & 7) == 0;
+  if (!vector) {
+    constexpr auto kernel = stream_rows<T, false>;
+    kernel<<<grid_of<kernel>(rows, 1, dev), kThreads, 0, stream>>>(x, rows, k, q, scale);
+  } else if (vectors <= 128) {
+    int g_log2 = 0;  // the fewest lanes that hold the row in 4 vectors each
+    while ((int64_t(4) << g_log2) < vectors) {
+      ++g_log2;
+    }
+    constexpr auto kernel = group_rows<T, 4>;
+    kernel<<<grid_of<kernel>(rows, kThreads >> g_log2, dev), kThreads, 0, stream>>>(
+        x, rows, k, g_log2, q, scale);
+  } else if (vectors <= 256) {
+    constexpr auto kernel = group_rows<T, 8>;
+    kernel<<<grid_of<kernel>(rows, kThreads / 32, dev), kThreads, 0, stream>>>(
+        x, rows, k, 5, q, scale);
+  } else if (vectors <= @GROUP_MAX@) {
+    constexpr auto kernel = group_rows<T, 16>;
+    kernel<<<grid_of<kernel>(rows, kThreads / 32, dev), kThreads, 0, stream>>>(
+        x, rows, k, 5, q, scale);
+  } else if (vectors <= 4 * kThreads) {
+    constexpr auto kernel = block_rows<T, 4>;
+    kernel<<<grid_of<kernel>(rows, 1, dev), kThreads, 0, stream>>>(x, rows, k, q, scale);
+  } else if (vectors <= @BLOCK_MAX@) {
+    constexpr auto kernel = block_rows<T, 8>;
+    kernel<<<grid_of<kernel>(rows, 1, dev), kThreads, 0, stream>>>(x, rows, k, q, scale);
+  } else {
+    constexpr auto kernel = stream_rows<T, true>;
+    kernel<<<grid_of<kernel>(rows, 1, dev), kThreads, 0, stream>>>(x, rows, k, q, scale);
+  }
+  return oasr_kit::launch_status();
+}
+
+inline int32_t quantize(const void* x, int32_t dtype, int64_t rows, int64_t k, void* q,
+                        void* scale, cudaStream_t stream) {
+  if (rows <= 0 || k <= 0 || rows > INT32_MAX) {
+    return oasr_kit::kErrShape;
+  }
+  auto* out = static_cast<uint8_t*>(q);
+  auto* s = static_cast<float*>(scale);
+  switch (dtype) {
+    case 0: return launch(static_cast<const __half*>(x), rows, k, out, s, stream);
+    case 1: return launch(static_cast<const __nv_bfloat16*>(x), rows, k, out, s, stream);
+    default: return oasr_kit::kErrDtype;
+  }
+}
+"""
+
+
+def unit_source(fmt: RowFormat, *, namespace: str, symbol: str, title: str) -> str:
+    """The translation unit of a row quantizer in ``fmt`` exporting ``symbol`` (the C ABI of
+    the module docstring), its code in C++ namespace ``namespace``; ``title`` heads it."""
+    for what, name in (("namespace", namespace), ("symbol", symbol)):
+        if not name.isidentifier():
+            raise ValueError(f"row quantizer {title!r}: {what} {name!r} is not a C identifier")
+    contract = "\n".join(f"//   {line}".rstrip() for line in fmt.contract.strip().splitlines())
+    includes = "".join(f"#include <{h}>\n" for h in fmt.headers)
+    skeleton = (_SKELETON.replace("@PROPAGATE@", "true" if fmt.propagate_nan else "false")
+                .replace("@GROUP_MAX@", str(GROUP_MAX_VECTORS))
+                .replace("@BLOCK_MAX@", str(BLOCK_MAX_VECTORS)))
+    return (
+        f"// {title}\n"
+        f"// Generated by oasr_core.kit.row_quantizer: per-row quantization of fp16/bf16 "
+        f"rows, one pass.\n//\n// Numerics ({fmt.name}):\n{contract}\n//\n"
+        f"// int32_t {symbol}(const void* x, int32_t dtype, int64_t rows, int64_t k, void* q,\n"
+        f"//     void* scale, void* stream);  dtype 0 = fp16, 1 = bf16; an oasr_kit::Status.\n"
+        f"#include <atomic>\n#include <cstdint>\n\n#include <cuda_bf16.h>\n"
+        f"#include <cuda_fp16.h>\n{includes}\n#include \"oasr_kit/launcher.cuh\"\n\n"
+        f"namespace {namespace} {{\n\n{fmt.device_code.strip()}\n{skeleton}\n"
+        f"}}  // namespace {namespace}\n\n"
+        f"OASR_EXPORT int32_t {symbol}(const void* x, int32_t dtype, int64_t rows, int64_t k,\n"
+        f"    void* q, void* scale, void* stream) {{\n"
+        f"  return {namespace}::quantize(x, dtype, rows, k, q, scale,\n"
+        f"      static_cast<cudaStream_t>(stream));\n}}\n")
+
+
+def jit_spec(fmt: RowFormat, *, module: str, symbol: str, namespace: str, title: str,
+             target: str, extra_flags: tuple[str, ...] = ()):
+    """The :class:`oasr_core.jit.JitSpec` of a one-unit row-quantizer module for nvcc target
+    ``target`` (``"90a"``): no CUTLASS, the kit headers only."""
+    from oasr_core.jit import JitSpec, TranslationUnit
+
+    unit = TranslationUnit(name="quantize_rows", exports=(symbol,), source=unit_source(
+        fmt, namespace=namespace, symbol=symbol, title=title))
+    return JitSpec(name=module, arch=target, units=(unit,), extra_flags=extra_flags,
+                   cutlass=False)
