@@ -14,17 +14,22 @@ Two censuses:
   signatures, thinned to 14 points); its exhaustive log is the committed one
   (db/sm90/measurements/gemm.jsonl), so no exhaustive run is needed here;
 - ``speed14``: 14 signatures (Conformer-L d=512 / FFN 2048 and Zipformer widths, none of the
-  reference's) x 11 sizes (benchmarks/census/build_speed_14.json, written by ``census``); its
-  exhaustive build runs here too, bounded (census points only, ``--budget-s``), on the
-  carried JIT cache (whole-space objects prebuilt), so only the default builds compile.
+  reference's) x 11 sizes (benchmarks/census/build_speed_14.json, written by ``census``);
+  its reference (``speed14_reference``) is a build that measures every config of the lane at
+  every census point (``--top-k`` past the space, ``--no-fill``, bounded by ``--budget-s``),
+  compiled like the default build (the measured dtype's kernels, bundled) from its own empty
+  JIT cache; it can run in another process than the default build (``score`` joins them).
 
 Usage (the H200 phase ``benchmarks/h200/run.sh build-speed``)::
 
     python3 benchmarks/build_speed.py census --out benchmarks/census/build_speed_14.json
     python3 benchmarks/build_speed.py run --out-dir OUT [--fresh-jit DIR] [--exhaustive-budget S]
+        [--census conformer speed14 speed14_reference]
+    python3 benchmarks/build_speed.py score --out-dir OUT RUN_DIR [RUN_DIR...]
 
-``run`` writes OUT/build_speed.md, OUT/build_speed.json (the figures and the three tables) and
-the three builds' measurement logs.
+``run`` writes OUT/build_speed.md, OUT/build_speed.json (the figures and the tables) and the
+builds' measurement logs; ``score`` merges the build_speed.json of several run directories
+(their logs beside them, .jsonl or .jsonl.gz) and scores again.
 """
 
 from __future__ import annotations
@@ -176,9 +181,9 @@ def reached(value: float, floor: float) -> str:
 def report_md(rows: dict[str, dict[str, Any]], scores: dict[str, dict[str, Any]]) -> str:
     lines = ["# `oasr tune build` from a fresh JIT cache on this GPU", "",
              "`benchmarks/h200/run.sh build-speed` (benchmarks/build_speed.py). Default builds "
-             "start from an empty JIT cache (compile counted); the exhaustive build of the "
-             "14-signature census uses the carried cache. Measure = the build's elapsed time "
-             "less its wait for compiled modules.", "",
+             "start from an empty JIT cache (compile counted), the 14-signature reference "
+             "(every config at every census point) from its own. Measure = the build's "
+             "elapsed time less its wait for compiled modules.", "",
              "| build | wall s | compile s | measure s | waited s | units | points | target |",
              "|---|---|---|---|---|---|---|---|"]
     for name, r in rows.items():
@@ -234,26 +239,81 @@ def run(args: argparse.Namespace) -> int:
         env = {**base, "OASR_JIT_DIR": str(fresh / "conformer")}
         rows["conformer_default"] = run_build("conformer_default", CONFORMER, out, scratch,
                                               ["--effort", "default", *conformer_knobs], env)
-        scores["conformer"] = score(CONFORMER_LOG, {
-            "default": Path(rows["conformer_default"]["table"]),
-            "exhaustive": ROOT / "db/sm90/gemm.json"}, ("default", "exhaustive"))
     if "speed14" in args.census:
         env = {**base, "OASR_JIT_DIR": str(fresh / "speed14")}
         rows["speed14_default"] = run_build("speed14_default", [SPEED14], out, scratch,
                                             ["--effort", "default"], env)
-        rows["speed14_exhaustive"] = run_build(
-            "speed14_exhaustive", [SPEED14], out, scratch,
-            ["--effort", "exhaustive", "--no-fill", "--budget-s", str(args.exhaustive_budget)],
-            base)
-        scores["speed14"] = score(Path(rows["speed14_exhaustive"]["log"]), {
-            "default": Path(rows["speed14_default"]["table"]),
-            "exhaustive": Path(rows["speed14_exhaustive"]["table"])}, ("default", "exhaustive"))
+    if "speed14_reference" in args.census:
+        env = {**base, "OASR_JIT_DIR": str(fresh / "speed14_reference")}
+        rows["speed14_reference"] = run_build(
+            "speed14_reference", [SPEED14], out, scratch,
+            ["--effort", "default", "--top-k", "100000", "--no-fill", "--budget-s",
+             str(args.exhaustive_budget)], env)
+    scores.update(score_rows(rows, out))
+    write_report(rows, scores, out)
+    return 0
+
+
+def score_rows(rows: dict[str, dict[str, Any]], logs: Path) -> dict[str, dict[str, Any]]:
+    """Regret and agreement of each census whose default and reference builds are in
+    ``rows`` (the tables from the rows, the reference logs from ``logs``)."""
+    import tempfile
+
+    scores: dict[str, dict[str, Any]] = {}
+    tmp = Path(tempfile.mkdtemp(prefix="oasr-build-speed-score-"))
+
+    def table(name: str) -> Path:
+        path = tmp / f"{name}.json"
+        path.write_text(json.dumps(rows[name]["file"]))
+        return path
+
+    if "conformer_default" in rows:
+        scores["conformer"] = score(CONFORMER_LOG, {
+            "default": table("conformer_default"),
+            "exhaustive": ROOT / "db/sm90/gemm.json"}, ("default", "exhaustive"))
+    if "speed14_default" in rows and "speed14_reference" in rows:
+        log = _log(logs, "speed14_reference")
+        scores["speed14"] = score(log, {"default": table("speed14_default"),
+                                        "exhaustive": table("speed14_reference")},
+                                  ("default", "exhaustive"))
+    return scores
+
+
+def _log(where: Path, name: str) -> Path:
+    """``name``'s measurement log in ``where`` (gunzipped beside itself when only .gz is)."""
+    import gzip
+    import shutil
+
+    plain, packed = where / f"{name}.jsonl", where / f"{name}.jsonl.gz"
+    if not plain.exists() and packed.exists():
+        with gzip.open(packed, "rb") as src, plain.open("wb") as dst:
+            shutil.copyfileobj(src, dst)
+    return plain
+
+
+def write_report(rows: dict[str, dict[str, Any]], scores: dict[str, dict[str, Any]],
+                 out: Path) -> None:
     (out / "build_speed.json").write_text(json.dumps(
         {"builds": rows, "scores": {c: {k: v for k, v in s.items() if k != "lines"}
                                     for c, s in scores.items()}}, indent=1) + "\n")
     text = report_md(rows, scores)
     (out / "build_speed.md").write_text(text)
     print(text)
+
+
+def rescore(args: argparse.Namespace) -> int:
+    """``score``: merge the rows of several run directories, copy their logs into
+    ``--out-dir`` and score again."""
+    import shutil
+
+    rows: dict[str, dict[str, Any]] = {}
+    args.out_dir.mkdir(parents=True, exist_ok=True)
+    for run_dir in args.runs:
+        rows.update(json.loads((run_dir / "build_speed.json").read_text())["builds"])
+        for log in run_dir.glob("*.jsonl*"):
+            if log.parent.resolve() != args.out_dir.resolve():
+                shutil.copy(log, args.out_dir / log.name)
+    write_report(rows, score_rows(rows, args.out_dir), args.out_dir)
     return 0
 
 
@@ -268,10 +328,15 @@ def main(argv: Sequence[str] | None = None) -> int:
                    help="scratch: the empty JIT caches of the default builds (never the "
                    "carried cache), tables, checkpoints and stderr (default: a new /tmp dir)")
     r.add_argument("--exhaustive-budget", type=float, default=170.0,
-                   help="measuring budget of the exhaustive 14-signature build, seconds")
-    r.add_argument("--census", nargs="+", default=["conformer", "speed14"],
-                   choices=["conformer", "speed14"])
+                   help="measuring budget of the 14-signature reference build, seconds")
+    r.add_argument("--census", nargs="+", default=["conformer", "speed14", "speed14_reference"],
+                   choices=["conformer", "speed14", "speed14_reference"])
+    sc = sub.add_parser("score", help="merge run directories and score again (no GPU)")
+    sc.add_argument("--out-dir", type=Path, required=True)
+    sc.add_argument("runs", type=Path, nargs="+", help="directories holding build_speed.json")
     args = ap.parse_args(argv)
+    if args.cmd == "score":
+        return rescore(args)
     if args.cmd == "census":
         write_census(args.out)
         print(f"wrote {args.out}")

@@ -23,11 +23,12 @@
 #   build-speed      benchmarks/build_speed.py: `oasr tune build --effort default` of the reference
 #                    Conformer census and of a 14-signature census (Conformer-L / Zipformer
 #                    widths x 11 sizes), each from its own EMPTY JIT cache under /tmp (never the
-#                    carried one: the compile is counted), then the 14-signature census
-#                    exhaustively on the carried cache (census points, --budget 170 s); wall /
+#                    carried one: the compile is counted), then the 14-signature reference (every
+#                    config at every census point, its own empty cache, --budget 170 s); wall /
 #                    compile / measure times, regret against the exhaustive logs (the committed
 #                    one for the Conformer) and agreement -> build_speed.md, build_speed.json
-#                    (with the tables), the logs (.jsonl.gz); ~8 min
+#                    (with the tables), the logs (.jsonl.gz); BUILD_SPEED_CENSUS picks builds
+#                    (default "conformer speed14 speed14_reference"; ~4 + ~8 min)
 #   profile          the measured ArchProfile of the device (h200_profile.json)
 #   served           benchmarks/served_vs_torch.py: the op as served out of the box (tiers, cost
 #                    model, untuned fallback) against F.linear at 11 widths no table covers x 14
@@ -314,7 +315,9 @@ phase_build_speed() {
   local dir=$1 scratch
   scratch=$(mktemp -d /tmp/oasr-build-speed.XXXXXX)
   el "build-speed: default builds from empty JIT caches in $scratch, the exhaustive one on $OASR_JIT_DIR"
+  # shellcheck disable=SC2086  # a list of census names
   timeout 570 python3 benchmarks/build_speed.py run --out-dir "$dir" --fresh-jit "$scratch" \
+    --census ${BUILD_SPEED_CENSUS:-conformer speed14 speed14_reference} \
     2>&1 | grep -E "^\[build_speed\]|^\| |FAIL|Error" | head -40
   gzip -9f "$dir"/*.jsonl
   rm -rf "$scratch"
