@@ -13,6 +13,10 @@ pointers and sizes) is prepared once per shape (:class:`oasr_core.jit.kit.CallAr
 launcher returns a :data:`STATUS` code; the workspace query returns the scratch bytes (-1
 when the dtype is not compiled in or the shape is invalid) and writes the zeroed semaphore
 bytes.
+
+A 3.x config also has a fused-residual unit for op ``gemm_residual``, ``<unit>_res``
+(:func:`residual_unit_source`, ``csrc/oasr_gemm/sm90_residual.cuh``): a separate translation
+unit, compiled only where that op needs it, so the config's own unit keeps its text and key.
 """
 
 from __future__ import annotations
@@ -123,15 +127,92 @@ def unit_source(config: Config, dtypes: Iterable[str] = ("fp16", "bf16")) -> str
     )
 
 
+RESIDUAL_SUFFIX = "_res"
+"""Suffix of a config's fused-residual unit and symbols (op ``gemm_residual``, sm90 only)."""
+RESIDUAL_HEADER = "sm90_residual.cuh"
+"""The header (under ``csrc/oasr_gemm``) only fused-residual units include."""
+
+
+def residual_unit(config: Config) -> str:
+    """The name of ``config``'s fused-residual translation unit (``<unit>_res``)."""
+    return config.params["unit"] + RESIDUAL_SUFFIX
+
+
+def residual_symbol(config: Config) -> str:
+    """The fused-residual launcher's C symbol for ``config``."""
+    return symbol(config) + RESIDUAL_SUFFIX
+
+
+def residual_workspace_symbol(config: Config) -> str:
+    """The fused-residual workspace query's C symbol for ``config``."""
+    return residual_symbol(config) + "_workspace"
+
+
+def has_residual(config: Config) -> bool:
+    """Whether ``config``'s lane has a fused-residual kernel: the 3.x lane only (its epilogue
+    visitor tree reads C; the 2.x lane's op serves torch)."""
+    return config.lane == LANE_SM90
+
+
+def residual_kernel_type(config: Config, dtype: str) -> str:
+    """The C++ fused-residual kernel of a 3.x config for ``dtype``: ``sm90::Residual`` takes
+    exactly the template arguments of the config's kernel pair (``sm90_kernel_type``)."""
+    pair = sm90_kernel_type(config, dtype)
+    return pair.replace("oasr_gemm::sm90::Kernel<", "oasr_gemm::sm90::Residual<", 1)
+
+
+def residual_unit_source(config: Config, dtypes: Iterable[str] = ("fp16", "bf16")) -> str:
+    """The fused-residual translation unit of a 3.x config (``D = alpha * (acc + bias) + C``,
+    ``csrc/oasr_gemm/sm90_residual.cuh``), with kernels for ``dtypes``.
+
+    Its launcher takes the residual after the bias and the run-time ``alpha`` after the
+    output: ``(call, a, w, bias, residual, d, alpha, stream)``; the workspace query has the
+    signature of the config's own unit.
+    """
+    dtypes = tuple(dtypes)
+    if not has_residual(config):
+        raise ValueError(f"config {config.id!r} ({config.lane}) has no fused-residual kernel")
+    if not dtypes or any(d not in DTYPE_CODES for d in dtypes):
+        raise ValueError(f"dtypes {dtypes!r} must be a non-empty subset of {tuple(DTYPE_CODES)}")
+    flags = "c->flags, " if pdl_capable(config) else "0, "
+    return kit.c_abi_unit(
+        title=f"oasr_gemm {config.lane} unit {residual_unit(config)} ({', '.join(dtypes)}; "
+              "fused residual)",
+        generator="oasr_gemm.codegen",
+        header=f"oasr_gemm/{RESIDUAL_HEADER}",
+        prelude="" if pdl_capable(config) else _NO_GDC,
+        kernels={DTYPE_CODES[d]: residual_kernel_type(config, d) for d in dtypes},
+        symbol=residual_symbol(config),
+        operands="const void* a, const void* w, const void* bias, const void* residual, "
+                 "void* d, float alpha",
+        run="run(a, w, bias, residual, d, alpha, c->m, c->n, c->k, c->split, c->workspace, "
+            "c->workspace_bytes, c->semaphores, c->semaphore_bytes, "
+            f"{flags}static_cast<cudaStream_t>(stream))",
+        workspace_params="int64_t m, int64_t n, int64_t k, int32_t dtype, int32_t split_k, "
+                         "int64_t* semaphore_bytes",
+        workspace_switch="dtype",
+        workspace="workspace(m, n, k, split_k, semaphore_bytes)",
+    )
+
+
 @functools.cache
 def impl_hash() -> str:
     """A short hash of what decides the kernels' binaries: every config's generated unit (both
-    lanes, both dtypes), the family's and the kit's headers and the lanes' compile flags.
+    lanes, both dtypes; a 3.x config's fused-residual unit too), the family's and the kit's
+    headers and the lanes' compile flags (:func:`impl_digest`), under the name
+    ``equivalent_impls.json`` records for it.
 
     It is the family's ``impl_hash`` soft validator: a tuning entry measured under another
     implementation is marked stale. The generator's own text is not hashed, so editing this
     module without changing a unit leaves the shipped tables current.
     """
+    return kit.canonical_impl_hash(impl_digest(), EQUIVALENTS)
+
+
+def impl_digest(*, residual: bool = True) -> str:
+    """The digest :func:`impl_hash` names. ``residual=False`` leaves the fused-residual units
+    and their header out: the digest of the family before they existed, which shows that
+    adding them changed no other unit's text or header (``equivalent_impls.json``)."""
     from oasr_gemm import jit
     from oasr_gemm.config_space import space
 
@@ -143,5 +224,18 @@ def impl_hash() -> str:
             if config.params["unit"] not in seen:
                 seen.add(config.params["unit"])
                 digest.update(unit_source(config).encode())
-    kit.hash_headers(digest, [csrc_dir() / "oasr_gemm"])
-    return kit.canonical_impl_hash(digest.hexdigest()[:16], EQUIVALENTS)
+                if residual and has_residual(config):
+                    digest.update(residual_unit_source(config).encode())
+    if residual:
+        kit.hash_headers(digest, [csrc_dir() / "oasr_gemm"])
+    else:
+        _hash_headers_except(digest, RESIDUAL_HEADER)
+    return digest.hexdigest()[:16]
+
+
+def _hash_headers_except(digest: hashlib._Hash, left_out: str) -> None:
+    """:func:`oasr_core.jit.kit.hash_headers` of the family's headers without ``left_out``."""
+    for header in [*(h for h in sorted((csrc_dir() / "oasr_gemm").glob("*.cuh"))
+                     if h.name != left_out), *kit.headers()]:
+        digest.update(header.name.encode())
+        digest.update(header.read_bytes())

@@ -24,6 +24,10 @@ from oasr_core.types import Config
 FAMILY = "gemm"
 LANE_SM80 = "sm80_mma"
 LANE_SM90 = "sm90_wgmma"
+RESIDUAL_OP = "gemm_residual"
+"""The fused-residual op (``out = residual + alpha * (a @ w.T + bias)``): 3.x configs only."""
+OPS = ("gemm", "gemm_activation", RESIDUAL_OP)
+"""The family's ops, each keyed separately in the tuning tiers."""
 
 SM90_SCHEDULES = ("ws", "pingpong", "cooperative")
 """``ws``: non-persistent ``KernelTmaWarpSpecialized``; ``pingpong`` / ``cooperative``: the
