@@ -302,19 +302,25 @@ def stream(lane: Lane, arch: str, signatures: Sequence[Any], done: Collection[st
     own, so the units are bundled too: every set's units (the finished signatures' included,
     so a resumed build plans the same bundles and finds them compiled) are cut into one group
     per nvcc slot (:func:`oasr_core.jit.bundles.plan_groups`), and each module links the
-    bundles holding its units. ``start_kw`` goes to :func:`start`.
+    bundles holding its units. A family whose ops compile different units answers per op
+    (``BenchModules.for_op``): each op's modules get their own groups. ``start_kw`` goes to
+    :func:`start`.
     """
     from oasr_core.jit.builder import default_jobs
     from oasr_core.jit.bundles import plan_groups
 
     modules = lane.bench_modules
+    for_op = modules.for_op if hasattr(modules, "for_op") else (lambda _op: modules)
+    mods_of = {sig.key: for_op(sig.op) for sig in signatures}
     dtypes = tuple(sorted({s.dtype for s in signatures})) if measured_dtypes else None
     all_sets = {sig.key: tuple(set_of(sig)) for sig in signatures}
-    groups = None
+    groups: dict[int, Any] = {}
     if dtypes is not None:
-        by_unit = {c.params.get("unit", c.id): c for cs in all_sets.values() for c in cs}
         slots = start_kw.get("jobs") or max(1, default_jobs() - 1)
-        groups = plan_groups(list(by_unit.values()), slots)
+        for mods in {id(m): m for m in mods_of.values()}.values():
+            by_unit = {c.params.get("unit", c.id): c for key, cs in all_sets.items()
+                       if mods_of[key] is mods for c in cs}
+            groups[id(mods)] = plan_groups(list(by_unit.values()), slots)
     queue: CompileQueue | None = None
     sets: dict[str, frozenset[str]] = {}
     for sig in signatures:
@@ -324,12 +330,12 @@ def stream(lane: Lane, arch: str, signatures: Sequence[Any], done: Collection[st
         sets[sig.key] = frozenset(c.id for c in configs)
         if not configs:
             continue
-        # A family whose ops compile different units answers per op (BenchModules.for_op).
-        mods = modules.for_op(sig.op) if hasattr(modules, "for_op") else modules
-        item = CompileItem(sig.key, configs, units=_unit_names(mods, arch, configs, dtypes,
-                                                               groups),
-                           spec=lambda cs=configs, m=mods: m.spec(arch, cs, dtypes, groups),
-                           install=lambda cs=configs, m=mods: m.install(arch, cs, dtypes, groups))
+        mods = mods_of[sig.key]
+        gs = groups.get(id(mods))
+        item = CompileItem(sig.key, configs, units=_unit_names(mods, arch, configs, dtypes, gs),
+                           spec=lambda cs=configs, m=mods, g=gs: m.spec(arch, cs, dtypes, g),
+                           install=lambda cs=configs, m=mods, g=gs: m.install(arch, cs, dtypes,
+                                                                              g))
         if queue is None:
             queue = start([item], workers=len(signatures), reset=modules.reset, **start_kw)
         else:

@@ -15,7 +15,10 @@ answers three calls:
   cache hit) and make the family's ``make_bench`` take its arms from it until the next
   ``install``; returns None, or why it could not (its arms are then rejected as not
   compiled, never timed);
-- ``reset()``: back to the whole-space module (after the build).
+- ``reset()``: back to the whole-space module (after the build);
+- optionally ``for_op(op)``: the object answering the three calls for a signature of ``op``
+  (a family whose ops compile different units, e.g. gemm's fused-residual kernels of
+  ``gemm_residual``; without it every op uses the object itself).
 
 :class:`BenchModules` implements it for a family whose ``make_bench`` reads its kernels from a
 :class:`~oasr_core.jit.libraries.Libraries` of whole-space modules (both CUTLASS families).
@@ -47,6 +50,13 @@ class BenchModules:
     spec_of: Callable[..., Any]
     """``spec_of(arch, configs, dtypes, groups)``."""
     bind: Callable[[Any, Sequence[Config]], Mapping[Any, Any]]
+    variants: Mapping[str, BenchModules] = attrs.field(factory=dict)
+    """Per op: the modules a signature of that op compiles and measures from, when its units
+    are not this object's (:meth:`for_op`); other ops use this object."""
+
+    def for_op(self, op: str) -> BenchModules:
+        """The modules a signature of ``op`` compiles: its :attr:`variants` entry, else self."""
+        return self.variants.get(op, self)
 
     def spec(self, arch: str, configs: Sequence[Config], dtypes: Sequence[str] | None = None,
              groups: Sequence[Sequence[Config]] | None = None) -> Any:
@@ -68,5 +78,8 @@ class BenchModules:
         return None
 
     def reset(self) -> None:
-        """Forget installed modules: the next ``make_bench`` loads the whole space again."""
+        """Forget installed modules (the variants' too): the next ``make_bench`` loads the
+        whole space again."""
         self.libraries.forget()
+        for variant in self.variants.values():
+            variant.reset()

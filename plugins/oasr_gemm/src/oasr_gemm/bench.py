@@ -12,6 +12,13 @@ measuring it (:func:`bench_modules`). A config whose unit failed to compile is r
 rejected, never timed. ``gemm_activation`` is measured with SiLU, the activation of
 the Conformer's feed-forward blocks; ReLU costs no more, GELU (erf) up to 1.75x more in the
 epilogue at large M, so the op serves GELU calls on torch (``ops.MEASURED_ACTIVATIONS``).
+
+``gemm_residual`` is measured with a residual operand and ``alpha = 0.5`` (the Conformer's
+half-step feed-forward; alpha is a run-time scalar and costs the same at any value): its
+kernel arms are the configs' fused-residual launchers, from :data:`FULL_RESIDUAL` (a module of
+only those units, compiled on the build's first such signature) or from the signature's own
+module in a pruned build; its torch arm is ``addmm`` then ``add`` into the output, as the op's
+torch path runs it. The gate compares against an fp32 reference including the residual.
 """
 
 from __future__ import annotations
@@ -22,6 +29,8 @@ from typing import Any
 from oasr_core.jit.libraries import Libraries
 from oasr_core.kit.serving import LaunchError
 from oasr_core.types import Config, Problem, Sentinel
+
+from oasr_gemm.config_space import RESIDUAL_OP
 
 BENCH_ACTIVATION = "silu"
 """The activation ``gemm_activation`` is measured with."""
@@ -41,10 +50,33 @@ def _load_full(lane: str, arch: str) -> Mapping[str, Any]:
 FULL = Libraries(load=_load_full)
 """Every compiled config of a lane's full module by id, loaded once per (lane, arch)."""
 
+BENCH_ALPHA = 0.5
+"""The scalar ``gemm_residual`` is measured with."""
+
+
+def _load_full_residual(lane: str, arch: str) -> Mapping[str, Any]:
+    from oasr_core import jit as core_jit
+
+    from oasr_gemm import codegen, jit
+    from oasr_gemm.launch import ResidualKernel
+
+    configs = [c for c in jit.lane_configs(lane, arch) if codegen.has_residual(c)]
+    if not configs:
+        return {}
+    module = core_jit.load(jit.residual_full_spec(lane, arch))
+    return {c.id: ResidualKernel.bind(module, c) for c in configs
+            if codegen.residual_symbol(c) in module.exports}
+
+
+FULL_RESIDUAL = Libraries(load=_load_full_residual)
+"""Every compiled fused-residual launcher of a lane by config id, loaded once per (lane, arch)
+(empty for a lane without any: its ``gemm_residual`` arms are rejected, torch is timed)."""
+
 
 def bench_modules(lane: str):
     """``Lane.bench_modules`` of ``lane``: a pruned build compiles and installs into
-    :data:`FULL` a module of only the configs it times (:mod:`oasr_core.kit.bench_modules`)."""
+    :data:`FULL` a module of only the configs it times (:mod:`oasr_core.kit.bench_modules`);
+    a ``gemm_residual`` signature's module is :func:`residual_bench_modules`' instead."""
     from oasr_core.kit.bench_modules import BenchModules
 
     from oasr_gemm import codegen, jit
@@ -56,7 +88,25 @@ def bench_modules(lane: str):
 
     return BenchModules(lane=lane, libraries=FULL, bind=bind,
                         spec_of=lambda arch, configs, dtypes, groups=None: jit.bench_spec(
-                            lane, arch, configs, dtypes, groups))
+                            lane, arch, configs, dtypes, groups),
+                        variants={RESIDUAL_OP: residual_bench_modules(lane)})
+
+
+def residual_bench_modules(lane: str):
+    """The bench modules of ``lane``'s ``gemm_residual`` signatures: a module of the timed
+    configs' fused-residual units alone, installed into :data:`FULL_RESIDUAL`."""
+    from oasr_core.kit.bench_modules import BenchModules
+
+    from oasr_gemm import codegen, jit
+    from oasr_gemm.launch import ResidualKernel
+
+    def bind(module: Any, configs: Sequence[Config]) -> Mapping[str, Any]:
+        return {c.id: ResidualKernel.bind(module, c) for c in configs
+                if codegen.has_residual(c) and codegen.residual_symbol(c) in module.exports}
+
+    return BenchModules(lane=lane, libraries=FULL_RESIDUAL, bind=bind,
+                        spec_of=lambda arch, configs, dtypes, _groups=None:
+                        jit.residual_bench_spec(lane, arch, configs, dtypes))
 
 
 def device_operands(m: int, n: int, k: int, dtype: str, device: Any, seed: int
@@ -75,6 +125,16 @@ def device_operands(m: int, n: int, k: int, dtype: str, device: Any, seed: int
     return a, w, bias
 
 
+def device_residual(m: int, n: int, dtype: str, device: Any, seed: int) -> Any:
+    """A residual ``[m, n]`` (std 1) drawn on the measuring device, apart from the operands'
+    stream (:func:`device_operands` with the same seed)."""
+    import torch
+
+    tdtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    gen = torch.Generator(device=device).manual_seed(seed + 1)
+    return torch.randn(m, n, generator=gen, device=device, dtype=tdtype)
+
+
 def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: Any):
     """The :class:`oasr_core.bench.BenchCase` of ``problem`` (see the module docstring)."""
     import torch
@@ -83,6 +143,8 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
 
     from oasr_gemm import numerics
 
+    if problem.op == RESIDUAL_OP:
+        return _residual_bench(problem, choices, options)
     n, k, m = problem.dim("N"), problem.dim("K"), problem.m
     act = BENCH_ACTIVATION if problem.op == "gemm_activation" else None
     where = benching.bench_device(options, FULL)
@@ -108,6 +170,47 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
         return benching.kernel_arm(kernel.prepare(problem.dtype, m, n, k, act), where.index,
                                    operands, out,
                                    f"{options.lane}/{cfg.id} refused m={m} n={n} k={k}")
+
+    arms, rejected = benching.choice_arms(problem, choices, options, family="gemm",
+                                          torch_arm=lambda: torch_arm, kernel_arm=kernel_arm)
+    return BenchCase(arms=arms, copies=copies, weight_bytes=weight_bytes, rejected=rejected,
+                     gate=lambda o: numerics.numerics_gate(o, torch_out, ref,
+                                                           dtype=problem.dtype))
+
+
+def _residual_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: Any):
+    """:func:`make_bench` of a ``gemm_residual`` problem (see the module docstring)."""
+    import torch
+    from oasr_core.bench import BenchCase
+    from oasr_core.kit import benching
+
+    from oasr_gemm import numerics
+
+    n, k, m = problem.dim("N"), problem.dim("K"), problem.m
+    where = benching.bench_device(options, FULL_RESIDUAL)
+    a, w, bias = device_operands(m, n, k, problem.dtype, where.device, options.seed)
+    residual = device_residual(m, n, problem.dtype, where.device, options.seed)
+    weight_bytes = n * k * a.element_size()
+    copies, weights = benching.weight_copies(w, options, weight_bytes)
+    out, linear_out = torch.empty_like(residual), torch.empty_like(residual)
+    ref = numerics.reference(a, w, bias, None, residual, BENCH_ALPHA)
+    torch_out = numerics.torch_output(a, w, bias, None, residual, BENCH_ALPHA)
+
+    def torch_arm(i: int) -> Any:
+        torch.addmm(bias, a, weights[i].t(), out=linear_out)
+        return torch.add(residual, linear_out, alpha=BENCH_ALPHA, out=out)
+
+    def kernel_arm(cfg: Config) -> benching.Arm:
+        kernel = where.kernels.get(cfg.id)
+        if kernel is None:
+            raise LaunchError(f"{cfg.id} has no fused-residual kernel compiled in the "
+                              f"{options.lane} module")
+        operands = [(a.data_ptr(), wi.data_ptr(), bias.data_ptr(), residual.data_ptr(),
+                     out.data_ptr(), BENCH_ALPHA) for wi in weights]
+        return benching.kernel_arm(kernel.prepare(problem.dtype, m, n, k, None), where.index,
+                                   operands, out,
+                                   f"{options.lane}/{cfg.id} refused the fused residual "
+                                   f"m={m} n={n} k={k}")
 
     arms, rejected = benching.choice_arms(problem, choices, options, family="gemm",
                                           torch_arm=lambda: torch_arm, kernel_arm=kernel_arm)

@@ -28,7 +28,7 @@ from __future__ import annotations
 from oasr_core.kit import lanes
 from oasr_core.types import Config, Problem
 
-from oasr_gemm.config_space import LANE_SM80, LANE_SM90
+from oasr_gemm.config_space import LANE_SM80, LANE_SM90, RESIDUAL_OP
 
 SMEM_LIMIT = lanes.SMEM_LIMIT
 SM80_ARCHES = lanes.CUTLASS2_ARCHES
@@ -137,9 +137,13 @@ aligned = RULES.aligned
 
 
 def supports(config: Config, problem: Problem) -> bool:
-    """Per-problem predicate: ``config`` can run ``problem`` (alignment, split vs K tiles)."""
+    """Per-problem predicate: ``config`` can run ``problem`` (alignment, split vs K tiles;
+    op ``gemm_residual`` only on the 3.x lane, whose epilogue reads the residual: the 2.x
+    lane has no such kernel and its op calls are served by torch)."""
     n, k, m = problem.dim("N"), problem.dim("K"), problem.m
     if not aligned(n, k) or m < 1:
+        return False
+    if problem.op == RESIDUAL_OP and config.lane != LANE_SM90:
         return False
     p = config.params
     split = p.get("split_k", 1)

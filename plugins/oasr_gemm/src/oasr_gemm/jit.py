@@ -7,6 +7,13 @@ filtered to what fits the arch. ``OASR_GEMM_COMPILE_SET=all`` links the lane's w
 instead. Objects are cached per unit by the core JIT (:mod:`oasr_core.jit`), so a production
 module that gains a config compiles one unit and relinks.
 
+Fused-residual units (op ``gemm_residual``, 3.x configs only) are linked where that op needs
+them and nowhere else: the production module links those of the configs the tiers name in
+``gemm_residual`` entries (:func:`residual_configs`; none by default, the op's untuned choice
+being torch, and the same under ``COMPILE_SET=all``); a build links them only into the modules
+of the ``gemm_residual`` signatures it measures (:func:`bench_spec` with ``residual=True``,
+:func:`residual_full_spec`). The whole-space module (:func:`full_spec`) holds none.
+
 Nothing here runs at import; building happens in :func:`oasr_core.jit.build`/``prebuild``/
 ``load`` calls made by :mod:`oasr_gemm.launch`, the benchmark and ``oasr tune prebuild``.
 """
@@ -23,7 +30,16 @@ from oasr_core.kit import lane_specs as _lane_specs
 from oasr_core.types import Config
 
 from oasr_gemm import codegen
-from oasr_gemm.config_space import BASIS, DEFAULTS, LANE_SM80, LANE_SM90, space, units
+from oasr_gemm.config_space import (
+    BASIS,
+    DEFAULTS,
+    FAMILY,
+    LANE_SM80,
+    LANE_SM90,
+    RESIDUAL_OP,
+    space,
+    units,
+)
 from oasr_gemm.feasibility import fits_arch
 
 MODULE_PREFIX = {LANE_SM80: "gemm_sm80_mma", LANE_SM90: "gemm_sm90_wgmma"}
@@ -60,35 +76,104 @@ def unit(config: Config, dtypes: Sequence[str] = ALL_DTYPES):
                            exports=(codegen.symbol(config), codegen.workspace_symbol(config)))
 
 
+def residual_unit(config: Config, dtypes: Sequence[str] = ALL_DTYPES):
+    """The translation unit compiling ``config``'s fused-residual kernel for ``dtypes``."""
+    from oasr_core.jit import TranslationUnit
+
+    return TranslationUnit(name=codegen.residual_unit(config),
+                           source=codegen.residual_unit_source(config, dtypes),
+                           exports=(codegen.residual_symbol(config),
+                                    codegen.residual_workspace_symbol(config)))
+
+
 def module_spec(lane: str, arch: str, configs: Iterable[Config], *, name: str | None = None,
                 dtypes: Sequence[str] = ALL_DTYPES,
-                unit_dtypes: Callable[[Config], Sequence[str]] | None = None):
+                unit_dtypes: Callable[[Config], Sequence[str]] | None = None,
+                residual: Iterable[Config] = ()):
     """A :class:`oasr_core.jit.JitSpec` linking the units behind ``configs`` for ``arch``
-    (each unit with ``dtypes``, or ``unit_dtypes(config)`` per unit)."""
+    (each unit with ``dtypes``, or ``unit_dtypes(config)`` per unit), then the fused-residual
+    units of ``residual`` (3.x configs; the others have none and are skipped)."""
     from oasr_core.jit import JitSpec
 
     configs = tuple(configs)
     by_unit = {c.params["unit"]: c for c in configs}
+    with_residual = {c.params["unit"]: c for c in residual if codegen.has_residual(c)}
     suffix = "" if tuple(dtypes) == ALL_DTYPES else "_" + "_".join(dtypes)
     pick = unit_dtypes or (lambda _c: dtypes)
     return JitSpec(
         name=name or f"{MODULE_PREFIX[lane]}{suffix}", arch=jit_arch(arch),
-        units=tuple(unit(by_unit[u], tuple(pick(by_unit[u]))) for u in units(configs)),
+        units=(*(unit(by_unit[u], tuple(pick(by_unit[u]))) for u in units(configs)),
+               *(residual_unit(c, tuple(pick(c))) for c in with_residual.values())),
         include_dirs=(str(codegen.csrc_dir()),), extra_flags=EXTRA_FLAGS + LANE_FLAGS[lane],
     )
 
 
-def production_spec(lane: str, arch: str, referenced: Iterable[str] | None = None):
+def residual_referenced(lane: str, arch: str) -> frozenset[str]:
+    """Config ids of ``lane`` that this epoch's tuning tiers name in ``gemm_residual``
+    entries on ``arch``."""
+    from oasr_core.database import parse_signature_key
+    from oasr_core.runtime import get_runtime
+
+    rt = get_runtime()
+    tiers = rt.tiers(rt.registry.family(FAMILY), arch)
+    ids: set[str] = set()
+    for tf in (tiers.user, tiers.system):
+        if tf is None:
+            continue
+        for key in tf.entries:
+            if parse_signature_key(key).op == RESIDUAL_OP:
+                ids.update(c for c in tf.entry_choices(key)
+                           if c in tf.configs and tf.configs[c].lane == lane)
+    return frozenset(ids)
+
+
+def residual_configs(lane: str, arch: str,
+                     referenced: Iterable[str] | None = None) -> tuple[Config, ...]:
+    """The configs whose fused-residual units the production module links: those of
+    ``referenced`` (default: :func:`residual_referenced`) that fit ``arch`` and have one.
+
+    Nothing is always linked: an untuned ``gemm_residual`` call is served by torch, and the
+    cost-model tier (whose candidates are the gemm production set) does not serve the op.
+    ``OASR_GEMM_COMPILE_SET=all`` widens the gemm units only.
+    """
+    if referenced is None:
+        referenced = residual_referenced(lane, arch)
+    wanted = set(referenced)
+    return tuple(c for c in lane_configs(lane, arch) if c.id in wanted and codegen.has_residual(c))
+
+
+def production_spec(lane: str, arch: str, referenced: Iterable[str] | None = None,
+                    residual: Iterable[str] | None = None):
     """The lane's production module on ``arch`` (the whole space under ``COMPILE_SET=all``).
 
-    ``referenced`` defaults to what the runtime's tuning tiers reference.
+    ``referenced`` defaults to what the runtime's tuning tiers reference; the fused-residual
+    units are those of :func:`residual_configs` (``residual``: the ids the tiers name under
+    ``gemm_residual``, by default read from the runtime's tiers).
     """
-    return module_spec(lane, arch, PRODUCTION.configs(lane, arch, referenced))
+    return module_spec(lane, arch, PRODUCTION.configs(lane, arch, referenced),
+                       residual=residual_configs(lane, arch, residual))
 
 
 def full_spec(lane: str, arch: str, dtypes: Sequence[str] = ALL_DTYPES):
     """Every config of ``lane`` that fits ``arch``, in one module (tuning, benchmarks, tests)."""
     return module_spec(lane, arch, lane_configs(lane, arch), name=None, dtypes=dtypes)
+
+
+def residual_full_spec(lane: str, arch: str):
+    """The fused-residual units of every config of ``lane`` that fits ``arch`` and has one, in
+    a module of their own: what an exhaustive build measures a ``gemm_residual`` signature
+    from (compiled on its first such signature). ValueError for a lane without any."""
+    return module_spec(lane, arch, (), name=f"{MODULE_PREFIX[lane]}_residual",
+                       residual=_with_residual(lane, lane_configs(lane, arch)))
+
+
+def _with_residual(lane: str, configs: Iterable[Config]) -> tuple[Config, ...]:
+    """``configs`` that have a fused-residual unit; ValueError when none has."""
+    chosen = tuple(c for c in configs if codegen.has_residual(c))
+    if not chosen:
+        raise ValueError(f"lane {lane} has no fused-residual kernel (op {RESIDUAL_OP} is "
+                         "served by torch there)")
+    return chosen
 
 
 def subset_spec(lane: str, arch: str, patterns: Iterable[str]):
@@ -110,15 +195,18 @@ _BENCH_DTYPES: dict[tuple[str, str, tuple[str, ...]], tuple[str, ...]] = {}
 once per process so the module a build compiles is the one it loads."""
 
 
-def _bench_dtypes(config: Config, arch: str, wanted: tuple[str, ...]) -> tuple[str, ...]:
-    """Every dtype when that unit's production object is in the JIT cache already (a
-    prebuilt cache: nothing to compile), else only ``wanted``."""
-    key = (config.params["unit"], arch, wanted)
+def _bench_dtypes(config: Config, arch: str, wanted: tuple[str, ...],
+                  residual: bool = False) -> tuple[str, ...]:
+    """Every dtype when that unit's production object (its fused-residual unit's with
+    ``residual``) is in the JIT cache already (a prebuilt cache: nothing to compile), else
+    only ``wanted``."""
+    key = (codegen.residual_unit(config) if residual else config.params["unit"], arch, wanted)
     if key not in _BENCH_DTYPES:
         from oasr_core.jit import cache
         from oasr_core.jit.spec import plan
 
-        full = plan(module_spec(config.lane, arch, [config]))
+        full = plan(module_spec(config.lane, arch, [], residual=[config]) if residual
+                    else module_spec(config.lane, arch, [config]))
         cached = cache.object_path(cache.cache_dir(), full.units[0].key).is_file()
         _BENCH_DTYPES[key] = ALL_DTYPES if cached else wanted
     return _BENCH_DTYPES[key]
@@ -142,6 +230,18 @@ def bench_spec(lane: str, arch: str, configs: Iterable[Config],
     if not groups or pick is None:
         return spec
     return attrs.evolve(spec, units=_bundled(spec.units, configs, groups, arch, wanted))
+
+
+def residual_bench_spec(lane: str, arch: str, configs: Iterable[Config],
+                        dtypes: Sequence[str] | None = None):
+    """A module of exactly ``configs``' fused-residual units, for a build to time a
+    ``gemm_residual`` signature (which times nothing else); ``dtypes`` as in
+    :func:`bench_spec` (a unit whose production object is cached compiles every dtype)."""
+    wanted = tuple(d for d in ALL_DTYPES if dtypes is None or d in dtypes) or ALL_DTYPES
+    pick = None if wanted == ALL_DTYPES else (
+        lambda c: _bench_dtypes(c, arch, wanted, residual=True))
+    return module_spec(lane, arch, (), name=f"{MODULE_PREFIX[lane]}_residual_bench",
+                       unit_dtypes=pick, residual=_with_residual(lane, configs))
 
 
 def _bundled(solo: Sequence, configs: Iterable[Config], groups: Sequence[Sequence[Config]],

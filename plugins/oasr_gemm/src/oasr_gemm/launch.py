@@ -10,7 +10,9 @@ Workspaces come from the kit's grow-only pool per (device, stream)
 every kernel leaves them zero). Allocation happens on the first call that needs more; call
 :func:`reserve_workspace` before capturing graphs to keep it out of the capture. The loaded
 production libraries and the call plans are the kit's :class:`oasr_core.kit.Serving`
-(:data:`SERVING`).
+(:data:`SERVING`). A production library's kernels are keyed by config id (gemm and
+gemm_activation, :class:`Kernel`) and by :func:`residual_key` (the fused-residual launchers of
+op ``gemm_residual``, :class:`ResidualKernel`).
 """
 
 from __future__ import annotations
@@ -28,6 +30,7 @@ from oasr_core.kit.calls import PreparedCall
 from oasr_core.types import Config
 
 from oasr_gemm import codegen
+from oasr_gemm.config_space import RESIDUAL_OP
 from oasr_gemm.feasibility import fits_arch
 
 FLAG_PDL = kit.FLAG_PDL
@@ -37,6 +40,8 @@ FLAG_FUSED = kit.FLAG_FAMILY
 kernel rather than the plain one (``kFlagFused``; benchmarks and tests compare the two)."""
 PDL_ENV = "OASR_GEMM_PDL"
 _LAUNCH_ARGTYPES = (ctypes.c_void_p,) * 6
+_RESIDUAL_ARGTYPES = (*(ctypes.c_void_p,) * 6, ctypes.c_float, ctypes.c_void_p)
+"""call, a, w, bias, residual, d, alpha, stream."""
 _WORKSPACE_ARGTYPES = (
     ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32,
     ctypes.POINTER(ctypes.c_int64),
@@ -68,9 +73,13 @@ class Kernel:
     @classmethod
     def bind(cls, module: Any, config: Config) -> Kernel:
         """Bind ``config``'s symbols in a :class:`oasr_core.jit.LoadedModule` (raises if absent)."""
-        fn = module.function(codegen.symbol(config))
-        fn.argtypes, fn.restype = _LAUNCH_ARGTYPES, ctypes.c_int32
-        ws = module.function(codegen.workspace_symbol(config))
+        return cls._bind(module, config, codegen.symbol(config), _LAUNCH_ARGTYPES)
+
+    @classmethod
+    def _bind(cls, module: Any, config: Config, symbol: str, argtypes: tuple) -> Any:
+        fn = module.function(symbol)
+        fn.argtypes, fn.restype = argtypes, ctypes.c_int32
+        ws = module.function(symbol + "_workspace")
         ws.argtypes, ws.restype = _WORKSPACE_ARGTYPES, ctypes.c_int64
         return cls(config, fn, ws)
 
@@ -122,6 +131,49 @@ class Kernel:
         return out
 
 
+@attrs.define(eq=False)
+class ResidualKernel(Kernel):
+    """One 3.x config's fused-residual launcher (op ``gemm_residual``) in a loaded library:
+    ``out = residual + alpha * (a @ w.T + bias)`` in one kernel (``sm90_residual.cuh``).
+
+    :meth:`prepare` is :class:`Kernel`'s (no activation); the prepared call's operands are
+    ``(a_ptr, w_ptr, bias_ptr, residual_ptr, d_ptr, alpha)``.
+    """
+
+    @classmethod
+    def bind(cls, module: Any, config: Config) -> ResidualKernel:
+        """Bind ``config``'s fused-residual symbols (raises if absent)."""
+        return cls._bind(module, config, codegen.residual_symbol(config), _RESIDUAL_ARGTYPES)
+
+    def run(self, a: Any, w: Any, bias: Any, residual: Any,  # type: ignore[override]
+            alpha: float = 1.0, out: Any = None) -> Any:
+        """Run this config on torch tensors (no selection, no memo): tests and benchmarks.
+
+        ``residual`` is ``[..., N]`` like the output (``out``, default a new tensor; it may be
+        ``residual`` itself); raises :class:`LaunchError` when the launcher refuses.
+        """
+        import torch
+
+        n, k = w.shape
+        m = a.numel() // k
+        dtype = {torch.float16: "fp16", torch.bfloat16: "bf16"}[a.dtype]
+        if out is None:
+            out = torch.empty((*a.shape[:-1], n), dtype=a.dtype, device=a.device)
+        prepared = self.prepare(dtype, m, n, k, None)
+        status = prepared(a.get_device(), a.data_ptr(), w.data_ptr(),
+                          bias.data_ptr() if bias is not None else 0, residual.data_ptr(),
+                          out.data_ptr(), float(alpha))
+        if status:
+            raise LaunchError(f"{self.config.lane}/{self.config.id} refused the fused residual "
+                              f"m={m} n={n} k={k} {dtype}: {status_text(status)}")
+        return out
+
+
+def residual_key(config_id: str) -> tuple[str, str]:
+    """The key of a config's fused-residual launcher among a library's kernels."""
+    return (RESIDUAL_OP, config_id)
+
+
 def status_text(status: int) -> str:
     """What a launcher status code means."""
     return codegen.STATUS.get(status, f"unknown status {status}")
@@ -140,17 +192,23 @@ def reserve_workspace(scratch_bytes: int = 64 << 20, semaphore_bytes: int = 1 <<
 def _load(lane: str, arch: str) -> Mapping[str, Kernel] | None:
     from oasr_gemm import jit
 
-    def bind(module: Any) -> dict[str, Kernel]:
-        return {c.id: Kernel.bind(module, c) for c in jit.PRODUCTION.lane_configs(lane, arch)
-                if codegen.symbol(c) in module.exports}
+    def bind(module: Any) -> dict[Any, Kernel]:
+        configs = jit.PRODUCTION.lane_configs(lane, arch)
+        kernels: dict[Any, Kernel] = {c.id: Kernel.bind(module, c) for c in configs
+                                      if codegen.symbol(c) in module.exports}
+        kernels.update({residual_key(c.id): ResidualKernel.bind(module, c) for c in configs
+                        if codegen.has_residual(c)
+                        and codegen.residual_symbol(c) in module.exports})
+        return kernels
 
     return SERVING.load(lane, arch, jit.production_spec, bind)
 
 
-def _wanted(lane: str, arch: str) -> tuple[str, ...]:
+def _wanted(lane: str, arch: str) -> tuple[Any, ...]:
     from oasr_gemm import jit
 
-    return jit.PRODUCTION.wanted(lane, arch)
+    return (*jit.PRODUCTION.wanted(lane, arch),
+            *(residual_key(c.id) for c in jit.residual_configs(lane, arch)))
 
 
 def is_available(config: Config) -> bool:

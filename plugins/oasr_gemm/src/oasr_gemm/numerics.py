@@ -97,19 +97,35 @@ def apply_activation(x: Any, activation: str | None) -> Any:
     raise ValueError(f"activation {activation!r} is not one of {ACTIVATIONS}")
 
 
-def reference(a: Any, w: Any, bias: Any = None, activation: str | None = None) -> Any:
-    """The fp32 result ``act(a @ w.T + bias)`` computed from the same half-precision operands."""
+def reference(a: Any, w: Any, bias: Any = None, activation: str | None = None,
+              residual: Any = None, alpha: float = 1.0) -> Any:
+    """The fp32 result ``act(a @ w.T + bias)`` computed from the same half-precision operands;
+    with ``residual``, ``residual + alpha * (a @ w.T + bias)`` (op ``gemm_residual``)."""
     import torch.nn.functional as F
 
     b32 = bias.float() if bias is not None else None
-    return apply_activation(F.linear(a.float(), w.float(), b32), activation)
+    y = apply_activation(F.linear(a.float(), w.float(), b32), activation)
+    return y if residual is None else residual.float().add(y, alpha=alpha)
 
 
-def torch_output(a: Any, w: Any, bias: Any = None, activation: str | None = None) -> Any:
-    """What the torch path computes (cuBLAS through ``F.linear``), in the operands' dtype."""
+def torch_output(a: Any, w: Any, bias: Any = None, activation: str | None = None,
+                 residual: Any = None, alpha: float = 1.0) -> Any:
+    """What the torch path computes (cuBLAS through ``F.linear``), in the operands' dtype;
+    with ``residual``, the op's torch path: that output added to it, ``alpha``-scaled."""
     import torch.nn.functional as F
 
-    return apply_activation(F.linear(a, w, bias), activation)
+    y = apply_activation(F.linear(a, w, bias), activation)
+    return y if residual is None else residual.add(y, alpha=alpha)
+
+
+def make_residual(m: int, n: int, dtype: str = "fp16", *, device: Any = "cpu",
+                  seed: int = 0) -> Any:
+    """A random residual ``[m, n]`` (std 1, never zeros: a kernel that drops it must show)."""
+    import torch
+
+    tdtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    gen = torch.Generator(device="cpu").manual_seed(seed + 1)
+    return torch.randn(m, n, generator=gen).to(device=device, dtype=tdtype)
 
 
 def make_operands(m: int, n: int, k: int, dtype: str = "fp16", *, bias: bool = True,

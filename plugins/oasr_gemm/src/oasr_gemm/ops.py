@@ -1,8 +1,11 @@
-"""The gemm family's ops: ``gemm`` and ``gemm_activation``, eager and as torch custom ops.
+"""The gemm family's ops: ``gemm``, ``gemm_activation`` and ``gemm_residual``, eager and as
+torch custom ops.
 
 ``gemm(a, w, bias=None, out=None)`` is ``torch.nn.functional.linear``: ``a`` is ``[..., K]``
 (leading dims flattened into M), ``w`` is ``[N, K]``. ``gemm_activation`` adds a ReLU, GELU
-(erf) or SiLU in the kernel's epilogue. A call shape resolves once per tuning epoch through
+(erf) or SiLU in the kernel's epilogue; ``gemm_residual`` adds the linear's output, scaled,
+to a residual (``residual + alpha * (a @ w.T + bias)``; 3.x lane only). A call shape resolves
+once per tuning epoch through
 ``oasr_core.select("gemm", op, dtype, (N, K), M)``; the answer (a prepared launcher, or the
 torch path) is memoised per (op, activation, dtype, N, K, M, device) in the current epoch (the
 kit's :class:`oasr_core.kit.Serving`, :data:`oasr_gemm.launch.SERVING`), so a repeated call
@@ -13,9 +16,10 @@ or misaligned tensors, autograd) take the torch path and are counted (:func:`sta
 that cannot be built or loaded, or a launcher that refuses, is warned about once and the torch
 path serves: slower, never wrong.
 
-``torch.ops.oasr.gemm`` / ``torch.ops.oasr.gemm_activation`` are the same ops registered with
-``torch.library`` (with fake implementations), so they trace under ``torch.compile`` and run in
-CUDA graphs; the Python functions route to them while compiling.
+``torch.ops.oasr.gemm`` / ``torch.ops.oasr.gemm_activation`` / ``torch.ops.oasr.gemm_residual``
+are the same ops registered with ``torch.library`` (with fake implementations), so they trace
+under ``torch.compile`` and run in CUDA graphs; the Python functions route to them while
+compiling.
 """
 
 from __future__ import annotations
@@ -27,12 +31,15 @@ import torch.nn.functional as F
 from oasr_core.kit import TORCH
 from oasr_core.kit.launching import into_out
 from oasr_core.runtime import device_arch_of
+from oasr_core.types import Tier
 
 from oasr_gemm import launch
+from oasr_gemm.config_space import RESIDUAL_OP
 from oasr_gemm.launch import SERVING, reserve_workspace
 from oasr_gemm.numerics import ACTIVATIONS, apply_activation
 
-__all__ = ["gemm", "gemm_activation", "reserve_workspace", "stats", "reset_stats", "clear_memo"]
+__all__ = ["gemm", "gemm_activation", "gemm_residual", "reserve_workspace", "stats",
+           "reset_stats", "clear_memo"]
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _compiling = torch.compiler.is_compiling
@@ -58,6 +65,26 @@ def gemm_activation(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
     if _compiling():
         return into_out(torch.ops.oasr.gemm_activation(a, w, bias, activation), out)
     return _run("gemm_activation", activation, a, w, bias, out)
+
+
+def gemm_residual(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
+                  residual: torch.Tensor, alpha: float = 1.0,
+                  out: torch.Tensor | None = None) -> torch.Tensor:
+    """``residual + alpha * (a @ w.T + bias)``: a linear added, scaled, to a residual stream
+    (the Conformer's ``x + 0.5 * ff(x)``, a transformer's ``x + out(attn)``) in one kernel.
+
+    ``residual`` has the output's shape ``[..., N]``, dtype and device (a ValueError
+    otherwise); ``alpha`` is a run-time scalar, not part of the tuning key; ``out`` may be
+    ``residual`` itself (in place). The kernel computes in fp32 and rounds once; the torch
+    path (CPU, untuned, refused, unsupported inputs, autograd, the 2.x lane) is ``F.linear``
+    then ``residual.add(y, alpha=alpha)``, never more kernels than the unfused model ran.
+    There is no activation variant: none of the reference models' residual sites has an
+    activation after its linear.
+    """
+    alpha = float(alpha)
+    if _compiling():
+        return into_out(torch.ops.oasr.gemm_residual(a, w, bias, residual, alpha), out)
+    return _run_residual(a, w, bias, residual, alpha, out)
 
 
 def _unsupported(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, n: int,
@@ -156,6 +183,85 @@ def _run(op: str, activation: str | None, a: torch.Tensor, w: torch.Tensor,
     return out
 
 
+def _torch_residual(reason: str, a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
+                    residual: torch.Tensor, alpha: float, out: torch.Tensor | None
+                    ) -> torch.Tensor:
+    _FALLBACKS["torch:" + reason] += 1
+    y = F.linear(a, w, bias)
+    if out is None:
+        return residual.add(y, alpha=alpha)
+    return torch.add(residual, y, alpha=alpha, out=out)
+
+
+def _check_residual(residual: torch.Tensor, a: torch.Tensor, n: int) -> None:
+    shape = (*a.shape[:-1], n)
+    if (tuple(residual.shape) != shape or residual.dtype != a.dtype
+            or residual.device != a.device):
+        raise ValueError(f"residual must be a {a.dtype} tensor of shape {shape} on {a.device}; "
+                         f"got {residual.dtype} {tuple(residual.shape)} on {residual.device}")
+
+
+def _run_residual(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
+                  residual: torch.Tensor, alpha: float, out: torch.Tensor | None
+                  ) -> torch.Tensor:
+    """:func:`gemm_residual` outside compilation: :func:`_run`'s checks plus the residual's."""
+    ashape, wshape = a.shape, w.shape
+    if len(wshape) != 2 or not ashape or ashape[-1] != wshape[1]:
+        return _torch_residual("shape", a, w, bias, residual, alpha, out)
+    n, k = wshape
+    _check_residual(residual, a, n)
+    if out is not None:
+        _check_out(out, a, n)
+    dev = a.get_device()
+    if dev < 0:
+        return _torch_residual("cpu", a, w, bias, residual, alpha, out)
+    m = a.numel() // k if k else 0
+    if m == 0:
+        return _torch_residual("empty", a, w, bias, residual, alpha, out)
+    dtype = a.dtype
+    key = (RESIDUAL_OP, None, dtype, n, k, m, dev)
+    plan = _PLANS.table.get(key)
+    if plan is TORCH:
+        if out is None:
+            _FALLBACKS[_SELECTED] += 1
+            return residual.add(F.linear(a, w, bias), alpha=alpha)
+        return _torch_residual("selected", a, w, bias, residual, alpha, out)
+    if plan is None or not (
+            a.is_cuda and w.is_cuda and w.dtype is dtype and a.is_contiguous()
+            and w.is_contiguous() and w.get_device() == dev and residual.is_contiguous()
+            and (bias is None or (bias.dtype is dtype and bias.dim() == 1
+                                  and bias.numel() == n and bias.get_device() == dev
+                                  and bias.is_contiguous()))
+            and not (_grad_enabled() and (a.requires_grad or w.requires_grad
+                                          or residual.requires_grad
+                                          or (bias is not None and bias.requires_grad)))):
+        reason = _unsupported(a, w, bias, n, k)
+        if reason is None and not residual.is_contiguous():
+            reason = "noncontiguous"
+        if reason is None and _grad_enabled() and residual.requires_grad:
+            reason = "autograd"
+        if reason is not None:
+            return _torch_residual(reason, a, w, bias, residual, alpha, out)
+        if plan is None:
+            plan = _plan(key)
+        if plan is TORCH:
+            return _torch_residual("selected", a, w, bias, residual, alpha, out)
+    if out is None:
+        out = a.new_empty((m, n) if len(ashape) == 2 else (*ashape[:-1], n))
+    elif not out.is_contiguous():
+        return _torch_residual("noncontiguous", a, w, bias, residual, alpha, out)
+    a_ptr, w_ptr, r_ptr, d_ptr = a.data_ptr(), w.data_ptr(), residual.data_ptr(), out.data_ptr()
+    b_ptr = bias.data_ptr() if bias is not None else 0
+    if (a_ptr | w_ptr | r_ptr | d_ptr | b_ptr) & 15:
+        return _torch_residual("misaligned", a, w, bias, residual, alpha, out)
+    status = plan(dev, a_ptr, w_ptr, b_ptr, r_ptr, d_ptr, alpha)
+    if status:
+        SERVING.refused(key, plan.config, launch.status_text(status),
+                        f"op={RESIDUAL_OP} N={n} K={k} M={m}")
+        return _torch_residual("refused", a, w, bias, residual, alpha, out)
+    return out
+
+
 MEASURED_ACTIVATIONS = frozenset({"silu", "relu"})
 """Activations a ``gemm_activation`` entry's measurements speak for: the build measures SiLU
 (:data:`oasr_gemm.bench.BENCH_ACTIVATION`) and ReLU's epilogue is cheaper. GELU (erf) is not
@@ -166,17 +272,30 @@ runs on torch until they do."""
 
 
 def _plan(key: tuple) -> Any:
-    """Resolve one call shape: select a config, bind its launcher, size its workspace."""
+    """Resolve one call shape: select a config, bind its launcher, size its workspace.
+
+    A ``gemm_residual`` shape takes the config's fused-residual launcher
+    (:func:`oasr_gemm.launch.residual_key`); the cost-model tier's answer is not served for it
+    (that tier ranks the gemm production set, whose configs have no fused-residual unit
+    linked unless an entry names them), so such a shape runs on torch, as untuned ones do.
+    """
     import oasr_core
 
     op, activation, tdtype, n, k, m, dev = key
     dtype, arch = _DTYPES[tdtype], device_arch_of(dev)
     unmeasured = activation is not None and activation not in MEASURED_ACTIVATIONS
+    residual = op == RESIDUAL_OP
+
+    def select() -> Any:
+        if unmeasured:
+            return None
+        sel = oasr_core.select("gemm", op, dtype, (n, k), m, arch)
+        return None if residual and sel.tier is Tier.MODEL else sel.config
+
     return SERVING.plan(
-        key, arch,
-        select=lambda: None if unmeasured else oasr_core.select(
-            "gemm", op, dtype, (n, k), m, arch).config,
-        kernel_key=lambda config: config.id,
+        key, arch, select=select,
+        kernel_key=(lambda config: launch.residual_key(config.id)) if residual
+        else (lambda config: config.id),
         prepare=lambda kernel: kernel.prepare(dtype, m, n, k, activation),
         what=f"op={op} {dtype} N={n} K={k}")
 
@@ -200,4 +319,16 @@ def _gemm_activation_op(a, w, bias, activation):
 
 @_gemm_activation_op.register_fake
 def _gemm_activation_fake(a, w, bias, activation):
+    return a.new_empty((*a.shape[:-1], w.shape[0]))
+
+
+@torch.library.custom_op("oasr::gemm_residual", mutates_args=(),
+                         schema="(Tensor a, Tensor w, Tensor? bias, Tensor residual, float alpha) "
+                                "-> Tensor")
+def _gemm_residual_op(a, w, bias, residual, alpha):
+    return _run_residual(a, w, bias, residual, alpha, None)
+
+
+@_gemm_residual_op.register_fake
+def _gemm_residual_fake(a, w, bias, residual, alpha):
     return a.new_empty((*a.shape[:-1], w.shape[0]))

@@ -1,11 +1,13 @@
 """How the census sees GEMM calls: the gemm family's recorder patches.
 
 ``recorder_patches()`` is the gemm ``Family.recorder_patches``. It observes the family's own
-ops (``oasr_gemm.gemm``, ``oasr_gemm.gemm_activation``) and the plain torch calls they stand
-for in a model that does not use them yet: ``torch.nn.functional.linear`` and a matmul whose
-second operand is a 2-D weight (``torch.matmul``, ``Tensor.matmul`` i.e. ``x @ w``,
-``torch.mm``, ``torch.addmm``). Each call is recorded as family ``gemm``, op ``gemm`` or
-``gemm_activation``, dims ``(N, K)``, ``M = numel(A) / K``, batch 1. Only floating-point
+ops (``oasr_gemm.gemm``, ``oasr_gemm.gemm_activation``, ``oasr_gemm.gemm_residual``) and the
+plain torch calls they stand for in a model that does not use them yet:
+``torch.nn.functional.linear`` and a matmul whose second operand is a 2-D weight
+(``torch.matmul``, ``Tensor.matmul`` i.e. ``x @ w``, ``torch.mm``, ``torch.addmm``). Each call
+is recorded as family ``gemm``, op ``gemm``, ``gemm_activation`` or ``gemm_residual``, dims
+``(N, K)``, ``M = numel(A) / K``, batch 1 (a torch model's residual add is not a GEMM: its
+linears are recorded as ``gemm``). Only floating-point
 operands are the family's (fp16, bf16; an fp32 CPU probe is recorded as the deployment dtype
 by the census); an int8 or fp8 operand belongs to a quantized family and is left to it.
 
@@ -18,6 +20,7 @@ from __future__ import annotations
 
 from typing import Any
 
+import attrs
 from oasr_core.census.recorder import Call, RecorderPatch, dtype_name
 
 FAMILY = "gemm"
@@ -75,11 +78,22 @@ def record_gemm_activation(a: Any, w: Any, bias: Any = None, activation: str = "
     return _linear_call("gemm_activation", a, w)
 
 
+def record_gemm_residual(a: Any, w: Any, bias: Any = None, residual: Any = None,
+                         alpha: float = 1.0, out: Any = None) -> Call | None:
+    """``oasr_gemm.gemm_residual(a, w, bias, residual, alpha, out)``; the residual read is
+    counted in the call's elements."""
+    call = _linear_call("gemm_residual", a, w)
+    if call is None:
+        return None
+    return attrs.evolve(call, elements=call.elements + call.m * int(w.shape[0]))
+
+
 def recorder_patches() -> list[RecorderPatch]:
     """The gemm family's patches (``Family.recorder_patches``)."""
     table = (
         ("oasr_gemm.ops:gemm", record_gemm, "the family op"),
         ("oasr_gemm.ops:gemm_activation", record_gemm_activation, "the fused-epilogue op"),
+        ("oasr_gemm.ops:gemm_residual", record_gemm_residual, "the fused-residual op"),
         ("torch.nn.functional:linear", record_linear, "nn.Linear and F.linear"),
         ("torch:matmul", record_matmul, "torch.matmul on a 2-D weight"),
         ("torch:Tensor.matmul", record_matmul, "x @ w and x.matmul(w) on a 2-D weight"),
