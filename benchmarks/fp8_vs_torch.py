@@ -5,8 +5,9 @@ At every width (N, K) x M it times, as arms of one protocol run:
 - every config of the device's fp8 lane (the GEMM alone, through its prepared call, bf16 out);
 - ``served``: the quantized linear as an engine runs it (``quantize.quantized_linear``: the
   one-kernel activation quantizer and the GEMM the tiers serve, or ``F.linear`` where the
-  table says ``unquantized``), with the tuning file of ``--db`` as the system tier (the shipped
-  one without it);
+  table says ``unquantized`` or, at a shape no entry covers, where the untuned route of
+  :mod:`oasr_scaled_mm_fp8.untuned` does not predict fp8 to win), with the tuning file of
+  ``--db`` as the system tier (the shipped one without it);
 - ``quantize``: the activation quantizer alone;
 - ``torch_rowwise`` / ``torch_tensor``: ``torch._scaled_mm`` with row-wise or per-tensor
   scales, fast accumulation, bf16 out (the GEMM alone);
@@ -173,6 +174,8 @@ def make_case(kernels: dict, configs: list, n: int, k: int, m: int, *, seed: int
     sel = oasr_core.select(FAMILY, OP_MM, DTYPE, (n, k), m, arch)
     served = sel.choice_id if sel.config is None or sel.choice_id == sel.config.id \
         else f"{sel.choice_id}:{sel.config.id}"
+    if ops.unquantized(n, k, m, index) and sel.choice_id != "unquantized":
+        served = f"unquantized (untuned route; the op: {served})"
     case = BenchCase(arms=arms, gate=lambda _out: True, copies=1, weight_bytes=n * k + 4 * n,
                      rejected=rejected)
     return case, served, sel.tier.value

@@ -102,10 +102,28 @@ def test_the_quantized_linear_routes_unquantized_regions_to_f_linear(tmp_path, s
     pretend_cuda_device(0, ARCH)
     assert ops.unquantized(256, 1024, 300, 0) is True
     assert ops.unquantized(256, 1024, 4000, 0) is False
-    assert ops.unquantized(512, 1024, 64, 0) is False        # no entry: the heuristic, fp8
     sel = oasr_core.select(cs.FAMILY, cs.OP_MM, cs.DTYPE, (256, 1024), 64, ARCH)
     assert (sel.choice, sel.tier, sel.config) == (Sentinel.UNQUANTIZED, Tier.USER, None)
     assert ops.select_config(256, 1024, 64, ARCH) is None     # the op itself serves torch
+
+
+def test_uncovered_shapes_run_fp8_only_where_the_untuned_route_predicts_a_win(tmp_path,
+                                                                               scripted):
+    from oasr_scaled_mm_fp8 import untuned
+
+    bench, rt = scripted
+    built(tmp_path, rt, bench)
+    rt.reload()
+    pretend_cuda_device(0, ARCH)
+    model = untuned.MODELS[cs.LANE_SM90]
+    for n, k, m in ((512, 1024, 64), (1024, 1024, 16384), (4096, 4096, 4096)):
+        sel = oasr_core.select(cs.FAMILY, cs.OP_MM, cs.DTYPE, (n, k), m, ARCH)
+        assert sel.tier is Tier.HEURISTIC and sel.config is not None  # the op keeps its tile
+        assert ops.unquantized(n, k, m, 0) is not model.fp8_wins(m, n, k)
+    assert ops.unquantized(512, 1024, 64, 0) and ops.unquantized(1024, 1024, 16384, 0)
+    assert not ops.unquantized(4096, 4096, 4096, 0)
+    assert ops.unquantized(256, 1024, 4000, 0) is False      # a tuned entry is not second-guessed
+    assert ops.unquantized(520, 1000, 4096, 0) is False      # no tile runs it: as before
 
 
 def test_the_log_replays_offline_to_the_same_file(tmp_path, scripted, cli_runner):

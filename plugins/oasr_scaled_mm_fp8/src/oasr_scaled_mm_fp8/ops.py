@@ -38,7 +38,7 @@ import torch
 from oasr_core.kit import TORCH
 from oasr_core.kit.launching import into_out, on_device
 from oasr_core.runtime import device_arch_of
-from oasr_core.types import Config, Sentinel
+from oasr_core.types import Config, Sentinel, Tier
 
 from oasr_scaled_mm_fp8 import launch, reference
 from oasr_scaled_mm_fp8.config_space import DTYPE, FAMILY, OP_MM, OP_QUANT
@@ -97,21 +97,29 @@ def select_quant_config(n: int, k: int, m: int, arch: str | None = None) -> Conf
 
 def unquantized(n: int, k: int, m: int, device: int) -> bool:
     """Whether a quantized linear of width ``(N, K)`` at ``M`` rows on CUDA ``device`` runs in
-    its activation dtype (``F.linear``): the tiers name ``Sentinel.UNQUANTIZED`` there.
-    Memoised per epoch with the op's plans (one dict lookup after the first call)."""
+    its activation dtype (``F.linear``): the tiers name ``Sentinel.UNQUANTIZED`` there, or no
+    entry covers the shape and the untuned route (:func:`oasr_scaled_mm_fp8.untuned.fp8_wins`)
+    does not predict the heuristic's fp8 tile plus the quantizer to beat bf16. Memoised per
+    epoch with the op's plans (one dict lookup after the first call)."""
     key = (_ROUTE, n, k, m, device)
     route = _PLANS.table.get(key)
     if route is None:
         import oasr_core
 
+        from oasr_scaled_mm_fp8 import untuned
+
         arch = on_device(device, lambda: device_arch_of(device))
         try:
-            choice = oasr_core.select(FAMILY, OP_MM, DTYPE, (n, k), m, arch).choice
+            sel = oasr_core.select(FAMILY, OP_MM, DTYPE, (n, k), m, arch)
         except Exception as exc:  # noqa: BLE001 - a broken tier never takes the layer down
             SERVING.warn_once(f"route:{n}:{k}", f"oasr_scaled_mm_fp8: selection failed for "
                               f"N={n} K={k} ({exc}); the layer runs quantized")
-            choice = None
-        route = _PLANS.store(key, choice is Sentinel.UNQUANTIZED, SERVING.bind())
+            sel = None
+        bf16 = sel is not None and (
+            sel.choice is Sentinel.UNQUANTIZED
+            or (sel.tier is Tier.HEURISTIC and sel.config is not None
+                and not untuned.fp8_wins(sel.lane, n, k, m)))
+        route = _PLANS.store(key, bf16, SERVING.bind())
     return route
 
 

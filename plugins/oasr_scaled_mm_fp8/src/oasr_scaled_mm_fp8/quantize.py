@@ -5,8 +5,9 @@ dynamically per token (:func:`quantize_rows`: absmax / 448, float32 scales), the
 per output channel, cached on the layer (:data:`CACHE_ATTR`) with a float32 copy of the bias
 and recomputed only when the layer's weight or bias changes. The layer keeps its own
 high-precision weight, which serves the shapes whose tuning entry says
-``Sentinel.UNQUANTIZED`` (``F.linear`` measured faster than every fp8 arm there:
-:func:`oasr_scaled_mm_fp8.ops.unquantized`). The GEMM is ``oasr_scaled_mm_fp8.ops.
+``Sentinel.UNQUANTIZED`` (``F.linear`` measured faster than every fp8 arm there) and the
+uncovered shapes where fp8 is not predicted to win (:mod:`oasr_scaled_mm_fp8.untuned`): the
+route is :func:`oasr_scaled_mm_fp8.ops.unquantized`. The GEMM is ``oasr_scaled_mm_fp8.ops.
 scaled_mm_fp8``, called through the module attribute so the census recorder sees every call.
 
 On the meta device (how the census probes a model) everything stays on meta and the GEMM is

@@ -1,0 +1,100 @@
+"""The quantized linear's untuned route: fp8 only where it is predicted to beat bf16.
+
+At a shape no tuning entry covers, the tiers answer the shape heuristic's tile
+(``Tier.HEURISTIC``). For the op that is the right answer (its caller hands it fp8 operands),
+but the quantized linear has a second choice: the layer in its own dtype (``F.linear``, what
+``Sentinel.UNQUANTIZED`` names), which needs no activation quantizer. Measured on the H200
+(``benchmarks/results/h200_fp8.jsonl``), fp8 with the quantizer loses to bf16 at 10 of the 27
+uncovered sweep points (0.77-0.98x, N 1024..2048), so :func:`fp8_wins` predicts both and
+:func:`oasr_scaled_mm_fp8.ops.unquantized` routes such a shape to ``F.linear`` unless fp8 wins.
+The op itself is unchanged (the heuristic's tile still serves it).
+
+The prediction is a roofline per arm, microseconds, fitted on the log's arms by
+``benchmarks/fp8_untuned_offline.py --fit`` (:class:`RouteModel`)::
+
+    bf16  = bf16_launch_us + max(2 M N K / bf16_flops_per_us, 2 (M K + N K + M N) / hbm)
+    fp8   = fp8_launch_us  + max(2 M N K / fp8_flops_per_us,  (M K + N K + 2 M N) / hbm)
+    quant = quantizer_launch_us + (3 M K + 4 M) / quantizer_bytes_per_us
+
+and fp8 serves when ``(fp8 + quant) * margin < bf16``. In the compute-bound regime the GEMM
+saving grows with ``M N K`` and the quantizer's cost with ``M K``, so the crossover is mostly a
+width: ``N > 1.5 / (quantizer_bytes_per_us * (1 / bf16_flops - 1 / fp8_flops))`` (~1200 with
+the fitted constants, before the margin), plus the launch costs at small M. The quantizer's
+bandwidth (:data:`QUANTIZER_BYTES_PER_US`) is the constant that moves it: fitted on the log's
+``quantize`` arm (the one-block-per-row kernel the log measured, ~2.2 TB/s); the one-pass
+quantizer is meant to run near the 4.8 TB/s HBM bound, which at 4.5 TB/s would move the
+crossover to N ~ 580. Refit after an H200 run of ``fp8_vs_torch.py``: ``python3 benchmarks/
+fp8_untuned_offline.py <its jsonl> --fit --out <md>`` prints every constant.
+
+The log's points have M >= 1024 and N, K in 256..4096; elsewhere the rooflines extrapolate
+(a few rows of a wide layer are weight-bound, and fp8 halves the weight's bytes). A lane
+without a fitted model (``sm89_fp8_mma``: never measured) keeps fp8 everywhere.
+"""
+
+from __future__ import annotations
+
+import attrs
+
+from oasr_scaled_mm_fp8.config_space import LANE_SM90
+
+HBM_BYTES_PER_US = 4.8e6
+"""The H200's HBM3e bandwidth, bytes per microsecond (4.8 TB/s): the rooflines' memory term."""
+QUANTIZER_LAUNCH_US = 1.983
+"""The activation quantizer's fixed cost per call on the H200, microseconds (fitted)."""
+QUANTIZER_BYTES_PER_US = 2.199e6
+"""The activation quantizer's bandwidth on the H200, bytes per microsecond, counting the
+``3 M K + 4 M`` bytes a 16-bit input moves (fitted on the log's ``quantize`` arm: 2.2 TB/s,
+the one-block-per-row kernel before the one-pass row quantizer). Refit it from a new
+``fp8_vs_torch.py`` log (``fp8_untuned_offline.py --fit``); ``quantizer_bandwidth.py``'s
+fp8 GB/s x 1e3 is the same quantity at large M."""
+MARGIN = 1.1
+"""fp8 must be predicted this much faster than bf16: the smallest of 1.0, 1.05, 1.1, ...
+that leaves no point of the log slower than bf16 (1.0 leaves 2, 1.05 one, at 0.98x). The
+rooflines miss single arms by 10-15 %, and a wrong fp8 pick costs the layer where a wrong
+bf16 pick only forgoes a gain."""
+
+
+@attrs.frozen
+class RouteModel:
+    """The rooflines of one lane's untuned route (see the module docstring)."""
+
+    bf16_launch_us: float
+    bf16_flops_per_us: float
+    fp8_launch_us: float
+    fp8_flops_per_us: float
+    quantizer_launch_us: float = QUANTIZER_LAUNCH_US
+    quantizer_bytes_per_us: float = QUANTIZER_BYTES_PER_US
+    hbm_bytes_per_us: float = HBM_BYTES_PER_US
+    margin: float = MARGIN
+
+    def bf16_us(self, m: int, n: int, k: int) -> float:
+        """Predicted ``F.linear`` time in bf16."""
+        return self.bf16_launch_us + max(2.0 * m * n * k / self.bf16_flops_per_us,
+                                         2.0 * (m * k + n * k + m * n) / self.hbm_bytes_per_us)
+
+    def fp8_us(self, m: int, n: int, k: int) -> float:
+        """Predicted fp8 GEMM time (the heuristic's tile, bf16 out)."""
+        return self.fp8_launch_us + max(2.0 * m * n * k / self.fp8_flops_per_us,
+                                        (m * k + n * k + 2.0 * m * n) / self.hbm_bytes_per_us)
+
+    def quantizer_us(self, m: int, k: int) -> float:
+        """Predicted activation quantizer time."""
+        return self.quantizer_launch_us + (3.0 * m * k + 4.0 * m) / self.quantizer_bytes_per_us
+
+    def fp8_wins(self, m: int, n: int, k: int) -> bool:
+        """Whether the quantized layer (quantizer + fp8 GEMM) is predicted to beat bf16."""
+        return (self.fp8_us(m, n, k) + self.quantizer_us(m, k)) * self.margin < \
+            self.bf16_us(m, n, k)
+
+
+MODELS = {LANE_SM90: RouteModel(bf16_launch_us=3.354, bf16_flops_per_us=7.542e8,
+                                fp8_launch_us=3.345, fp8_flops_per_us=1.326e9)}
+"""The fitted route per lane: ``sm90_fp8_wgmma`` on the H200 (``h200_fp8.jsonl``, 39 points;
+``fp8_untuned_offline.py --fit`` reproduces these constants from it)."""
+
+
+def fp8_wins(lane: str | None, n: int, k: int, m: int) -> bool:
+    """Whether an uncovered ``(N, K)`` layer at ``M`` rows runs fp8 on ``lane`` (True on a
+    lane without a fitted model: fp8, as before the route existed)."""
+    model = MODELS.get(lane) if lane is not None else None
+    return True if model is None else model.fp8_wins(m, n, k)
