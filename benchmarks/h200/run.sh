@@ -45,9 +45,16 @@
 #   bench-fp8        the scaled_mm_fp8 table built from the fp8 Conformer censuses with its
 #                    measurement log (what db/sm90/scaled_mm_fp8.json ships), its offline replay
 #                    (--from-log --fresh) cmp'd, then benchmarks/fp8_vs_torch.py served from it
+#   gpu-tests-quant  the activation quantizers (the kit's one-pass row quantizer): `pytest -m gpu`
+#                    of both families' quantizer tests, every kernel path against each torch
+#                    definition (gpu_tests_quant.log); benchmarks/quantizer_bandwidth.py, bf16 and
+#                    fp16, cold, GB/s against the 4.8 TB/s bound (quantizer_bandwidth.md, .json);
+#                    when bench-fp8 ran on this machine, the fp8 untuned route replayed on its
+#                    fp8_vs_torch log and refitted (fp8_untuned_offline.md, .json); ~3 min
 #   e2e-fp8          benchmarks/e2e.py: the fp8 Conformer against its bf16 self, untuned (the
-#                    heuristic; whole-space module) and, when bench-fp8 ran on this machine,
-#                    with its table as the user tier
+#                    untuned route: the heuristic's tile where fp8 is predicted to beat bf16,
+#                    F.linear elsewhere; whole-space module) and, when bench-fp8 ran on this
+#                    machine, with its table as the user tier
 #   conv1d           the conv1d family: both sm90 modules prebuilt (sm90_conv1d, sm80_conv1d whole),
 #                    `pytest -m gpu plugins/oasr_conv1d` (gpu_tests_conv1d.log), the conv1d table
 #                    built from the conv censuses (conv1d.json, conv1d.jsonl) and its offline
@@ -107,7 +114,7 @@ case "$EPILOGUE" in plain|fused|both) ;; *) die "--epilogue $EPILOGUE is not pla
 for phase in "${PHASES[@]}"; do
   case "$phase" in
     setup|prebuild|gpu-tests|bench-gemm|ncu|bench-scaled-mm|build-table|build-speed|profile|served|engine|e2e|e2e-tuned) ;;
-    gpu-tests-fp8|bench-fp8|e2e-fp8|conv1d|bench-conv1d) ;;
+    gpu-tests-fp8|bench-fp8|gpu-tests-quant|e2e-fp8|conv1d|bench-conv1d) ;;
     *) die "unknown phase $phase (see --help)" ;;
   esac
 done
@@ -206,6 +213,27 @@ phase_bench_fp8() {
   echo "  rc=$?"; sed -n '/^## Against the goals/,$p' "$dir/h200_fp8.md" 2>/dev/null
   tail -3 "$dir/fp8_vs_torch.log"
   rm -f "$dir/fp8_vs_torch.log"
+  tidy "$dir"
+}
+
+phase_gpu_tests_quant() {
+  local dir=$1 log=$OUT/bench-fp8/h200_fp8.jsonl
+  el "GPU tests of the int8 and fp8 activation quantizers (every kernel path)"
+  OASR_TUNE_SYSTEM_DB=off timeout 400 python3 -m pytest -m gpu \
+    plugins/oasr_scaled_mm/tests/test_smm_quantize_gpu.py \
+    plugins/oasr_scaled_mm_fp8/tests/test_fp8_quantize_gpu.py -q -rs -p no:cacheprovider 2>&1 \
+    | tee "$dir/gpu_tests_quant.log" | tail -8
+  el "quantizer_bandwidth: both quantizers against the bandwidth bound"
+  timeout 400 python3 benchmarks/quantizer_bandwidth.py --out-dir "$dir" --dtypes bf16,fp16 \
+    > "$dir/quantizer_bandwidth.log" 2>&1
+  echo "  rc=$?"; sed -n '/^## Summary/,$p' "$dir/quantizer_bandwidth.md" 2>/dev/null
+  tail -3 "$dir/quantizer_bandwidth.log"
+  rm -f "$dir/quantizer_bandwidth.log"
+  if [ -f "$log" ]; then
+    el "the fp8 untuned route replayed on bench-fp8's log, refitted"
+    python3 benchmarks/fp8_untuned_offline.py "$log" --fit --out "$dir/fp8_untuned_offline.md" \
+      2>&1 | sed -n '3,22p'
+  fi
   tidy "$dir"
 }
 
