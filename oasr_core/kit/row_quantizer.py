@@ -42,6 +42,10 @@ PATH_KS = (8, 16, 40, 72, 136, 512, 520, 1024, 1032, 2048, 2056, 4096, 4104, 819
            16392, 1004, 7)
 """Row lengths that reach every kernel and group width of :func:`kernel_of`, each at or just
 past a boundary (tests and benchmarks; 1004 and 7 are not multiples of 8)."""
+STRIDE_SHAPES = ((300000, 8), (150001, 40), (40001, 136), (20000, 1024), (20000, 2048),
+                 (20000, 4096), (4097, 8192), (2049, 16384), (2049, 16392), (20000, 1004))
+"""``(rows, K)`` with more rows than the grid holds at once on a 132-SM H200 (the blocks one
+SM holds x 132 x rows per block), per kernel: the grid strides over them (tests)."""
 
 
 @attrs.frozen
