@@ -24,7 +24,8 @@ bytes per row of a 16-bit input and is meant to run at the memory's bandwidth):
   per access, reading it twice.
 
 Every kernel strides over the rows with a grid of the SM count times the blocks one SM holds
-(queried once per kernel). The absmax is taken on the 16-bit values (``__habs2`` /
+(queried for every kernel of a dtype on its first call, so that a call inside a CUDA graph
+capture queries nothing). The absmax is taken on the 16-bit values (``__habs2`` /
 ``__hmax2``, exact: widening is monotonic) and widened once; every element's quotient is the
 family's own expression in fp32, so the result does not depend on which kernel ran.
 Importing this module imports no torch.
@@ -307,29 +308,46 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Blocks of `Kernel` one SM holds (queried once per kernel; 1 when the query fails).
-template <auto Kernel>
-inline int resident_blocks() {
-  static std::atomic<int> cached{0};
-  int v = cached.load(std::memory_order_relaxed);
-  if (v <= 0) {
-    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&v, Kernel, kThreads, 0) != cudaSuccess ||
-        v <= 0) {
-      cudaGetLastError();
-      v = 1;
+enum Kernel : int {
+  kStreamScalar, kGroup4, kGroup8, kGroup16, kBlock4, kBlock8, kStreamVector, kKernels
+};
+
+// Blocks of each kernel for T one SM holds, queried together on the first call for T (a later
+// call, inside a graph capture too, only reads them); 1 where a query fails.
+template <class T>
+inline const int* resident_blocks() {
+  struct Table {
+    int blocks[kKernels];
+  };
+  static const Table table = [] {
+    const void* kernels[kKernels] = {
+        reinterpret_cast<const void*>(stream_rows<T, false>),
+        reinterpret_cast<const void*>(group_rows<T, 4>),
+        reinterpret_cast<const void*>(group_rows<T, 8>),
+        reinterpret_cast<const void*>(group_rows<T, 16>),
+        reinterpret_cast<const void*>(block_rows<T, 4>),
+        reinterpret_cast<const void*>(block_rows<T, 8>),
+        reinterpret_cast<const void*>(stream_rows<T, true>)};
+    Table t{};
+    for (int i = 0; i < kKernels; ++i) {
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&t.blocks[i], kernels[i], kThreads, 0) !=
+              cudaSuccess ||
+          t.blocks[i] < 1) {
+        cudaGetLastError();
+        t.blocks[i] = 1;
+      }
     }
-    cached.store(v, std::memory_order_relaxed);
-  }
-  return v;
+    return t;
+  }();
+  return table.blocks;
 }
 
-// The grid of `Kernel` for `units` rows or row groups of `per_block` each: enough blocks for
-// every unit, at most what the device holds at once (the kernels stride over the rest).
-template <auto Kernel>
-inline unsigned grid_of(int64_t units, int64_t per_block, int dev) {
+// The grid for `units` rows or row groups of `per_block` each: enough blocks for every unit,
+// at most what the device holds at once (the kernels stride over the rest).
+inline unsigned grid_of(int64_t units, int64_t per_block, int resident, int dev) {
   const int64_t wanted = (units + per_block - 1) / per_block;
-  const int64_t resident = int64_t(oasr_kit::sm_count(dev)) * resident_blocks<Kernel>();
-  const int64_t blocks = resident > 0 && resident < wanted ? resident : wanted;
+  const int64_t held = int64_t(oasr_kit::sm_count(dev)) * resident;
+  const int64_t blocks = held > 0 && held < wanted ? held : wanted;
   return unsigned(blocks < 1 ? 1 : blocks);
 }
 
@@ -340,37 +358,35 @@ inline int32_t launch(const T* x, int64_t rows, int64_t k, uint8_t* q, float* sc
   if (dev < 0) {
     return oasr_kit::kErrDevice;
   }
+  const int* held = resident_blocks<T>();
   const int64_t vectors = k / kVec;
   const bool vector = k % kVec == 0 && (reinterpret_cast<uintptr_t>(x) & 15) == 0 &&
                       (reinterpret_cast<uintptr_t>(q) & 7) == 0;
   if (!vector) {
-    constexpr auto kernel = stream_rows<T, false>;
-    kernel<<<grid_of<kernel>(rows, 1, dev), kThreads, 0, stream>>>(x, rows, k, q, scale);
+    stream_rows<T, false><<<grid_of(rows, 1, held[kStreamScalar], dev), kThreads, 0, stream>>>(
+        x, rows, k, q, scale);
   } else if (vectors <= 128) {
     int g_log2 = 0;  // the fewest lanes that hold the row in 4 vectors each
     while ((int64_t(4) << g_log2) < vectors) {
       ++g_log2;
     }
-    constexpr auto kernel = group_rows<T, 4>;
-    kernel<<<grid_of<kernel>(rows, kThreads >> g_log2, dev), kThreads, 0, stream>>>(
-        x, rows, k, g_log2, q, scale);
+    group_rows<T, 4><<<grid_of(rows, kThreads >> g_log2, held[kGroup4], dev), kThreads, 0,
+                       stream>>>(x, rows, k, g_log2, q, scale);
   } else if (vectors <= 256) {
-    constexpr auto kernel = group_rows<T, 8>;
-    kernel<<<grid_of<kernel>(rows, kThreads / 32, dev), kThreads, 0, stream>>>(
+    group_rows<T, 8><<<grid_of(rows, kThreads / 32, held[kGroup8], dev), kThreads, 0, stream>>>(
         x, rows, k, 5, q, scale);
   } else if (vectors <= @GROUP_MAX@) {
-    constexpr auto kernel = group_rows<T, 16>;
-    kernel<<<grid_of<kernel>(rows, kThreads / 32, dev), kThreads, 0, stream>>>(
-        x, rows, k, 5, q, scale);
+    group_rows<T, 16><<<grid_of(rows, kThreads / 32, held[kGroup16], dev), kThreads, 0,
+                        stream>>>(x, rows, k, 5, q, scale);
   } else if (vectors <= 4 * kThreads) {
-    constexpr auto kernel = block_rows<T, 4>;
-    kernel<<<grid_of<kernel>(rows, 1, dev), kThreads, 0, stream>>>(x, rows, k, q, scale);
+    block_rows<T, 4><<<grid_of(rows, 1, held[kBlock4], dev), kThreads, 0, stream>>>(
+        x, rows, k, q, scale);
   } else if (vectors <= @BLOCK_MAX@) {
-    constexpr auto kernel = block_rows<T, 8>;
-    kernel<<<grid_of<kernel>(rows, 1, dev), kThreads, 0, stream>>>(x, rows, k, q, scale);
+    block_rows<T, 8><<<grid_of(rows, 1, held[kBlock8], dev), kThreads, 0, stream>>>(
+        x, rows, k, q, scale);
   } else {
-    constexpr auto kernel = stream_rows<T, true>;
-    kernel<<<grid_of<kernel>(rows, 1, dev), kThreads, 0, stream>>>(x, rows, k, q, scale);
+    stream_rows<T, true><<<grid_of(rows, 1, held[kStreamVector], dev), kThreads, 0, stream>>>(
+        x, rows, k, q, scale);
   }
   return oasr_kit::launch_status();
 }
@@ -408,7 +424,7 @@ def unit_source(fmt: RowFormat, *, namespace: str, symbol: str, title: str) -> s
         f"rows, one pass.\n//\n// Numerics ({fmt.name}):\n{contract}\n//\n"
         f"// int32_t {symbol}(const void* x, int32_t dtype, int64_t rows, int64_t k, void* q,\n"
         f"//     void* scale, void* stream);  dtype 0 = fp16, 1 = bf16; an oasr_kit::Status.\n"
-        f"#include <atomic>\n#include <cstdint>\n\n#include <cuda_bf16.h>\n"
+        f"#include <cstdint>\n\n#include <cuda_bf16.h>\n"
         f"#include <cuda_fp16.h>\n{includes}\n#include \"oasr_kit/launcher.cuh\"\n\n"
         f"namespace {namespace} {{\n\n{fmt.device_code.strip()}\n{skeleton}\n"
         f"}}  // namespace {namespace}\n\n"
