@@ -305,7 +305,10 @@ def oasr_linear(dtype: str, quantization: str) -> Callable[..., Tensor] | None:
     a class) taking ``(x, layer, activation=None)``: an activation ``[..., K]``, the
     ``torch.nn.Linear`` it stands for, and ``None`` or the name of the activation that follows
     the layer (``"relu"``, ``"gelu"``, ``"silu"``); it returns ``activation(layer(x))`` in
-    ``x``'s dtype. It must run on the ``meta`` device (the census probes shapes only) and call
+    ``x``'s dtype. A callable that also takes keyword arguments ``residual`` and ``alpha``
+    is handed the models' residual adds: ``linear(x, layer, residual=r, alpha=a)`` returns
+    ``r + a * layer(x)`` (one fused call, e.g. ``oasr_gemm.gemm_residual``); without them
+    the model adds the residual itself. It must run on the ``meta`` device (the census probes shapes only) and call
     the ops its family records through ``Family.recorder_patches``, reached through their
     module at call time (the recorder rebinds module attributes), so the census sees each
     call under that family and op. ``None`` means "not mine": another plugin may answer. When

@@ -63,8 +63,8 @@ def test_a_live_process_writes_its_calls_at_exit(tmp_path):
 
 def test_family_ops_are_recorded_as_their_own_ops_and_not_twice():
     """With oasr_gemm's ops (the linear its oasr_linear hook serves), the FFN's first GEMM is
-    gemm_activation; their torch path calls F.linear inside, which must not be counted
-    again."""
+    gemm_activation and a GEMM before a residual add is gemm_residual; their torch path calls
+    F.linear inside, which must not be counted again."""
     from oasr_gemm import hooks
 
     patches = recorder_patches()
@@ -75,6 +75,8 @@ def test_family_ops_are_recorded_as_their_own_ops_and_not_twice():
     sig = _by_signature(rec.counts)
     assert sig[("gemm_activation", 1024, 256)] == 2
     assert sig[("gemm", 1024, 256)] == 0
+    assert sig[("gemm_residual", 256, 1024)] == 2 and sig[("gemm", 256, 1024)] == 0
+    assert sig[("gemm_residual", 256, 256)] == 2
     assert sum(sig.values()) == 12
 
 

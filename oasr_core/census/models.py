@@ -5,10 +5,15 @@ builds these on the meta device). Every linear layer of :class:`GemmOps` (projec
 feed-forward and pointwise layers) runs through ``linear``, the callable a plugin's
 ``oasr_linear`` hook answered for the census's dtype and quantization (a family's GEMM ops,
 or a quantized GEMM), and through plain torch when no plugin answered, as an engine built
-on oasr would. Other layers a plugin serves (``oasr_layer``: ``layers`` maps the torch module
-class name, ``"Conv1d"``, to the plugin's callable) run channels-last through it: the
-Conformer's depthwise convolution with its BatchNorm folded in and its SiLU fused, the
-Whisper front end's convolutions with their GELU. Without an answer they are torch's modules
+on oasr would. A linear whose output is added to the residual stream (the Conformer's
+``x + 0.5 * ff(x)``, ``x + attn(x)``, ``x + conv(x)``; Whisper's ``x + out(attn)``,
+``x + fc2(..)``) hands the residual to ``linear`` when it takes one (``residual=``,
+``alpha=``: one fused call, e.g. ``oasr_gemm.gemm_residual``); otherwise, and in torch, the
+add stays the model's own, computed exactly as the published models do. Other layers a
+plugin serves (``oasr_layer``: ``layers`` maps the torch module class name, ``"Conv1d"``, to
+the plugin's callable) run channels-last through it: the Conformer's depthwise convolution
+with its BatchNorm folded in and its SiLU fused, the Whisper front end's convolutions with
+their GELU. Without an answer they are torch's modules
 on ``[B, C, T]`` data, transposed around, as the published models run them. The attention
 products and the subsampling stay torch.
 
@@ -35,7 +40,9 @@ from torch.nn.functional import linear
 
 Linear = Callable[..., torch.Tensor]
 """``(x, layer, activation=None) -> activation(layer(x))`` with a plugin's ops (the answer of
-``oasr_linear``); ``activation`` is None or a name of :data:`ACTIVATIONS`."""
+``oasr_linear``); ``activation`` is None or a name of :data:`ACTIVATIONS`. One that also
+takes keyword arguments ``residual`` and ``alpha`` returns ``residual + alpha * layer(x)``
+for them (:meth:`GemmOps.linear_residual`)."""
 
 Layer = Callable[..., torch.Tensor]
 """``(x, layer, activation=None) -> activation(layer(x))`` channels-last, for a layer kind
@@ -62,6 +69,7 @@ class GemmOps:
     def __init__(self, linear: Linear | None = None,
                  layers: Mapping[str, Layer] | None = None) -> None:
         self.served = linear
+        self.fuses_residual = linear is not None and takes_residual(linear)
         self.layers = MappingProxyType(dict(layers or {}))
 
     def conv1d(self, x: torch.Tensor, layer: nn.Conv1d, activation: str | None = None,
@@ -92,6 +100,28 @@ class GemmOps:
         if self.served is not None:
             return self.served(x, layer, activation)
         return activate(linear(x, layer.weight, layer.bias), activation)
+
+    def linear_residual(self, x: torch.Tensor, layer: nn.Linear, residual: torch.Tensor,
+                        alpha: float = 1.0) -> torch.Tensor:
+        """``residual + alpha * layer(x)``: one call to the plugin's linear when it takes a
+        residual (the add fused into the GEMM), else the layer then the model's own add,
+        ``residual + y`` (``alpha`` 1) or ``residual + alpha * y``, as the published models
+        compute it."""
+        if self.fuses_residual:
+            return self.served(x, layer, residual=residual, alpha=alpha)
+        y = self.linear(x, layer)
+        return residual + y if alpha == 1.0 else residual + alpha * y
+
+
+def takes_residual(linear: Linear) -> bool:
+    """Whether a plugin's linear takes ``residual`` (and ``alpha``) keyword arguments."""
+    import inspect
+
+    try:
+        params = inspect.signature(linear).parameters
+    except (TypeError, ValueError):  # a builtin or C callable without a signature
+        return False
+    return "residual" in params and "alpha" in params
 
 
 _FOLDED = "_oasr_folded"
@@ -165,8 +195,13 @@ class FeedForward(nn.Module):
         self.w2 = nn.Linear(ffn_dim, d_model)
         self.ops = ops
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return self.ops.linear(self.ops.linear_act(self.norm(x), self.w1, "silu"), self.w2)
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None,
+                alpha: float = 1.0) -> torch.Tensor:
+        """``ff(x)``, or ``residual + alpha * ff(x)`` with ``residual``."""
+        h = self.ops.linear_act(self.norm(x), self.w1, "silu")
+        if residual is None:
+            return self.ops.linear(h, self.w2)
+        return self.ops.linear_residual(h, self.w2, residual, alpha)
 
 
 def rel_shift(scores: torch.Tensor) -> torch.Tensor:
@@ -189,7 +224,9 @@ class RelPositionAttention(nn.Module):
         self.bias_v = nn.Parameter(torch.zeros(heads, self.d_head))
         self.ops = ops
 
-    def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, pos: torch.Tensor,
+                residual: torch.Tensor | None = None) -> torch.Tensor:
+        """``attn(x)``, or ``residual + attn(x)`` with ``residual``."""
         b, t, _ = x.shape
         h = self.norm(x)
 
@@ -203,7 +240,10 @@ class RelPositionAttention(nn.Module):
         content = (q + self.bias_u).transpose(1, 2) @ k.transpose(-2, -1)
         position = rel_shift((q + self.bias_v).transpose(1, 2) @ p.transpose(-2, -1))
         attn = torch.softmax((content + position) / math.sqrt(self.d_head), dim=-1)
-        return self.ops.linear((attn @ v).transpose(1, 2).reshape(b, t, -1), self.out)
+        merged = (attn @ v).transpose(1, 2).reshape(b, t, -1)
+        if residual is None:
+            return self.ops.linear(merged, self.out)
+        return self.ops.linear_residual(merged, self.out, residual)
 
 
 class ConvModule(nn.Module):
@@ -219,10 +259,13 @@ class ConvModule(nn.Module):
         self.pointwise_out = nn.Linear(d_model, d_model)
         self.ops = ops
 
-    def forward(self, x: torch.Tensor) -> torch.Tensor:
+    def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
+        """``conv(x)``, or ``residual + conv(x)`` with ``residual``."""
         h = F.glu(self.ops.linear(self.norm(x), self.pointwise_in), dim=-1)
         h = self.ops.conv1d(h, self.depthwise, "silu", norm=self.bn)
-        return self.ops.linear(h, self.pointwise_out)
+        if residual is None:
+            return self.ops.linear(h, self.pointwise_out)
+        return self.ops.linear_residual(h, self.pointwise_out, residual)
 
 
 class ConformerLayer(nn.Module):
@@ -238,10 +281,12 @@ class ConformerLayer(nn.Module):
         self.norm = nn.LayerNorm(d_model)
 
     def forward(self, x: torch.Tensor, pos: torch.Tensor) -> torch.Tensor:
-        x = x + 0.5 * self.ff1(x)
-        x = x + self.attn(x, pos)
-        x = x + self.conv(x)
-        return self.norm(x + 0.5 * self.ff2(x))
+        # x + 0.5 * ff1(x), x + attn(x), x + conv(x), norm(x + 0.5 * ff2(x)): each add is
+        # handed to the block's last linear (GemmOps.linear_residual).
+        x = self.ff1(x, residual=x, alpha=0.5)
+        x = self.attn(x, pos, residual=x)
+        x = self.conv(x, residual=x)
+        return self.norm(self.ff2(x, residual=x, alpha=0.5))
 
 
 class ConformerEncoder(nn.Module):
@@ -296,9 +341,9 @@ class WhisperBlock(nn.Module):
         q, k, v = (self.ops.linear(h, layer).view(b, t, self.heads, -1).transpose(1, 2)
                    for layer in (self.q, self.k, self.v))
         attn = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, d)
-        x = x + self.ops.linear(attn, self.out)
-        return x + self.ops.linear(self.ops.linear_act(self.mlp_ln(x), self.fc1, "gelu"),
-                                   self.fc2)
+        x = self.ops.linear_residual(attn, self.out, x)
+        return self.ops.linear_residual(self.ops.linear_act(self.mlp_ln(x), self.fc1, "gelu"),
+                                        self.fc2, x)
 
 
 class WhisperEncoder(nn.Module):
