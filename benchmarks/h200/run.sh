@@ -13,7 +13,7 @@
 #                    complete; what is missing compiles here on 16 cores)
 #   gpu-tests        `pytest -m gpu` of both plugins, the integration tests and the build's
 #                    peak-memory test, every sm90 config (OASR_*_COMPILE_SET=all: the
-#                    whole-space modules of the cache)
+#                    whole-space modules of the cache); gemm_residual's are gpu-tests-residual
 #   bench-gemm       benchmarks/gemm_vs_torch.py (--pdl, --bias, --subset, --epilogue)
 #   ncu              Nsight Compute of cuBLAS and oasr kernels at --ncu-shape
 #   bench-scaled-mm  scaled_mm sweep of every tile vs torch, ladder fit, the scaled_mm table
@@ -42,6 +42,11 @@
 #                    (--e2e-budget), e2e again with that tier (whole-space modules)
 #   gpu-tests-fp8    `pytest -m gpu` of the fp8 plugin: every tile of both lanes, both ops, the
 #                    numerics bound, graphs, torch.compile, the quantizer, the unquantized route
+#   gpu-tests-residual  `pytest -m gpu` of gemm's op gemm_residual (test_gemm_residual_gpu.py):
+#                    the fused-residual kernels of 10 sm90 configs (every schedule, Stream-K,
+#                    subtiles, clusters, swapped) vs fp32, alpha 0 bitwise, in place, graphs,
+#                    the op through selection and torch.compile, PDL chains; compiles those
+#                    10 units (~1-2 min on 16 cores) -> gpu_tests_residual.log
 #   bench-fp8        the scaled_mm_fp8 table built from the fp8 Conformer censuses with its
 #                    measurement log (what db/sm90/scaled_mm_fp8.json ships), its offline replay
 #                    (--from-log --fresh) cmp'd, then benchmarks/fp8_vs_torch.py served from it
@@ -115,6 +120,7 @@ for phase in "${PHASES[@]}"; do
   case "$phase" in
     setup|prebuild|gpu-tests|bench-gemm|ncu|bench-scaled-mm|build-table|build-speed|profile|served|engine|e2e|e2e-tuned) ;;
     gpu-tests-fp8|bench-fp8|gpu-tests-quant|e2e-fp8|conv1d|bench-conv1d) ;;
+    gpu-tests-residual) ;;
     *) die "unknown phase $phase (see --help)" ;;
   esac
 done
@@ -264,8 +270,17 @@ phase_gpu_tests() {
   el "GPU tests: every sm90 config of both plugins, graphs, PDL chains, autotune"
   OASR_GEMM_COMPILE_SET=all OASR_SCALED_MM_COMPILE_SET=all OASR_TUNE_SYSTEM_DB=off \
     timeout 540 python3 -m pytest -m gpu plugins/oasr_gemm/tests plugins/oasr_scaled_mm/tests \
-    tests/test_integration_autotune_gpu.py tests/test_build_speed_memory_gpu.py -q -p no:cacheprovider 2>&1 \
+    tests/test_integration_autotune_gpu.py tests/test_build_speed_memory_gpu.py -q -p no:cacheprovider \
+    --ignore=plugins/oasr_gemm/tests/test_gemm_residual_gpu.py 2>&1 \
     | tee "$dir/gpu_tests.log" | tail -12
+}
+
+phase_gpu_tests_residual() {
+  local dir=$1
+  el "GPU tests of gemm_residual: fused-residual kernels of a subset of sm90 configs, the op"
+  OASR_TUNE_SYSTEM_DB=off timeout 540 python3 -m pytest -m gpu \
+    plugins/oasr_gemm/tests/test_gemm_residual_gpu.py -q -rs -p no:cacheprovider 2>&1 \
+    | tee "$dir/gpu_tests_residual.log" | tail -15
 }
 
 phase_bench_gemm() {
