@@ -203,10 +203,36 @@ def test_the_recorder_files_the_op_under_gemm_residual():
     assert call.elements == 12 * 32 + 16 * 32 + 2 * 12 * 16, "the residual read is counted"
 
 
-def test_the_bench_adapter_sends_residual_problems_to_their_own_case(monkeypatch):
-    from oasr_gemm import bench
+@pytest.mark.parametrize("op", ["gemm_residual", "gemm"])
+def test_the_bench_case_times_addmm_then_the_residual_add(monkeypatch, op):
+    """On the host (the device and its kernels stubbed): a gemm_residual case takes its
+    kernels from the fused-residual library, its torch arm adds the residual (alpha 0.5) and
+    passes the gate against the fp32 reference; without a compiled kernel a config is
+    rejected with the reason."""
+    from types import SimpleNamespace
 
-    seen = []
-    monkeypatch.setattr(bench, "_residual_bench", lambda *args: seen.append(args) or "case")
-    problem = Problem("gemm", "gemm_residual", "fp16", (("N", 256), ("K", 256)), 64)
-    assert bench.make_bench(problem, (), object()) == "case" and len(seen) == 1
+    from oasr_core.kit import benching
+    from oasr_core.types import Sentinel
+
+    from oasr_gemm import bench, numerics
+
+    libraries = []
+    monkeypatch.setattr(benching, "bench_device", lambda options, full: libraries.append(full)
+                        or benching.BenchDevice(torch.device("cpu"), 0, {}))
+    config = cs.config(cs.LANE_SM90, TUNED)
+    options = SimpleNamespace(seed=3, lane=cs.LANE_SM90, copies_for=lambda nbytes: 2,
+                              config_of=lambda choice, problem: None
+                              if choice is Sentinel.TORCH else choice)
+    problem = Problem("gemm", op, "bf16", (("N", 64), ("K", 32)), 24)
+    case = bench.make_bench(problem, [Sentinel.TORCH, config], options)
+    assert libraries == [bench.FULL_RESIDUAL if op == "gemm_residual" else bench.FULL]
+    assert "compiled in the sm90_wgmma module" in case.rejected[TUNED]
+    out = case.arms["torch"](1)
+    assert case.gate(out), case.gate(out).reason
+    a, w, b = bench.device_operands(24, 64, 32, "bf16", "cpu", 3)
+    if op == "gemm_residual":
+        r = bench.device_residual(24, 64, "bf16", "cpu", 3)
+        assert torch.equal(out, numerics.torch_output(a, w, b, None, r, bench.BENCH_ALPHA))
+        assert not case.gate(F.linear(a, w, b)), "an output without the residual fails"
+    else:
+        assert torch.equal(out, F.linear(a, w, b))

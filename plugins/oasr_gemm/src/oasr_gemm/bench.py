@@ -143,74 +143,45 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
 
     from oasr_gemm import numerics
 
-    if problem.op == RESIDUAL_OP:
-        return _residual_bench(problem, choices, options)
     n, k, m = problem.dim("N"), problem.dim("K"), problem.m
     act = BENCH_ACTIVATION if problem.op == "gemm_activation" else None
-    where = benching.bench_device(options, FULL)
+    fused_residual = problem.op == RESIDUAL_OP
+    where = benching.bench_device(options, FULL_RESIDUAL if fused_residual else FULL)
     a, w, bias = device_operands(m, n, k, problem.dtype, where.device, options.seed)
     weight_bytes = n * k * a.element_size()
     copies, weights = benching.weight_copies(w, options, weight_bytes)
     out = torch.empty(m, n, dtype=a.dtype, device=where.device)
-    ref = numerics.reference(a, w, bias, act)
-    torch_out = numerics.torch_output(a, w, bias, act)
-
-    def torch_arm(i: int) -> Any:
-        torch.addmm(bias, a, weights[i].t(), out=out)
-        if act is not None:
-            torch.nn.functional.silu(out, inplace=True)
-        return out
-
-    def kernel_arm(cfg: Config) -> benching.Arm:
-        kernel = where.kernels.get(cfg.id)
-        if kernel is None:
-            raise LaunchError(f"{cfg.id} is not compiled in the {options.lane} module")
-        operands = [(a.data_ptr(), wi.data_ptr(), bias.data_ptr(), out.data_ptr())
-                    for wi in weights]
-        return benching.kernel_arm(kernel.prepare(problem.dtype, m, n, k, act), where.index,
-                                   operands, out,
-                                   f"{options.lane}/{cfg.id} refused m={m} n={n} k={k}")
-
-    arms, rejected = benching.choice_arms(problem, choices, options, family="gemm",
-                                          torch_arm=lambda: torch_arm, kernel_arm=kernel_arm)
-    return BenchCase(arms=arms, copies=copies, weight_bytes=weight_bytes, rejected=rejected,
-                     gate=lambda o: numerics.numerics_gate(o, torch_out, ref,
-                                                           dtype=problem.dtype))
-
-
-def _residual_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: Any):
-    """:func:`make_bench` of a ``gemm_residual`` problem (see the module docstring)."""
-    import torch
-    from oasr_core.bench import BenchCase
-    from oasr_core.kit import benching
-
-    from oasr_gemm import numerics
-
-    n, k, m = problem.dim("N"), problem.dim("K"), problem.m
-    where = benching.bench_device(options, FULL_RESIDUAL)
-    a, w, bias = device_operands(m, n, k, problem.dtype, where.device, options.seed)
-    residual = device_residual(m, n, problem.dtype, where.device, options.seed)
-    weight_bytes = n * k * a.element_size()
-    copies, weights = benching.weight_copies(w, options, weight_bytes)
-    out, linear_out = torch.empty_like(residual), torch.empty_like(residual)
-    ref = numerics.reference(a, w, bias, None, residual, BENCH_ALPHA)
-    torch_out = numerics.torch_output(a, w, bias, None, residual, BENCH_ALPHA)
+    residual = (device_residual(m, n, problem.dtype, where.device, options.seed)
+                if fused_residual else None)
+    ref = numerics.reference(a, w, bias, act, residual, BENCH_ALPHA)
+    torch_out = numerics.torch_output(a, w, bias, act, residual, BENCH_ALPHA)
+    linear_out = torch.empty_like(out) if fused_residual else out
 
     def torch_arm(i: int) -> Any:
         torch.addmm(bias, a, weights[i].t(), out=linear_out)
-        return torch.add(residual, linear_out, alpha=BENCH_ALPHA, out=out)
+        if act is not None:
+            torch.nn.functional.silu(out, inplace=True)
+        if residual is not None:
+            torch.add(residual, linear_out, alpha=BENCH_ALPHA, out=out)
+        return out
+
+    def operands(wi: Any) -> tuple:
+        if residual is None:
+            return (a.data_ptr(), wi.data_ptr(), bias.data_ptr(), out.data_ptr())
+        return (a.data_ptr(), wi.data_ptr(), bias.data_ptr(), residual.data_ptr(),
+                out.data_ptr(), BENCH_ALPHA)
+
+    what = "the fused residual " if fused_residual else ""
 
     def kernel_arm(cfg: Config) -> benching.Arm:
         kernel = where.kernels.get(cfg.id)
         if kernel is None:
             raise LaunchError(f"{cfg.id} has no fused-residual kernel compiled in the "
-                              f"{options.lane} module")
-        operands = [(a.data_ptr(), wi.data_ptr(), bias.data_ptr(), residual.data_ptr(),
-                     out.data_ptr(), BENCH_ALPHA) for wi in weights]
-        return benching.kernel_arm(kernel.prepare(problem.dtype, m, n, k, None), where.index,
-                                   operands, out,
-                                   f"{options.lane}/{cfg.id} refused the fused residual "
-                                   f"m={m} n={n} k={k}")
+                              f"{options.lane} module" if fused_residual else
+                              f"{cfg.id} is not compiled in the {options.lane} module")
+        return benching.kernel_arm(kernel.prepare(problem.dtype, m, n, k, act), where.index,
+                                   [operands(wi) for wi in weights], out,
+                                   f"{options.lane}/{cfg.id} refused {what}m={m} n={n} k={k}")
 
     arms, rejected = benching.choice_arms(problem, choices, options, family="gemm",
                                           torch_arm=lambda: torch_arm, kernel_arm=kernel_arm)

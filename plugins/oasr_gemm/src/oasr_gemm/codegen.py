@@ -97,6 +97,15 @@ _NO_GDC = """// CUTLASS 4.2's Stream-K scheduler does not compile with grid-depe
 """
 
 
+_WORKSPACE_ABI = {
+    "workspace_params": "int64_t m, int64_t n, int64_t k, int32_t dtype, int32_t split_k, "
+                        "int64_t* semaphore_bytes",
+    "workspace_switch": "dtype",
+    "workspace": "workspace(m, n, k, split_k, semaphore_bytes)",
+}
+"""The workspace query every unit of the family exports (its own and its fused-residual)."""
+
+
 def pdl_capable(config: Config) -> bool:
     """Whether ``config``'s kernel waits on the previous grid, so it may be launched with
     programmatic dependent launch: the 3.x kernels except Stream-K."""
@@ -120,10 +129,7 @@ def unit_source(config: Config, dtypes: Iterable[str] = ("fp16", "bf16")) -> str
         run="run(a, w, bias, d, c->m, c->n, c->k, c->act, c->split, c->workspace, "
             "c->workspace_bytes, c->semaphores, c->semaphore_bytes, "
             f"{flags}static_cast<cudaStream_t>(stream))",
-        workspace_params="int64_t m, int64_t n, int64_t k, int32_t dtype, int32_t split_k, "
-                         "int64_t* semaphore_bytes",
-        workspace_switch="dtype",
-        workspace="workspace(m, n, k, split_k, semaphore_bytes)",
+        **_WORKSPACE_ABI,
     )
 
 
@@ -188,10 +194,7 @@ def residual_unit_source(config: Config, dtypes: Iterable[str] = ("fp16", "bf16"
         run="run(a, w, bias, residual, d, alpha, c->m, c->n, c->k, c->split, c->workspace, "
             "c->workspace_bytes, c->semaphores, c->semaphore_bytes, "
             f"{flags}static_cast<cudaStream_t>(stream))",
-        workspace_params="int64_t m, int64_t n, int64_t k, int32_t dtype, int32_t split_k, "
-                         "int64_t* semaphore_bytes",
-        workspace_switch="dtype",
-        workspace="workspace(m, n, k, split_k, semaphore_bytes)",
+        **_WORKSPACE_ABI,
     )
 
 
