@@ -269,7 +269,18 @@ def test_bench_arms_pass_the_bitwise_gate(op):
         case = family.make_bench(problem, [*choices, Sentinel.HEURISTIC, Sentinel.TORCH],
                                  options)
         assert set(case.arms) >= {"heuristic", "torch", *(c.id for c in choices)}, case.rejected
+        a, a_scale, w, w_scale, bias = numerics.make_operands(m, n, k, device="cuda",
+                                                              seed=options.seed)
+        exact = reference.scale(reference.exact_acc(a, w), a_scale, w_scale, bias)
+        heuristic = options.config_of(Sentinel.HEURISTIC, problem)
         for name, run in case.arms.items():
-            verdict = case.gate(run(0))
+            out = run(0)
+            verdict = case.gate(out)
             torch.cuda.synchronize()
+            if not verdict and op == "scaled_mm":
+                # Which side is off: the arm or the gate's yardstick (the heuristic's output).
+                same = bool(torch.equal(out, exact.to(out.dtype)))
+                verdict = verdict.__class__(False, verdict.error, f"{verdict.reason}; the arm "
+                                            f"{'equals' if same else 'differs from'} the exact "
+                                            f"reference; the heuristic is {heuristic.id}")
             assert verdict, f"{op} m={m} {name}: {verdict.reason}"
