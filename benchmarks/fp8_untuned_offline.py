@@ -15,7 +15,9 @@ width's points with that fit: how the rule does at widths it was not fitted on.
 ``--fit`` also fits the rooflines on this log (:func:`fit`, what the shipped constants came
 from) and prints them as a :class:`~oasr_scaled_mm_fp8.untuned.RouteModel`: refit after an
 H200 run with the new quantizer (``benchmarks/h200/run.sh bench-fp8`` writes the log). It
-times nothing itself; the log's timing mode is stated. Run::
+times nothing itself: the log's arms were timed by the bench protocol with the separator (a
+tiny unrelated kernel after every call, its separately measured cost subtracted), and the
+report states the log's timing mode. Run::
 
     python3 benchmarks/fp8_untuned_offline.py [LOG] --out MD [--fit]
 

@@ -1,5 +1,8 @@
 """Write the two translation units bundle_compile_cost.sh compiles (one sm90 gemm unit, and
-that unit with a second one as a bundle, fp16) and their nvcc command lines into a directory."""
+that unit with a second one as a bundle, fp16) and their nvcc command lines into a directory.
+
+It times no kernel (no separator applies): bundle_compile_cost.sh times the nvcc commands with
+``/usr/bin/time``."""
 
 from __future__ import annotations
 
