@@ -51,3 +51,23 @@ def test_a_cached_production_object_is_reused_instead_of_a_one_dtype_unit(tmp_pa
                                                                   ("fp16",))).units}
     assert units[prebuilt.params["unit"]].key == key  # reused: nothing to compile
     assert "bfloat16" not in units[fresh.params["unit"]].text  # compiled for fp16 only
+
+
+def test_a_build_module_links_the_bundles_holding_its_configs(tmp_path, monkeypatch):
+    from oasr_gemm import jit
+    from oasr_gemm.config_space import LANE_SM90
+
+    from oasr_core.jit.bundles import plan_groups
+    from oasr_core.jit.spec import plan
+    from oasr_core.runtime import get_runtime
+
+    monkeypatch.setenv("OASR_JIT_DIR", str(tmp_path / "jit"))
+    monkeypatch.setattr(jit, "_BENCH_DTYPES", {})
+    lane = get_runtime().registry.lane(LANE_SM90)
+    configs = [c for c in lane.config_space if not c.params["stream_k"]][:6]
+    groups = plan_groups(configs, 3)
+    spec = plan(lane.bench_modules.spec("sm90", configs[:1], ("fp16",), groups))
+    tu, = spec.units  # the first config's group, bundled whole
+    assert tu.unit.name == f"{configs[0].params['unit']}+1"
+    assert tu.text.count("namespace oasr_bundle_") == 4  # two units, each opened and closed
+    assert "bfloat16" not in tu.text

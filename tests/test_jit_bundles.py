@@ -50,3 +50,10 @@ def test_groups_fill_the_slots_in_priority_order(items, slots, sizes):
 def test_groups_need_a_slot():
     with pytest.raises(ValueError, match="slots"):
         bundles.plan_groups([1], 0)
+
+
+def test_units_are_bundled_per_head_and_each_maps_to_its_bundle():
+    a, b, c = _unit("a"), _unit("b"), _unit("c", "#undef GDC\n")
+    out = bundles.bundles_of([a, b, c])
+    assert out["a"] is out["b"] and out["a"].name == "a+1"
+    assert out["c"] is c  # alone under its head

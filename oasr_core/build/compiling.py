@@ -19,6 +19,7 @@ still reports progress per unit.
 from __future__ import annotations
 
 import contextlib
+import functools
 import heapq
 import threading
 import time
@@ -332,8 +333,8 @@ def stream(lane: Lane, arch: str, signatures: Sequence[Any], done: Collection[st
             continue
         mods = mods_of[sig.key]
         gs = groups.get(id(mods))
-        item = CompileItem(sig.key, configs, units=_unit_names(mods, arch, configs, dtypes, gs),
-                           spec=lambda cs=configs, m=mods, g=gs: m.spec(arch, cs, dtypes, g),
+        spec = functools.cache(lambda cs=configs, m=mods, g=gs: m.spec(arch, cs, dtypes, g))
+        item = CompileItem(sig.key, configs, units=_unit_names(spec), spec=spec,
                            install=lambda cs=configs, m=mods, g=gs: m.install(arch, cs, dtypes,
                                                                               g))
         if queue is None:
@@ -343,14 +344,15 @@ def stream(lane: Lane, arch: str, signatures: Sequence[Any], done: Collection[st
     return queue, sets
 
 
-def _unit_names(modules: Any, arch: str, configs: Sequence[Config], dtypes: Any,
-                groups: Any) -> tuple[str, ...] | None:
-    """The compile units (bundles included) of a signature's module, for progress; None
-    (count the configs' units) when the spec cannot be made here: its builder reports why."""
+def _unit_names(spec: Callable[[], Any]) -> tuple[str, ...] | None:
+    """The compile units (bundles included) of a signature's module ``spec()`` (made once, the
+    builder reuses it), for progress; None (count the configs' units) when it cannot be made
+    here: the builder thread makes it again and reports why."""
     try:
-        return tuple(u.name for u in modules.spec(arch, configs, dtypes, groups).units)
-    except Exception:  # noqa: BLE001 - the builder thread makes the spec again and reports
+        return tuple(u.name for u in spec().units)
+    except Exception:  # noqa: BLE001 - reported by the builder thread
         return None
+
 
 def start(items: Sequence[CompileItem], *, compiler: Builder | None = None,
           jobs: int | None = None, progress: Any = False, reset: Callable[[], None] | None = None,

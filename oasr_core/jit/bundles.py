@@ -69,6 +69,19 @@ def bundle(name: str, units: Sequence[TranslationUnit]) -> TranslationUnit:
                            exports=tuple(s for u in units for s in u.exports))
 
 
+def bundles_of(units: Sequence[TranslationUnit]) -> dict[str, TranslationUnit]:
+    """Each of ``units`` by name -> its bundle: one bundle per preprocessor head
+    (:func:`head_of`), named after its first unit; a unit alone under its head is itself."""
+    by_head: dict[str, list[TranslationUnit]] = {}
+    for unit in units:
+        by_head.setdefault(head_of(unit), []).append(unit)
+    out: dict[str, TranslationUnit] = {}
+    for same in by_head.values():
+        tu = bundle(f"{same[0].name}+{len(same) - 1}", same)
+        out.update(dict.fromkeys((u.name for u in same), tu))
+    return out
+
+
 def plan_groups(items: Sequence[T], slots: int, max_size: int = MAX_BUNDLE
                 ) -> list[tuple[T, ...]]:
     """``items`` (in compile priority order) cut into consecutive groups of near-equal size,

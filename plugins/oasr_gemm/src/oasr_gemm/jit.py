@@ -251,20 +251,15 @@ def _bundled(solo: Sequence, configs: Iterable[Config], groups: Sequence[Sequenc
     from oasr_core.jit import bundles
 
     needed = {c.params["unit"] for c in configs}
-    fresh = lambda c: _bench_dtypes(c, arch, wanted) != ALL_DTYPES  # noqa: E731
+
+    def fresh(c: Config) -> bool:
+        return _bench_dtypes(c, arch, wanted) != ALL_DTYPES
+
     bundled: dict[str, Any] = {}
     for group in groups:
         members = list({c.params["unit"]: c for c in group if fresh(c)}.values())
-        if len(members) < 2 or not needed & {c.params["unit"] for c in members}:
-            continue
-        tus = [unit(c, wanted) for c in members]
-        by_head: dict[str, list] = {}
-        for tu in tus:
-            by_head.setdefault(bundles.head_of(tu), []).append(tu)
-        for same in by_head.values():
-            tu = bundles.bundle(f"{same[0].name}+{len(same) - 1}", same)
-            for member in same:
-                bundled[member.name] = tu
+        if len(members) > 1 and needed & {c.params["unit"] for c in members}:
+            bundled.update(bundles.bundles_of([unit(c, wanted) for c in members]))
     out: dict[str, Any] = {}
     for tu in solo:
         chosen = bundled.get(tu.name, tu)
