@@ -21,7 +21,9 @@ serves its ops and keeps its per-epoch state:
   kernel (an activation quantizer) loaded once per arch, torch serving where it cannot load.
 - :mod:`oasr_core.kit.weights`: a quantized linear's weight cache on its layer.
 - :mod:`oasr_core.kit.scaled`: the ctypes side of a W8A8 family's C ABI
-  (:class:`~oasr_core.kit.scaled.ScaledKernel` and its family's :class:`ScaledAbi`).
+  (:class:`~oasr_core.kit.scaled.ScaledKernel` and its family's :class:`ScaledAbi`);
+  :mod:`oasr_core.kit.scaled_ops` its ops' shape resolution and torch custom ops (imports torch
+  when they are registered).
 
 Importing the kit (all but :mod:`~oasr_core.kit.launching`) imports no torch and builds no
 runtime; the names above load their module on first access.

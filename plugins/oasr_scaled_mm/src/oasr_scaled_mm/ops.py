@@ -36,12 +36,12 @@ Python functions route to them while compiling.
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import torch
-from oasr_core.kit import TORCH
+from oasr_core.kit import TORCH, scaled_ops
 from oasr_core.kit.launching import into_out, on_device
-from oasr_core.runtime import device_arch_of
 from oasr_core.types import Config, Problem
 
 from oasr_scaled_mm import heuristic, launch, reference
@@ -266,38 +266,12 @@ def _checked(op: str, a: Any, w: Any, a_scale: Any, w_scale: Any, bias: Any, out
 
 
 def _plan(key: tuple) -> Any:
-    """Resolve one call shape: select a config, bind its launcher, size its scratch."""
-    op, out_dtype, n, k, m, dev = key
-    arch = device_arch_of(dev)
-    select = select_quant_config if op == OP_QUANT else select_config
-    return SERVING.plan(key, arch, select=lambda: select(n, k, m, arch),
-                        kernel_key=lambda config: (op, config.id),
-                        prepare=lambda kernel: kernel.prepare(_OUT_NAMES[out_dtype], m, n, k),
-                        what=f"op={op} N={n} K={k}")
+    """Resolve one call shape: select a config, bind its launcher, prepare it."""
+    return scaled_ops.plan_shape(SERVING, key, out_names=_OUT_NAMES, op_quant=OP_QUANT,
+                                 select_mm=select_config, select_quant=select_quant_config)
 
 
-@torch.library.custom_op(
-    "oasr::scaled_mm", mutates_args=(),
-    schema="(Tensor a, Tensor w, Tensor a_scale, Tensor w_scale, Tensor? bias, "
-           "ScalarType out_dtype) -> Tensor")
-def _scaled_mm_op(a, w, a_scale, w_scale, bias, out_dtype):
-    return _run(OP_MM, a, w, a_scale, w_scale, bias, out_dtype, None, None)
-
-
-@_scaled_mm_op.register_fake
-def _scaled_mm_fake(a, w, a_scale, w_scale, bias, out_dtype):
-    return a.new_empty((*a.shape[:-1], w.shape[0]), dtype=out_dtype)
-
-
-@torch.library.custom_op(
-    "oasr::scaled_mm_quant", mutates_args=(),
-    schema="(Tensor a, Tensor w, Tensor a_scale, Tensor w_scale, Tensor? out_scale_tensor, "
-           "float out_scale, Tensor? bias) -> Tensor")
-def _scaled_mm_quant_op(a, w, a_scale, w_scale, out_scale_tensor, out_scale, bias):
-    scale = out_scale_tensor if out_scale_tensor is not None else out_scale
-    return _run(OP_QUANT, a, w, a_scale, w_scale, bias, torch.int8, scale, None)
-
-
-@_scaled_mm_quant_op.register_fake
-def _scaled_mm_quant_fake(a, w, a_scale, w_scale, out_scale_tensor, out_scale, bias):
-    return a.new_empty((*a.shape[:-1], w.shape[0]), dtype=torch.int8)
+_CUSTOM_OPS = scaled_ops.register_custom_ops(
+    sys.modules[__name__], mm_name="scaled_mm", quant_name="scaled_mm_quant", op_mm=OP_MM,
+    op_quant=OP_QUANT, quant_dtype=torch.int8)
+"""``torch.ops.oasr.scaled_mm`` and ``torch.ops.oasr.scaled_mm_quant`` over :func:`_run`."""
