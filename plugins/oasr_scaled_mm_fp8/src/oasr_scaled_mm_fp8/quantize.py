@@ -62,14 +62,15 @@ def quantized_linear(x: Any, layer: Any) -> Any:
 
     from oasr_scaled_mm_fp8 import ops
 
-    state = quantized_weight(layer)
-    n, k = state.weight.shape
+    n, k = layer.weight.shape
     if x.is_cuda and ops.unquantized(n, k, x.numel() // k if k else 0, x.device.index):
+        # The bf16 path: the quantized weight is not needed (nor checked for staleness).
         weight = layer.weight if layer.weight.dtype == x.dtype else layer.weight.to(x.dtype)
         bias = layer.bias
         if bias is not None and bias.dtype != x.dtype:
             bias = bias.to(x.dtype)
         return torch.nn.functional.linear(x, weight, bias)
+    state = quantized_weight(layer)
     q, a_scale = quantize_rows(x)
     out_dtype = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
     y = ops.scaled_mm_fp8(q, state.weight, a_scale, state.scale, state.bias,
