@@ -68,6 +68,11 @@ def test_a_build_module_links_the_bundles_holding_its_configs(tmp_path, monkeypa
     groups = plan_groups(configs, 3)
     spec = plan(lane.bench_modules.spec("sm90", configs[:1], ("fp16",), groups))
     tu, = spec.units  # the first config's group, bundled whole
-    assert tu.unit.name == f"{configs[0].params['unit']}+1"
-    assert tu.text.count("namespace oasr_bundle_") == 4  # two units, each opened and closed
+    # Each member's own unit and its fused-residual unit: one file for both ops.
+    assert tu.unit.name == f"{configs[0].params['unit']}+3"
+    assert tu.text.count("namespace oasr_bundle_") == 8  # four units, each opened and closed
+    assert '#include "oasr_gemm/sm90_residual.cuh"' in tu.text
     assert "bfloat16" not in tu.text
+    residual = plan(lane.bench_modules.for_op("gemm_residual").spec(
+        "sm90", configs[1:2], ("fp16",), groups))
+    assert [u.key for u in residual.units] == [tu.key]  # the same object, compiled once

@@ -8,8 +8,8 @@ import pytest
 from oasr_core.jit import TranslationUnit, bundles
 
 
-def _unit(name: str, prelude: str = "") -> TranslationUnit:
-    return TranslationUnit(name, f"// unit {name}\n// generated\n{prelude}#include \"lane.cuh\"\n\n"
+def _unit(name: str, prelude: str = "", header: str = "lane.cuh") -> TranslationUnit:
+    return TranslationUnit(name, f"// unit {name}\n// generated\n{prelude}#include \"{header}\"\n\n"
                                  f"namespace {{\nusing K0 = Kernel<{len(name)}>;\n}}\n"
                                  f"OASR_EXPORT int {name}_run(void) {{ return K0::run(); }}\n",
                            (f"{name}_run",))
@@ -24,14 +24,28 @@ def test_a_bundle_holds_every_body_in_its_own_namespace_under_one_head():
     assert tu.source.count("using K0 =") == 2  # each in its own namespace: no clash
 
 
-def test_a_single_unit_is_its_own_bundle_and_heads_must_match():
+def test_a_single_unit_is_its_own_bundle_and_preludes_must_match():
     one = _unit("a")
     assert bundles.bundle("x", [one]) is one
-    with pytest.raises(ValueError, match="different preprocessor heads"):
+    with pytest.raises(ValueError, match="different preprocessor preludes"):
         bundles.bundle("x", [_unit("a"), _unit("b", "#undef GDC\n")])
     with pytest.raises(ValueError, match="no units"):
         bundles.bundle("x", [])
     assert bundles.head_of(_unit("b", "#undef GDC\n")) == '#undef GDC\n#include "lane.cuh"'
+    assert bundles.prelude_of(_unit("b", "#undef GDC\n")) == "#undef GDC"
+
+
+def test_units_whose_heads_differ_in_includes_only_share_a_file_that_includes_both():
+    plain, fused = _unit("a"), _unit("a_res", header="lane_residual.cuh")
+    tu = bundles.bundle("a+1", [plain, fused])
+    head = tu.source[: tu.source.index("namespace oasr_bundle_0")]
+    assert head.count('#include "lane.cuh"') == 1 and head.count('#include "lane_residual.cuh"') == 1
+    assert tu.exports == ("a_run", "a_res_run")
+    out = bundles.bundles_of([plain, fused])
+    assert out["a_res"] is out["a"]
+    # A prelude line is not an include: a unit with one keeps its own file.
+    with pytest.raises(ValueError, match="preludes"):
+        bundles.bundle("x", [plain, _unit("b", "#define OASR_NO_GDC 1\n", "lane_residual.cuh")])
 
 
 @pytest.mark.parametrize(("items", "slots", "sizes"), [
@@ -52,8 +66,8 @@ def test_groups_need_a_slot():
         bundles.plan_groups([1], 0)
 
 
-def test_units_are_bundled_per_head_and_each_maps_to_its_bundle():
+def test_units_are_bundled_per_prelude_and_each_maps_to_its_bundle():
     a, b, c = _unit("a"), _unit("b"), _unit("c", "#undef GDC\n")
     out = bundles.bundles_of([a, b, c])
     assert out["a"] is out["b"] and out["a"].name == "a+1"
-    assert out["c"] is c  # alone under its head
+    assert out["c"] is c  # alone under its prelude

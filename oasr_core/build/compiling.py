@@ -300,12 +300,13 @@ def stream(lane: Lane, arch: str, signatures: Sequence[Any], done: Collection[st
     per signature still to measure (``done``: the checkpoint's), in measuring order.
 
     ``measured_dtypes`` compiles only the signatures' dtypes; those objects are the build's
-    own, so the units are bundled too: every set's units (the finished signatures' included,
-    so a resumed build plans the same bundles and finds them compiled) are cut into one group
-    per nvcc slot (:func:`oasr_core.jit.bundles.plan_groups`), and each module links the
-    bundles holding its units. A family whose ops compile different units answers per op
-    (``BenchModules.for_op``): each op's modules get their own groups. ``start_kw`` goes to
-    :func:`start`.
+    own, so the units are bundled too: every set's configs (the finished signatures' included,
+    so a resumed build plans the same bundles and finds them compiled), whichever op times
+    them, are cut into one group per nvcc slot (:func:`oasr_core.jit.bundles.plan_groups`),
+    and each module links the bundles holding its units. A family whose ops compile different
+    units answers per op (``BenchModules.for_op``); every op's modules get the same groups, so
+    a family can compile one config's units of several ops in one file (gemm does: they share
+    the main loop). ``start_kw`` goes to :func:`start`.
     """
     from oasr_core.jit.builder import default_jobs
     from oasr_core.jit.bundles import plan_groups
@@ -315,13 +316,11 @@ def stream(lane: Lane, arch: str, signatures: Sequence[Any], done: Collection[st
     mods_of = {sig.key: for_op(sig.op) for sig in signatures}
     dtypes = tuple(sorted({s.dtype for s in signatures})) if measured_dtypes else None
     all_sets = {sig.key: tuple(set_of(sig)) for sig in signatures}
-    groups: dict[int, Any] = {}
+    groups = None
     if dtypes is not None:
         slots = start_kw.get("jobs") or max(1, default_jobs() - 1)
-        for mods in {id(m): m for m in mods_of.values()}.values():
-            by_unit = {c.params.get("unit", c.id): c for key, cs in all_sets.items()
-                       if mods_of[key] is mods for c in cs}
-            groups[id(mods)] = plan_groups(list(by_unit.values()), slots)
+        by_unit = {c.params.get("unit", c.id): c for cs in all_sets.values() for c in cs}
+        groups = plan_groups(list(by_unit.values()), slots)
     queue: CompileQueue | None = None
     sets: dict[str, frozenset[str]] = {}
     for sig in signatures:
@@ -331,8 +330,7 @@ def stream(lane: Lane, arch: str, signatures: Sequence[Any], done: Collection[st
         sets[sig.key] = frozenset(c.id for c in configs)
         if not configs:
             continue
-        mods = mods_of[sig.key]
-        gs = groups.get(id(mods))
+        mods, gs = mods_of[sig.key], groups
         spec = functools.cache(lambda cs=configs, m=mods, g=gs: m.spec(arch, cs, dtypes, g))
         item = CompileItem(sig.key, configs, units=_unit_names(spec), spec=spec,
                            install=lambda cs=configs, m=mods, g=gs: m.install(arch, cs, dtypes,

@@ -105,8 +105,8 @@ def residual_bench_modules(lane: str):
                 if codegen.has_residual(c) and codegen.residual_symbol(c) in module.exports}
 
     return BenchModules(lane=lane, libraries=FULL_RESIDUAL, bind=bind,
-                        spec_of=lambda arch, configs, dtypes, _groups=None:
-                        jit.residual_bench_spec(lane, arch, configs, dtypes))
+                        spec_of=lambda arch, configs, dtypes, groups=None:
+                        jit.residual_bench_spec(lane, arch, configs, dtypes, groups))
 
 
 def device_operands(m: int, n: int, k: int, dtype: str, device: Any, seed: int

@@ -221,8 +221,9 @@ def bench_spec(lane: str, arch: str, configs: Iterable[Config],
     ``("fp16",)`` compiles half the kernels of each unit whose production object is not
     cached yet (objects only builds use; the production module compiles its own).
     ``groups`` (the build's :func:`oasr_core.jit.bundles.plan_groups` over every config it
-    will time) compiles each group's build-only units as one bundle; the module links every
-    bundle holding one of ``configs``, so signatures sharing a unit share its bundle."""
+    will time) compiles each group's build-only units as one bundle (:func:`_bundled`); the
+    module links every bundle holding one of ``configs``, so signatures sharing a unit share
+    its bundle."""
     wanted = tuple(d for d in ALL_DTYPES if dtypes is None or d in dtypes) or ALL_DTYPES
     pick = None if wanted == ALL_DTYPES else (lambda c: _bench_dtypes(c, arch, wanted))
     spec = module_spec(lane, arch, configs, name=f"{MODULE_PREFIX[lane]}_bench",
@@ -233,33 +234,55 @@ def bench_spec(lane: str, arch: str, configs: Iterable[Config],
 
 
 def residual_bench_spec(lane: str, arch: str, configs: Iterable[Config],
-                        dtypes: Sequence[str] | None = None):
+                        dtypes: Sequence[str] | None = None,
+                        groups: Sequence[Sequence[Config]] | None = None):
     """A module of exactly ``configs``' fused-residual units, for a build to time a
-    ``gemm_residual`` signature (which times nothing else); ``dtypes`` as in
-    :func:`bench_spec` (a unit whose production object is cached compiles every dtype)."""
+    ``gemm_residual`` signature (which times nothing else); ``dtypes`` and ``groups`` as in
+    :func:`bench_spec` (a unit whose production object is cached compiles every dtype; a
+    group's bundle is the one :func:`bench_spec` links too)."""
+    configs = _with_residual(lane, configs)
     wanted = tuple(d for d in ALL_DTYPES if dtypes is None or d in dtypes) or ALL_DTYPES
     pick = None if wanted == ALL_DTYPES else (
         lambda c: _bench_dtypes(c, arch, wanted, residual=True))
-    return module_spec(lane, arch, (), name=f"{MODULE_PREFIX[lane]}_residual_bench",
-                       unit_dtypes=pick, residual=_with_residual(lane, configs))
+    spec = module_spec(lane, arch, (), name=f"{MODULE_PREFIX[lane]}_residual_bench",
+                       unit_dtypes=pick, residual=configs)
+    if not groups or pick is None:
+        return spec
+    return attrs.evolve(spec, units=_bundled(spec.units, configs, groups, arch, wanted))
+
+
+def _build_units(config: Config, arch: str, wanted: tuple[str, ...]) -> list:
+    """The build-only units of ``config`` (its production objects not cached): its own unit
+    and, on the 3.x lane, its fused-residual unit, each with ``wanted``."""
+    out = []
+    if _bench_dtypes(config, arch, wanted) != ALL_DTYPES:
+        out.append(unit(config, wanted))
+    if codegen.has_residual(config) and _bench_dtypes(config, arch, wanted,
+                                                      residual=True) != ALL_DTYPES:
+        out.append(residual_unit(config, wanted))
+    return out
 
 
 def _bundled(solo: Sequence, configs: Iterable[Config], groups: Sequence[Sequence[Config]],
              arch: str, wanted: tuple[str, ...]) -> tuple:
     """``solo`` (one unit per config) with the build-only units of each group touching
-    ``configs`` compiled as bundles of the whole group (same-head members only)."""
+    ``configs`` compiled as bundles of the whole group (same-prelude members only).
+
+    A group's bundle holds every member's own unit and its fused-residual unit, whichever op
+    the build times it for: the two share the main loop, which is what nvcc spends its time
+    on (:mod:`oasr_core.jit.bundles`), so a config both a ``gemm`` and a ``gemm_residual``
+    signature time compiles once, and the modules of either op link the same object."""
     from oasr_core.jit import bundles
 
     needed = {c.params["unit"] for c in configs}
-
-    def fresh(c: Config) -> bool:
-        return _bench_dtypes(c, arch, wanted) != ALL_DTYPES
-
     bundled: dict[str, Any] = {}
     for group in groups:
-        members = list({c.params["unit"]: c for c in group if fresh(c)}.values())
-        if len(members) > 1 and needed & {c.params["unit"] for c in members}:
-            bundled.update(bundles.bundles_of([unit(c, wanted) for c in members]))
+        members = list({c.params["unit"]: c for c in group}.values())
+        if not needed & {c.params["unit"] for c in members}:
+            continue
+        tus = [tu for c in members for tu in _build_units(c, arch, wanted)]
+        if len(tus) > 1:
+            bundled.update(bundles.bundles_of(tus))
     out: dict[str, Any] = {}
     for tu in solo:
         chosen = bundled.get(tu.name, tu)
