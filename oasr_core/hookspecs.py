@@ -310,11 +310,11 @@ def oasr_linear(dtype: str, quantization: str) -> Callable[..., Tensor] | None:
     ``r + a * layer(x)`` (one fused call, e.g. ``oasr_gemm.gemm_residual``); without them
     the model adds the residual itself. It must run on the ``meta`` device (the census probes
     shapes only) and call the ops its family records through ``Family.recorder_patches``,
-    reached through their module at call time (the recorder rebinds module attributes), so the census sees each
-    call under that family and op. ``None`` means "not mine": another plugin may answer. When
-    none does, a ``"none"`` model computes its linears with ``torch.nn.functional.linear``
-    (which a family's patches may still record), and any other scheme stops the census with
-    a one-line error naming it.
+    reached through their module at call time (the recorder rebinds module attributes), so
+    the census sees each call under that family and op. ``None`` means "not mine": another
+    plugin may answer. When none does, a ``"none"`` model computes its linears with
+    ``torch.nn.functional.linear`` (which a family's patches may still record), and any
+    other scheme stops the census with a one-line error naming it.
 
     **firstresult:** yes. Stops at first non-None result; two plugins serving the same dtype
     and scheme are ordered with ``tryfirst``/``trylast`` on the implementation.
