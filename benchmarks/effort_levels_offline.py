@@ -58,9 +58,11 @@ LOGS = {
 }
 NAMED = tuple(effort.LEVELS)
 """The levels users pick (the grid's are added to ``effort.LEVELS`` for the replays only)."""
-GRID = [(kc, ks, 14) for kc in (1, 2, 3, 4) for ks in (0, 1, None)] + [
-    (2, 0, 12), (3, 0, 12), (2, None, 12), (3, None, 10), (3, None, 8)]
-"""(calibrated top-k, structure top-k (None: the same), points) around the levels."""
+GRID = [(kc, ks, 14, None) for kc in (1, 2, 3, 4) for ks in (0, 1, None)] + [
+    (2, 0, 12, None), (3, 0, 12, None), (2, None, 12, None), (3, None, 10, None),
+    (3, None, 8, None)] + [(kc, 0, 14, u) for kc in (2, 3, 4) for u in (12, 15, 16, 20, 24)]
+"""(calibrated top-k, structure top-k (None: the same), points, compile-unit cap of the
+census (None: none)) around the levels."""
 
 
 def plain(path: Path, scratch: Path) -> Path:
@@ -156,6 +158,8 @@ def main(argv: Sequence[str] | None = None) -> int:
     ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     ap.add_argument("--out", type=Path, required=True, help="markdown report to write")
     ap.add_argument("--no-grid", action="store_true", help="score the named levels only")
+    ap.add_argument("--only", nargs="+", default=None, metavar="LEVEL",
+                    help="score only these levels (named or grid names, e.g. k2+s0/p14/u16)")
     args = ap.parse_args(argv)
 
     from oasr_core.runtime import get_runtime
@@ -184,10 +188,10 @@ def main(argv: Sequence[str] | None = None) -> int:
             modelled = model.modelled(lane)
             variants = [(name, effort.LEVELS[name]) for name in NAMED]
             if modelled and not args.no_grid:
-                for kc, ks, p in GRID:
-                    name = f"k{kc}+s{'=' if ks is None else ks}/p{p}"
+                for kc, ks, p, u in GRID:
+                    name = f"k{kc}+s{'=' if ks is None else ks}/p{p}" + (f"/u{u}" if u else "")
                     effort.LEVELS[name] = effort.Effort(name, kc, structure_k=ks, max_points=p,
-                                                        stage_rounds=(3, 6, 15))
+                                                        stage_rounds=(3, 6, 15), max_units=u)
                     variants.append((name, effort.LEVELS[name]))
             rank_modes = {"in-sample": None}
             if modelled:
@@ -196,6 +200,8 @@ def main(argv: Sequence[str] | None = None) -> int:
                       "| level | ranking | geo% | p95% | max% | agree a/b | units | points | "
                       "arm rows | halving GPU s | est. measure s |",
                       "|---|---|---|---|---|---|---|---|---|---|---|"]
+            if args.only is not None:
+                variants = [(n, lv) for n, lv in variants if n in args.only]
             for vname, lvl in variants:
                 for mode, held in rank_modes.items():
                     if lvl.top_k is None and mode != "in-sample":

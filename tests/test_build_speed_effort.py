@@ -179,3 +179,91 @@ def test_structure_k_limits_the_structure_beside_a_calibration():
                                       (structure, by_size), 1, 0)
     assert len(both) == 2 and len(calibrated) == 1
     assert [c.id for c in calibrated] == [by_size(every, sig.problem(fam, 16))[0].id]
+
+
+def test_a_unit_cap_keeps_a_subset_of_the_pooled_sets_within_the_cap():
+    fam = fake_family_record()
+    census = build.census_from_widths(fam, "512,256;1024,512", "16,256,4096")
+    sigs = build.plan(census, fam, max_points=3)
+    every = [c for c in LANE.config_space if c.id != LANE.default_config]
+
+    def sets(cap, top_k=3):
+        return effort.census_sets(sigs, fam, LANE, lambda _p: every, lambda _p: [LANE.default],
+                                  (by_size,), top_k, None, cap)
+
+    uncapped = sets(None)
+    assert uncapped == {s.key: effort.signature_set(s, fam, LANE, lambda _p: every,
+                                                    lambda _p: [LANE.default], (by_size,), 3)
+                        for s in sigs}
+    for cap in (1, 3, 5):
+        got = sets(cap)
+        chosen = {c.id for cs in got.values() for c in cs}
+        assert LANE.default_config in chosen  # the stand-in is kept, and counts
+        assert len(chosen) <= cap
+        for key, configs in got.items():
+            assert {c.id for c in configs} <= {c.id for c in uncapped[key]}
+    # Under a cap of the distinct top-1s plus the stand-in, every point keeps its top-1.
+    top1 = {s.key: {by_size(every, s.problem(fam, p.m, p.point))[0].id for p in s.points}
+            for s in sigs}
+    cap = len(set().union(*top1.values()) | {LANE.default_config})
+    for s in sigs:
+        assert top1[s.key] <= {c.id for c in sets(cap)[s.key]}
+
+
+def test_a_capped_set_prefers_one_config_good_everywhere_to_each_point_s_favourite():
+    fam = fake_family_record()
+    sig, = build.plan(build.census_from_widths(fam, "512,256", "16,256,4096"), fam,
+                      max_points=3)
+    configs = [c for c in LANE.config_space if c.id != LANE.default_config][:4]
+    shared, favourites = configs[0], configs[1:]
+    ms = [p.m for p in sig.points]
+
+    def predicted(problem):
+        # Each M has its own favourite (1.0 us); the shared config is 1.02 us everywhere, the
+        # stand-in 2 us.
+        fav = favourites[ms.index(problem.m)]
+        return {shared.id: 1.02, fav.id: 1.0, LANE.default_config: 2.0}
+
+    def ranker(cs, problem):
+        return [c for c, _t in ranker.scored(cs, problem)]
+
+    def scored(cs, problem):
+        times = predicted(problem)
+        return sorted(((c, times.get(c.id, 3.0)) for c in cs), key=lambda row: row[1])
+
+    ranker.scored = scored
+    got = effort.census_sets([sig], fam, LANE, lambda _p: configs, lambda _p: [LANE.default],
+                             (ranker,), 2, None, 2)
+    assert {c.id for c in got[sig.key]} == {LANE.default_config, shared.id}
+    # With room for every favourite, they are kept as well.
+    roomy = effort.census_sets([sig], fam, LANE, lambda _p: configs, lambda _p: [LANE.default],
+                               (ranker,), 2, None, 5)
+    assert {c.id for c in roomy[sig.key]} == {LANE.default_config, *(c.id for c in configs)}
+
+
+def test_a_capped_level_is_replayed_with_the_same_sets_as_a_live_build(tmp_path):
+    bench = ScriptedBench()
+    out, result = live(tmp_path, bench, effort="default", top_k=3, max_units=3)
+    assert result.points == 2 * effort.LEVELS["default"].max_points
+    timed = {a for arms in main_arms(bench).values() for a in arms
+             if not a.startswith(("torch", "default", "fallback", "fused", "unquantized"))}
+    assert 0 < len(timed) <= 3
+    opts = build.BuildOptions(fresh=True, effort="default", top_k=3, max_units=3)
+    again = tmp_path / "again" / "sm90" / "fake.json"
+    build.build_from_log([out.parent / "measurements" / "fake.jsonl"], registry=Registry(),
+                         out=str(again), options=opts, rankers=(by_size,))
+    assert again.read_bytes() == out.read_bytes()
+    # Replayed from an exhaustive log, the cap keeps the table to as few configs.
+    full, _ = live(tmp_path, ScriptedBench(), name="full", rankers=(), prune=False)
+    capped = tmp_path / "capped" / "sm90" / "fake.json"
+    build.build_from_log([full.parent / "measurements" / "fake.jsonl"], registry=Registry(),
+                         out=str(capped), options=opts, rankers=(by_size,))
+    seen = {arm for entry in json.loads(capped.read_text())["entries"].values()
+            for cell in entry["evidence"].values() for arm in cell if LANE.config(arm)}
+    assert 0 < len(seen) <= 3
+    knobs = build.BuildOptions(effort="default", max_units=3).knobs()
+    assert knobs["max_units"] == 3
+    assert build.BuildOptions(effort="default").knobs()["max_units"] == \
+        effort.LEVELS["default"].max_units
+    assert "max_units" not in build.BuildOptions().knobs()  # a legacy build's digest as before
+    assert build.BuildOptions(effort="default", max_units=0).resolved().max_units is None

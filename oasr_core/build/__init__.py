@@ -215,16 +215,20 @@ def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Pa
                      soft.get("impl_hash"))
     pooled = lvl is not None and options.prune and bool(source.rankers)
     start_kw = {"compiler": compiler, "jobs": jobs, "progress": progress}
+    # A finished signature's set only shapes the bundles now; planned without the incumbents
+    # its own entry gave it, a resumed build plans the sets (and bundles) the killed one did.
+    planning = [s if s.key not in done else attrs.evolve(
+        s, points=[attrs.evolve(p, incumbent=None) for p in s.points]) for s in signatures]
+    planned = source.census_sets(planning, options.top_k, lvl.structure_k,
+                                 options.max_units) if pooled else {}
     if pooled and lane.bench_modules is not None:
         queue, source.sets = compiling.stream(
-            lane, arch, signatures, done,
-            lambda sig: source.signature_set(sig, options.top_k, lvl.structure_k),
+            lane, arch, signatures, done, lambda sig: planned[sig.key],
             measured_dtypes=lvl.measured_dtypes, **start_kw)
     else:
         if pooled:
-            source.sets = {sig.key: frozenset(c.id for c in source.signature_set(
-                sig, options.top_k, lvl.structure_k)) for sig in signatures
-                if sig.key not in done}
+            source.sets = {key: frozenset(c.id for c in configs)
+                           for key, configs in planned.items() if key not in done}
         queue = compiling.start(compiling.whole_space_items(lane, arch, signatures, done),
                                 **start_kw)
     try:
@@ -352,11 +356,10 @@ def _replayed_level(signatures: Sequence[Signature], family: Family, lane: Lane 
         rankers = model.rankers(prior, lane) if prior is not None else ()
     if not rankers:
         return thinned, None
-    of = rankers if callable(rankers) else (lambda _key: rankers)
     structure_k = effort.level(options.effort).structure_k
-    return thinned, {sig.key: frozenset(
-        c.id for c in LiveSource.planner(family, lane, arch, of(sig.key)).signature_set(
-            sig, options.top_k, structure_k)) for sig in thinned}
+    sets = LiveSource.planner(family, lane, arch, ()).census_sets(
+        thinned, options.top_k, structure_k, options.max_units, rankers=rankers)
+    return thinned, {key: frozenset(c.id for c in cs) for key, cs in sets.items()}
 
 
 def logged_default(arm_rows: Sequence[Any]) -> str | None:

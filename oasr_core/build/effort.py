@@ -23,6 +23,7 @@ regret and cost can be scored offline before its knobs are chosen
 
 from __future__ import annotations
 
+import math
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
@@ -60,29 +61,43 @@ class Effort:
     pooled set times every finalist at every point, so it all but never runs. Replaying the
     pruned H200 Conformer logs (halved, with cross rows) this way chose the same configs at
     100% of weighted points; cross runs were half of those builds' measuring."""
+    max_units: int | None = None
+    """Compile units the whole census may compile for its candidate sets (per lane; None: no
+    cap). Where the pooled top-``top_k`` sets need more, :func:`census_sets` keeps each
+    point's best-ranked configs first, heaviest points first, so a build compiles in one
+    wave of nvcc processes rather than two."""
     description: str = ""
 
 
 LEVELS: dict[str, Effort] = {
-    "quick": Effort("quick", top_k=1, structure_k=0, max_points=14, stage_rounds=(3, 4, 9),
-                    measured_dtypes=True, coarse_cells=True,
-                    description="the calibration's top-1 per point pooled per signature, 14 "
-                    "points, the measured dtype's kernels only"),
+    "quick": Effort("quick", top_k=2, structure_k=0, max_points=14, stage_rounds=(3, 4, 9),
+                    measured_dtypes=True, coarse_cells=True, max_units=12,
+                    description="the calibration's top-2 per point pooled per signature, at "
+                    "most 12 compile units for the census, 14 points, the measured dtype's "
+                    "kernels only"),
     "default": Effort("default", top_k=2, structure_k=0, max_points=14,
                       stage_rounds=(3, 6, 15), measured_dtypes=True, coarse_cells=True,
-                      description="the calibration's top-2 per point pooled per signature, 14 "
-                      "points, the measured dtype's kernels only"),
+                      max_units=15,
+                      description="the calibration's top-2 per point pooled per signature, at "
+                      "most 15 compile units for the census, 14 points, the measured dtype's "
+                      "kernels only"),
     "exhaustive": Effort("exhaustive", top_k=None, max_points=24, stage_rounds=(3, 6, 15),
                          description="every config of the lane at 24 points (--no-prune)"),
 }
 """The levels, chosen from the offline scores against the committed exhaustive logs
-(``benchmarks/results/effort_levels_offline.md``). On the Conformer census, with models held
-out per signature: the calibration's top-2 pooled at 14 points scored 1.3% geomean / 5.2% p95
-regret (the exhaustive build 1.0% / 5.0%) with 29 of 133 units and a ninth of the arm rows;
-adding the structure's top-k changed nothing but the units (46 for both models' top-2);
-top-3 matched the exhaustive build with 36 units, top-1 scored 2.2% / 7.8% with 20; 12 points
-instead of 14 lost 10-15% p95, so no level thins below 14. Without a calibrated prior the
-structure ranks alone, with ``top_k``."""
+(``benchmarks/results/effort_levels_offline.md``). On the Conformer census (5 signatures),
+with models held out per signature: the calibration's top-2 pooled at 14 points scored 1.3%
+geomean / 5.2% p95 regret (the exhaustive build 1.0% / 5.0%) with 29 of 133 units and a
+ninth of the arm rows; adding the structure's top-k changed nothing but the units (46 for
+both models' top-2); top-3 matched the exhaustive build with 36 units, top-1 scored 2.2% /
+7.8% with 20; 12 points instead of 14 lost 10-15% p95, so no level thins below 14.
+
+The unit caps: with its two ``gemm_residual`` signatures the census's top-2 sets need 30
+units, and on the H200 host (16 cores, 15 nvcc slots beside the measuring thread) 30 units
+compile in about 100 s however they are bundled, where 15 compile in one wave of single
+units. Capped at 15 (:func:`census_sets`), the 7-signature census scored 2.0% / 6.9%
+in-sample and 1.9% / 6.9% held-out, 12 units 2.0% / 6.9% both (20 units: 1.0% / 5.0%
+in-sample). Without a calibrated prior the structure ranks alone, with ``top_k``."""
 
 
 def level(name: str) -> Effort:
@@ -93,6 +108,9 @@ def level(name: str) -> Effort:
         raise ConfigurationError(f"--effort {name!r} is not one of "
                                  f"{', '.join(LEVELS)}") from None
 
+
+Ranker = Callable[[Sequence[Config], Any], Sequence[Config]]
+"""A cost model's ``(configs, problem) -> configs best first``."""
 
 STRUCTURE = "cost_model.structure"
 """The name (``__qualname__``) :func:`oasr_core.cost_model.config_ranker` gives the
@@ -134,6 +152,118 @@ def signature_set(sig: Signature, family: Family, lane: Lane,
         if pp.incumbent is not None and lane.config(pp.incumbent) is not None:
             picked.add(pp.incumbent)
     return tuple(c for c in lane.config_space if c.id in picked)
+
+
+def census_sets(signatures: Sequence[Signature], family: Family, lane: Lane,
+                usable: Callable[[Any], Sequence[Config]],
+                stands_for: Callable[[Any], Iterable[Config]],
+                rankers: Sequence[Ranker] | Callable[[str], Sequence[Ranker]],
+                top_k: int | None, structure_k: int | None = None,
+                max_units: int | None = None) -> dict[str, tuple[Config, ...]]:
+    """Each signature's candidate set (key -> configs in the lane's order) under a census-wide
+    cap of ``max_units`` compile units (a config's ``unit`` param, else its id).
+
+    ``rankers`` is one list for every signature or ``rankers(signature key)`` (models held
+    out per signature, for offline scoring). Without a cap (or ``top_k=None``) each set is
+    :func:`signature_set`'s. With one, the sets are a subset of those:
+
+    - the forced sentinels' stand-ins are kept (they are compiled anyway), and the
+      incumbents, outside the cap and the choice (a resumed build finds its finished
+      signatures' choices as incumbents and must plan what it planned before);
+    - then configs of the uncapped sets are added greedily, each time the one that most
+      lowers the sum over the census's points of the log of the best predicted time among
+      what is kept there (a point with nothing kept counts its stand-ins' prediction, or
+      twice its best; ties go to the better best rank), one whose unit is in already before
+      any new unit, until the next would need a unit over the cap or none gains.
+
+    Each point thus keeps what serves it and its neighbours best rather than its own top-1:
+    one config second-best at many points beats several points' favourites. Where the
+    uncapped sets fit under the cap, they are the sets. A ranker's predictions are its
+    ``scored(configs, problem)`` (the cost models'); one without it counts rank r as 1.1**r.
+    """
+    of = rankers if callable(rankers) else (lambda _key: rankers)
+    uncapped = {sig.key: signature_set(sig, family, lane, usable, stands_for, of(sig.key),
+                                       top_k, structure_k) for sig in signatures}
+    if max_units is None or top_k is None or len(
+            {c.params.get("unit", c.id) for cs in uncapped.values() for c in cs}) <= max_units:
+        return uncapped
+
+    def unit(config: Config) -> str:
+        return str(config.params.get("unit", config.id))
+
+    kept: dict[str, set[str]] = {sig.key: set() for sig in signatures}
+    units: set[str] = set()
+    points: list[tuple[str, float, dict[str, float]]] = []  # (key, baseline, config -> us)
+    pool: dict[str, Config] = {}
+    place: dict[str, int] = {}  # config -> its best rank at any point
+    for sig in signatures:
+        ranks = of(sig.key)
+        ks = ranker_ks(ranks, top_k, structure_k)
+        for pp in sig.points:
+            problem = sig.problem(family, pp.m, pp.point)
+            always = list(stands_for(problem))
+            incumbent = lane.config(pp.incumbent) if pp.incumbent is not None else None
+            always += [incumbent] if incumbent is not None else []
+            kept[sig.key].update(c.id for c in always)
+            units.update(unit(c) for c in always)
+            configs = list(usable(problem))
+            times: dict[str, float] = {}
+            base = math.inf
+            for rank, k in zip(ranks, ks, strict=True) if ranks else [(None, top_k)]:
+                if not k:
+                    continue
+                # Ranked together, so the stand-ins' times compare with the candidates'.
+                scored = _scored(rank, [*configs, *always], problem)
+                standing = {c.id for c in always}
+                ranked = [(c, t) for c, t in scored if c.id not in standing]
+                for pos, (config, t) in enumerate(ranked[:k]):
+                    times[config.id] = min(t, times.get(config.id, math.inf))
+                    pool[config.id] = config
+                    place[config.id] = min(pos, place.get(config.id, pos))
+                base = min([base, *(t for c, t in scored if c.id in standing)])
+            if not times:
+                continue
+            best = min(times.values())
+            points.append((sig.key, base if math.isfinite(base) else 2 * best, times))
+
+    def cost(chosen: set[str]) -> float:
+        total = 0.0
+        for _key, base, times in points:
+            have = [t for cid, t in times.items() if cid in chosen]
+            total += math.log(min([base, *have]))
+        return total
+
+    order = {c.id: i for i, c in enumerate(lane.config_space)}
+    chosen: set[str] = set()
+    current = cost(chosen)
+    while True:
+        free = [cid for cid in pool if cid not in chosen and unit(pool[cid]) in units]
+        fits = free or ([cid for cid in pool if cid not in chosen]
+                        if len(units) < max_units else [])
+        if not fits:
+            break
+        gains = {cid: current - cost(chosen | {cid}) for cid in fits}
+        pick = min(fits, key=lambda cid: (-round(gains[cid], 12), place[cid],
+                                          order.get(cid, 0)))
+        if not free and gains[pick] <= 0:
+            break
+        chosen.add(pick)
+        units.add(unit(pool[pick]))
+        current -= gains[pick]
+    for key, _base, times in points:
+        kept[key].update(cid for cid in times if cid in chosen)
+    return {sig.key: tuple(c for c in lane.config_space if c.id in kept[sig.key])
+            for sig in signatures}
+
+
+def _scored(rank: Any, configs: Sequence[Config], problem: Any) -> list[tuple[Config, float]]:
+    """``rank``'s predictions for ``configs`` at ``problem``, fastest first (its ``scored``;
+    else 1.1**position in its ranking; ``rank`` None: the lane's order)."""
+    scored = getattr(rank, "scored", None)
+    if scored is not None:
+        return list(scored(configs, problem))
+    ordered = list(rank(configs, problem)) if rank is not None else list(configs)
+    return [(c, 1.1 ** i) for i, c in enumerate(ordered)]
 
 
 def thin_points(sig: Signature, max_points: int) -> Signature:

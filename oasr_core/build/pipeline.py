@@ -91,6 +91,9 @@ class BuildOptions(PartitionOptions):
     coarse_cells: bool | None = None
     """Matrix rows take arms halving dropped early too (``Effort.coarse_cells``; None: the
     level's, else off)."""
+    max_units: int | None = None
+    """Compile units the census's candidate sets may need at most (``Effort.max_units``;
+    None: the level's; 0: no cap). Only with an effort level."""
 
     def resolved(self) -> BuildOptions:
         """These options with ``top_k`` and ``max_points`` filled in from the level (or the
@@ -105,8 +108,10 @@ class BuildOptions(PartitionOptions):
         prune = self.prune and not (lvl is not None and lvl.top_k is None)
         coarse = self.coarse_cells if self.coarse_cells is not None else (
             lvl is not None and lvl.coarse_cells)
+        units = self.max_units if self.max_units is not None else (
+            lvl.max_units if lvl is not None else None)
         return attrs.evolve(self, top_k=top_k, max_points=points, prune=prune,
-                            coarse_cells=coarse)
+                            coarse_cells=coarse, max_units=units or None)
 
     def partition_options(self) -> PartitionOptions:
         """The partition's share of the knobs."""
@@ -117,7 +122,8 @@ class BuildOptions(PartitionOptions):
         """The knobs that change what a signature measures or decides (for its digest); the
         effort level only where one is set, so a legacy build's knobs read as before."""
         skip = ("budget_s", "fresh", "resume", "prune") + (
-            ("effort", "coarse_cells") if self.effort is None and not self.coarse_cells else ())
+            ("effort", "coarse_cells") if self.effort is None and not self.coarse_cells else ()
+        ) + (("max_units",) if self.effort is None or self.resolved().max_units is None else ())
         return attrs.asdict(self.resolved(), filter=lambda a, _v: a.name not in skip)
 
 

@@ -164,6 +164,22 @@ class LiveSource:
         return signature_set(sig, self.family, self.lane, self.usable, stands_for,
                              self.rankers, top_k, structure_k)
 
+    def census_sets(self, signatures: Sequence[Signature], top_k: int | None,
+                    structure_k: int | None = None, max_units: int | None = None,
+                    rankers: Any = None) -> dict[str, tuple[Config, ...]]:
+        """Every signature's candidate set under a census-wide cap of ``max_units`` compile
+        units (:func:`oasr_core.build.effort.census_sets`; None: :meth:`signature_set`'s),
+        ranked by this source's rankers (``rankers``: others, or a callable per key)."""
+        from .effort import census_sets
+
+        def stands_for(problem: Any) -> list[Config]:
+            return [c for c in (self.stands_for(s, problem) for s in self.forced())
+                    if c is not None]
+
+        return census_sets(signatures, self.family, self.lane, self.usable, stands_for,
+                           self.rankers if rankers is None else rankers, top_k, structure_k,
+                           max_units)
+
     def fingerprint(self) -> list[str]:
         """What decides the candidates, for the checkpoint digest."""
         ids = [c.id for c in self.lane.config_space if self.lane.is_feasible(c) and (

@@ -92,6 +92,9 @@ BOUND (* = every larger size), e.g. 128:ws_64x16x128 *:torch.""")
 @click.option("--top-k", type=click.IntRange(min=1), default=None,
               help="Configs each cost model keeps per point when the build prunes (default: "
               "the effort level's).")
+@click.option("--max-units", type=click.IntRange(min=0), default=None,
+              help="Compile units the census's candidate sets may need at most, each point's "
+              "best-ranked configs kept first (default: the effort level's; 0: no cap).")
 @click.option("--prune/--no-prune", default=True, show_default=True,
               help="Prune to the top-k of the structure and of the calibrated model an "
               "earlier build shipped (the output file's, else the system tier's); without "
@@ -115,8 +118,8 @@ BOUND (* = every larger size), e.g. 128:ws_64x16x128 *:torch.""")
 def build_cmd(ctx: click.Context, family, censuses, widths, m_ladder, op, dtype, alpha,
               working_set_bytes, from_logs, out, arch, lane, log_path, checkpoint_path, fresh,
               no_resume, min_speedup, noise_k, tie, cover_eps, uniform_share, prefer_sentinels,
-              effort, top_k, prune, max_points, thin, no_fill, exact_dtype, budget_s, seed,
-              progress, as_json) -> None:
+              effort, top_k, max_units, prune, max_points, thin, no_fill, exact_dtype,
+              budget_s, seed, progress, as_json) -> None:
     """Measure each signature of a census and write its tuning entries (locked merge)."""
     from oasr_core import build
     from oasr_core.progress import ProgressMode
@@ -126,7 +129,8 @@ def build_cmd(ctx: click.Context, family, censuses, widths, m_ladder, op, dtype,
         raise ConfigurationError(f"--arch {arch!r} is not an arch family like sm90")
     options = _options(min_speedup=min_speedup, noise_k=noise_k, tie=tie, cover_eps=cover_eps,
                        uniform_share=uniform_share,
-                       prefer_sentinels=prefer_sentinels, top_k=top_k, prune=prune,
+                       prefer_sentinels=prefer_sentinels, top_k=top_k, max_units=max_units,
+                       prune=prune,
                        max_points=max_points, thin=thin, fill=not no_fill,
                        exact_dtype=exact_dtype, budget_s=budget_s, fresh=fresh,
                        resume=not no_resume,
@@ -152,11 +156,11 @@ def build_cmd(ctx: click.Context, family, censuses, widths, m_ladder, op, dtype,
     _report(results, as_json, replay=bool(from_logs))
 
 
-LIVE_ONLY = ("thin", "max_points", "no_fill", "budget_s", "seed", "top_k", "prune", "alpha",
-             "working_set_bytes", "lane", "log_path", "checkpoint_path", "no_resume")
+LIVE_ONLY = ("thin", "max_points", "no_fill", "budget_s", "seed", "top_k", "max_units", "prune",
+             "alpha", "working_set_bytes", "lane", "log_path", "checkpoint_path", "no_resume")
 """Options that choose what a live build measures; a replay takes the log's points as they
 are, so these change nothing there (except :data:`EFFORT_REPLAY` with ``--effort``)."""
-EFFORT_REPLAY = ("thin", "max_points", "top_k", "prune")
+EFFORT_REPLAY = ("thin", "max_points", "top_k", "max_units", "prune")
 """What a replay with ``--effort`` honours: it keeps the points and configs that level would
 have measured."""
 
