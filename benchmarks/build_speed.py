@@ -158,8 +158,12 @@ def score(log: Path, tables: dict[str, Path], pair: tuple[str, str]) -> dict[str
 
     fam = get_runtime().registry.family("gemm")
     _runs, arms, _bad = read_logs([log])
-    arms = [r for r in arms if r.get("family") == "gemm"]
-    sels = [TableSelector(n, read_tuning_file(p), fam) for n, p in tables.items()]
+    read = {n: read_tuning_file(p) for n, p in tables.items()}
+    # Only the signatures the census (its default build's table) holds: the reference log
+    # may hold others, e.g. a signature an earlier census had.
+    keys = set(read[pair[0]].entries)
+    arms = [r for r in arms if r.get("family") == "gemm" and r.get("key") in keys]
+    sels = [TableSelector(n, t, fam) for n, t in read.items()]
     report = evaluate(arms, fam, sels)
     out: dict[str, Any] = {"log": str(log), "lines": report.lines()}
     for rep in report.selectors:
@@ -258,7 +262,8 @@ def run(args: argparse.Namespace) -> int:
         env = {**base, "OASR_JIT_DIR": str(fresh / "speed14_reference")}
         rows["speed14_reference"] = run_build(
             "speed14_reference", [SPEED14], out, scratch,
-            ["--effort", "default", "--top-k", "100000", "--no-fill", "--budget-s",
+            ["--effort", "default", "--top-k", "100000", "--max-units", "0", "--no-fill",
+             "--budget-s",
              str(args.exhaustive_budget)], env)
     scores.update(score_rows(rows, out))
     write_report(rows, scores, out)

@@ -5,6 +5,7 @@ measured; the CLI's --effort."""
 from __future__ import annotations
 
 import json
+import math
 from collections import Counter, defaultdict
 
 import attrs
@@ -267,3 +268,15 @@ def test_a_capped_level_is_replayed_with_the_same_sets_as_a_live_build(tmp_path)
         effort.LEVELS["default"].max_units
     assert "max_units" not in build.BuildOptions().knobs()  # a legacy build's digest as before
     assert build.BuildOptions(effort="default", max_units=0).resolved().max_units is None
+
+
+def test_the_unit_cap_grows_with_the_census_past_the_level_s_floor():
+    assert effort.unit_cap(15, 2.5, 6) == 15
+    assert effort.unit_cap(15, 2.5, 14) == 35
+    assert effort.unit_cap(15, None, 14) == 15
+    assert effort.unit_cap(None, 2.5, 14) is None
+    default = build.BuildOptions(effort="default").resolved()
+    assert default.unit_cap(14) == math.ceil(effort.LEVELS["default"].units_per_signature * 14)
+    # --max-units fixes the cap whatever the census; 0 lifts it
+    assert build.BuildOptions(effort="default", max_units=9).resolved().unit_cap(14) == 9
+    assert build.BuildOptions(effort="default", max_units=0).resolved().unit_cap(14) is None

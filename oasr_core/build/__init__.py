@@ -220,7 +220,7 @@ def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Pa
     planning = [s if s.key not in done else attrs.evolve(
         s, points=[attrs.evolve(p, incumbent=None) for p in s.points]) for s in signatures]
     planned = source.census_sets(planning, options.top_k, lvl.structure_k,
-                                 options.max_units) if pooled else {}
+                                 options.unit_cap(len(signatures))) if pooled else {}
     if pooled and lane.bench_modules is not None:
         queue, source.sets = compiling.stream(
             lane, arch, signatures, done, lambda sig: planned[sig.key],
@@ -358,7 +358,7 @@ def _replayed_level(signatures: Sequence[Signature], family: Family, lane: Lane 
         return thinned, None
     structure_k = effort.level(options.effort).structure_k
     sets = LiveSource.planner(family, lane, arch, ()).census_sets(
-        thinned, options.top_k, structure_k, options.max_units, rankers=rankers)
+        thinned, options.top_k, structure_k, options.unit_cap(len(thinned)), rankers=rankers)
     return thinned, {key: frozenset(c.id for c in cs) for key, cs in sets.items()}
 
 

@@ -62,25 +62,30 @@ class Effort:
     pruned H200 Conformer logs (halved, with cross rows) this way chose the same configs at
     100% of weighted points; cross runs were half of those builds' measuring."""
     max_units: int | None = None
-    """Compile units the whole census may compile for its candidate sets (per lane; None: no
-    cap). Where the pooled top-``top_k`` sets need more, :func:`census_sets` keeps each
-    point's best-ranked configs first, heaviest points first, so a build compiles in one
-    wave of nvcc processes rather than two."""
+    """Compile units the census's candidate sets may need (per lane; None: no cap), or
+    ``units_per_signature`` per signature where that is more (:func:`unit_cap`). Where the
+    pooled top-``top_k`` sets need more, :func:`census_sets` keeps what serves the census's
+    points best."""
+    units_per_signature: float | None = None
+    """The cap's share per signature of the census: a larger census may take longer to
+    build (the H200 targets: 90 s for the Conformer's 6 signatures, 180 s for 14)."""
     description: str = ""
 
 
 LEVELS: dict[str, Effort] = {
     "quick": Effort("quick", top_k=2, structure_k=0, max_points=14, stage_rounds=(3, 4, 9),
                     measured_dtypes=True, coarse_cells=True, max_units=12,
+                    units_per_signature=2.0,
                     description="the calibration's top-2 per point pooled per signature, at "
-                    "most 12 compile units for the census, 14 points, the measured dtype's "
+                    "most 12 compile units (2 per signature for a larger census), 14 points, "
+                    "the measured dtype's "
                     "kernels only"),
     "default": Effort("default", top_k=2, structure_k=0, max_points=14,
                       stage_rounds=(3, 6, 15), measured_dtypes=True, coarse_cells=True,
-                      max_units=15,
+                      max_units=15, units_per_signature=2.5,
                       description="the calibration's top-2 per point pooled per signature, at "
-                      "most 15 compile units for the census, 14 points, the measured dtype's "
-                      "kernels only"),
+                      "most 15 compile units (2.5 per signature for a larger census), 14 "
+                      "points, the measured dtype's kernels only"),
     "exhaustive": Effort("exhaustive", top_k=None, max_points=24, stage_rounds=(3, 6, 15),
                          description="every config of the lane at 24 points (--no-prune)"),
 }
@@ -92,12 +97,16 @@ ninth of the arm rows; adding the structure's top-k changed nothing but the unit
 both models' top-2); top-3 matched the exhaustive build with 36 units, top-1 scored 2.2% /
 7.8% with 20; 12 points instead of 14 lost 10-15% p95, so no level thins below 14.
 
-The unit caps: with its two ``gemm_residual`` signatures the census's top-2 sets need 30
-units, and on the H200 host (16 cores, 15 nvcc slots beside the measuring thread) 30 units
-compile in about 100 s however they are bundled, where 15 compile in one wave of single
-units. Capped at 15 (:func:`census_sets`), the 7-signature census scored 2.0% / 6.9%
-in-sample and 1.9% / 6.9% held-out, 12 units 2.0% / 6.9% both (20 units: 1.0% / 5.0%
-in-sample). Without a calibrated prior the structure ranks alone, with ``top_k``."""
+The unit caps: with its two ``gemm_residual`` signatures the Conformer census's top-2 sets
+need 30 units, and on the H200 host (16 cores, 15 nvcc slots beside the measuring thread) 30
+units compile in about 100 s however they are bundled, where 15 compile in one wave of single
+units. Capped at 15 (:func:`census_sets`), its log's 7 signatures scored 2.0% / 6.9%
+in-sample and 1.9% / 6.9% held-out offline, 12 units 2.0% / 6.9% both (20 units: 1.0% / 5.0%
+in-sample); built live on the H200, 70 s wall and 1.7% / 5.1% against the exhaustive log.
+A 14-signature census of other widths lost more to a cap of 15 (2.1% / 7.9% live, 2.6% /
+9.7% replayed, against 1.6% / 7.6% for its uncapped 17 units, which compiled in 164 s), so
+the cap grows with the census: 2.5 units per signature. Without a calibrated prior the
+structure ranks alone, with ``top_k``."""
 
 
 def level(name: str) -> Effort:
@@ -152,6 +161,17 @@ def signature_set(sig: Signature, family: Family, lane: Lane,
         if pp.incumbent is not None and lane.config(pp.incumbent) is not None:
             picked.add(pp.incumbent)
     return tuple(c for c in lane.config_space if c.id in picked)
+
+
+def unit_cap(max_units: int | None, units_per_signature: float | None,
+             signatures: int) -> int | None:
+    """The compile-unit cap of a census of ``signatures`` signatures: ``max_units``, or
+    ``units_per_signature`` each where that is more (None: no cap)."""
+    if max_units is None:
+        return None
+    if units_per_signature is None:
+        return max_units
+    return max(max_units, math.ceil(units_per_signature * signatures))
 
 
 def census_sets(signatures: Sequence[Signature], family: Family, lane: Lane,

@@ -92,8 +92,11 @@ class BuildOptions(PartitionOptions):
     """Matrix rows take arms halving dropped early too (``Effort.coarse_cells``; None: the
     level's, else off)."""
     max_units: int | None = None
-    """Compile units the census's candidate sets may need at most (``Effort.max_units``;
-    None: the level's; 0: no cap). Only with an effort level."""
+    """Compile units the census's candidate sets may need at most (None: the level's cap,
+    :func:`oasr_core.build.effort.unit_cap`; 0: no cap). Only with an effort level."""
+    units_per_signature: float | None = None
+    """The level's cap per signature (``Effort.units_per_signature``), filled in by
+    :meth:`resolved` when ``max_units`` is not given."""
 
     def resolved(self) -> BuildOptions:
         """These options with ``top_k`` and ``max_points`` filled in from the level (or the
@@ -108,10 +111,19 @@ class BuildOptions(PartitionOptions):
         prune = self.prune and not (lvl is not None and lvl.top_k is None)
         coarse = self.coarse_cells if self.coarse_cells is not None else (
             lvl is not None and lvl.coarse_cells)
-        units = self.max_units if self.max_units is not None else (
-            lvl.max_units if lvl is not None else None)
+        given = self.max_units is not None
+        units = self.max_units if given else (lvl.max_units if lvl is not None else None)
+        per_sig = self.units_per_signature if given or lvl is None else (
+            lvl.units_per_signature)
         return attrs.evolve(self, top_k=top_k, max_points=points, prune=prune,
-                            coarse_cells=coarse, max_units=units or None)
+                            coarse_cells=coarse, max_units=units or None,
+                            units_per_signature=per_sig if units else None)
+
+    def unit_cap(self, signatures: int) -> int | None:
+        """The compile-unit cap of a census of ``signatures`` signatures (resolved knobs)."""
+        from .effort import unit_cap
+
+        return unit_cap(self.max_units, self.units_per_signature, signatures)
 
     def partition_options(self) -> PartitionOptions:
         """The partition's share of the knobs."""
@@ -123,7 +135,8 @@ class BuildOptions(PartitionOptions):
         effort level only where one is set, so a legacy build's knobs read as before."""
         skip = ("budget_s", "fresh", "resume", "prune") + (
             ("effort", "coarse_cells") if self.effort is None and not self.coarse_cells else ()
-        ) + (("max_units",) if self.effort is None or self.resolved().max_units is None else ())
+        ) + (("max_units", "units_per_signature")
+             if self.effort is None or self.resolved().max_units is None else ())
         return attrs.asdict(self.resolved(), filter=lambda a, _v: a.name not in skip)
 
 
