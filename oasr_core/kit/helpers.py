@@ -99,3 +99,28 @@ def quantize_rows_with(kernel: HelperKernel, x: Any, arch: str, q_dtype: Any
     code = 0 if x.dtype == torch.float16 else 1
     status = fn(x.data_ptr(), code, rows, k, q.data_ptr(), scale.data_ptr(), stream)
     return (q, scale) if status == 0 else None
+
+
+def quantize_step(kernel: HelperKernel, x: Any, q: Any, scale: Any, index: int,
+                  reference: Callable[[Any], tuple[Any, Any]]) -> Callable[[], None]:
+    """A call quantizing ``x`` per row into the fixed buffers ``q`` / ``scale`` on CUDA device
+    ``index``'s current stream by the row quantizer ``kernel`` (what a bench arm times before
+    the GEMM, as the quantized linear runs it); ``reference(x)`` copied in where the kernel
+    cannot load or refuses the call."""
+    import torch
+
+    from oasr_core.runtime import device_arch_of
+
+    fn = kernel.get(device_arch_of(index))
+    k = x.shape[-1]
+    rows, code = x.numel() // k, 0 if x.dtype == torch.float16 else 1
+    stream_of = torch._C._cuda_getCurrentRawStream
+    args = (x.data_ptr(), code, rows, k, q.data_ptr(), scale.data_ptr())
+
+    def quantize() -> None:
+        if fn is None or fn(*args, stream_of(index)):
+            got, got_scale = reference(x)
+            q.copy_(got)
+            scale.copy_(got_scale)
+
+    return quantize

@@ -34,6 +34,55 @@ def plan_shape(serving: Any, key: tuple, *, out_names: Mapping[Any, str], op_qua
                         what=f"op={op} N={n} K={k}")
 
 
+ROUTE = "route"
+"""The first element of a route's memo key in a family's plans (beside its call shapes)."""
+
+
+def unquantized_route(serving: Any, family: str, op: str, dtype: str, n: int, k: int, m: int,
+                      device: int, *, untuned_high: Callable[[Any], bool] | None = None,
+                      label: str) -> bool:
+    """Whether a quantized linear of width ``(N, K)`` at ``M`` rows on CUDA ``device`` runs in
+    its activation dtype (``F.linear``): the tiers name ``Sentinel.UNQUANTIZED`` there (a build
+    measured the layer faster unquantized, the activation quantizer included), or
+    ``untuned_high(selection)`` says so for a shape no entry covers (a family's untuned
+    route; None: an untuned shape stays quantized). Memoised per epoch in ``serving``'s plans
+    (one dict lookup after the first call); a selection that fails keeps the layer quantized,
+    with one warning naming ``label``."""
+    from oasr_core.kit.launching import on_device
+    from oasr_core.runtime import device_arch_of
+    from oasr_core.types import Sentinel
+
+    key = (ROUTE, n, k, m, device)
+    route = serving.plans.table.get(key)
+    if route is None:
+        import oasr_core
+
+        arch = on_device(device, lambda: device_arch_of(device))
+        try:
+            sel = oasr_core.select(family, op, dtype, (n, k), m, arch)
+        except Exception as exc:  # noqa: BLE001 - a broken tier never takes the layer down
+            serving.warn_once(f"route:{n}:{k}", f"{label}: selection failed for N={n} K={k} "
+                              f"({exc}); the layer runs quantized")
+            sel = None
+        high = sel is not None and (sel.choice is Sentinel.UNQUANTIZED or (
+            untuned_high is not None and untuned_high(sel)))
+        route = serving.plans.store(key, high, serving.bind())
+    return route
+
+
+def linear_in_dtype(x: Any, layer: Any) -> Any:
+    """``layer(x)`` as ``F.linear`` in ``x``'s dtype: a quantized linear's high-precision path
+    where its route says unquantized (the layer's quantized weight is not needed, nor
+    checked for staleness)."""
+    import torch
+
+    weight = layer.weight if layer.weight.dtype == x.dtype else layer.weight.to(x.dtype)
+    bias = layer.bias
+    if bias is not None and bias.dtype != x.dtype:
+        bias = bias.to(x.dtype)
+    return torch.nn.functional.linear(x, weight, bias)
+
+
 def register_custom_ops(module: Any, *, mm_name: str, quant_name: str, op_mm: str,
                         op_quant: str, quant_dtype: Any) -> tuple[Any, Any]:
     """Register ``torch.ops.oasr.<mm_name>`` and ``torch.ops.oasr.<quant_name>`` (with fake

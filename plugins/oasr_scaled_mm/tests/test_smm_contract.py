@@ -38,7 +38,7 @@ def test_family_record():
     assert family.name == "scaled_mm" and family.ops == ("scaled_mm", "scaled_mm_quant")
     assert family.dims == ("N", "K") and family.dtypes == ("int8",)
     assert family.key_dtype is False and family.key_dtypes("int8") == (None,)
-    assert family.sentinels == {Sentinel.HEURISTIC, Sentinel.TORCH}
+    assert family.sentinels == {Sentinel.HEURISTIC, Sentinel.TORCH, Sentinel.UNQUANTIZED}
     assert family.fallback is Sentinel.HEURISTIC and family.sentinel_heuristic is not None
     assert family.make_bench is not None and family.recorder_patches is not None
     soft = family.soft_validators()

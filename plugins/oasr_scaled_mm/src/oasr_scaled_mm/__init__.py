@@ -19,7 +19,7 @@ from typing import Any
 __version__ = "0.1.0"
 
 _LAZY = {"scaled_mm", "scaled_mm_quant", "select_config", "select_quant_config",
-         "reserve_workspace", "stats", "reset_stats"}
+         "unquantized", "reserve_workspace", "stats", "reset_stats"}
 
 __all__ = ["__version__", *sorted(_LAZY)]
 

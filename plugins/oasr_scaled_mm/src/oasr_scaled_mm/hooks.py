@@ -20,7 +20,8 @@ def oasr_register_families():
 
     return [Family(
         name=FAMILY, ops=OPS, dims=("N", "K"), dtypes=("int8",), key_dtype=False,
-        sentinels={Sentinel.HEURISTIC, Sentinel.TORCH}, fallback=Sentinel.HEURISTIC,
+        sentinels={Sentinel.HEURISTIC, Sentinel.TORCH, Sentinel.UNQUANTIZED},
+        fallback=Sentinel.HEURISTIC,
         sentinel_heuristic=heuristic.sentinel_heuristic, numerics_gate=numerics.numerics_gate,
         soft_validators=heuristic.soft_validators, recorder_patches=recorder.recorder_patches,
         make_bench=bench.make_bench, quantizations={linear.QUANTIZATION: linear.DTYPES},

@@ -50,7 +50,7 @@ from oasr_scaled_mm.feasibility import ALIGN
 from oasr_scaled_mm.launch import SERVING, reserve_workspace
 
 __all__ = ["scaled_mm", "scaled_mm_quant", "select_config", "select_quant_config",
-           "reserve_workspace", "stats", "reset_stats", "clear_memo"]
+           "unquantized", "reserve_workspace", "stats", "reset_stats", "clear_memo"]
 
 DTYPE = "int8"
 _OUT_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.int8: "int8"}
@@ -81,6 +81,17 @@ def scaled_mm_quant(a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor,
         return into_out(torch.ops.oasr.scaled_mm_quant(a, w, a_scale, w_scale, tensor, value,
                                                        bias), out)
     return _run(OP_QUANT, a, w, a_scale, w_scale, bias, torch.int8, out_scale, out)
+
+
+def unquantized(n: int, k: int, m: int, device: int) -> bool:
+    """Whether a quantized linear of width ``(N, K)`` at ``M`` rows on CUDA ``device`` runs in
+    its activation dtype (``F.linear``): where the tiers name ``Sentinel.UNQUANTIZED`` (a build
+    measured the layer, the activation quantizer included, slower than fp16 there). A shape no
+    entry covers stays int8 (the heuristic's tile: at the widths the H200 sweep measured, int8
+    was 1.28x fp16 ``F.linear``). Memoised per epoch
+    (:func:`oasr_core.kit.scaled_ops.unquantized_route`)."""
+    return scaled_ops.unquantized_route(SERVING, FAMILY, OP_MM, DTYPE, n, k, m, device,
+                                        label="oasr_scaled_mm")
 
 
 def select_config(n: int, k: int, m: int, arch: str | None = None) -> Config | None:

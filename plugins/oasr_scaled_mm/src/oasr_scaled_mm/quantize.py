@@ -16,6 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from oasr_core.kit.scaled_ops import linear_in_dtype
 from oasr_core.kit.weights import QuantizedWeight, cached_weight
 
 CACHE_ATTR = "_oasr_int8_w8a8"
@@ -69,7 +70,8 @@ def quantized_weight(layer: Any) -> QuantizedWeight:
 
 
 def quantized_linear(x: Any, layer: Any) -> Any:
-    """``layer(x)`` as a W8A8 int8 GEMM; the output has ``x``'s dtype.
+    """``layer(x)`` as a W8A8 int8 GEMM (or ``F.linear`` where the table says unquantized:
+    :func:`oasr_scaled_mm.ops.unquantized`); the output has ``x``'s dtype.
 
     fp16/bf16 inputs get their own dtype from the kernel; an fp32 input (a CPU probe) is
     computed with a bf16 output and converted back.
@@ -78,6 +80,9 @@ def quantized_linear(x: Any, layer: Any) -> Any:
 
     from oasr_scaled_mm import ops
 
+    n, k = layer.weight.shape
+    if x.is_cuda and ops.unquantized(n, k, x.numel() // k if k else 0, x.device.index):
+        return linear_in_dtype(x, layer)
     state = quantized_weight(layer)
     q, a_scale = quantize_rows(x)
     out_dtype = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16

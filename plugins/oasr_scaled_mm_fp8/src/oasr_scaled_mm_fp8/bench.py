@@ -50,25 +50,12 @@ FULL = Libraries(load=_load_full)
 def quantizer(x: Any, q: Any, scale: Any, index: int) -> Any:
     """``quantize()``: per-token e4m3 quantization of ``x`` into ``q``/``scale`` on device
     ``index``'s current stream (the one-kernel quantizer; torch when it cannot load)."""
-    import torch
-    from oasr_core.runtime import device_arch_of
+    from oasr_core.kit.helpers import quantize_step
 
     from oasr_scaled_mm_fp8 import numerics
     from oasr_scaled_mm_fp8.quantize_kernel import KERNEL
 
-    fn = KERNEL.get(device_arch_of(index))
-    k = x.shape[-1]
-    rows, code = x.numel() // k, 0 if x.dtype == torch.float16 else 1
-    stream_of = torch._C._cuda_getCurrentRawStream
-    args = (x.data_ptr(), code, rows, k, q.data_ptr(), scale.data_ptr())
-
-    def quantize() -> None:
-        if fn is None or fn(*args, stream_of(index)):
-            got, got_scale = numerics.quantize_rows(x)
-            q.copy_(got)
-            scale.copy_(got_scale)
-
-    return quantize
+    return quantize_step(KERNEL, x, q, scale, index, numerics.quantize_rows)
 
 
 def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: Any):

@@ -27,7 +27,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from oasr_core.kit.gates import Verdict
+from oasr_core.kit.gates import Verdict, within_limit
 
 ACC_TOL = 2.0 ** -6
 ROUND = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11, "float8_e4m3fn": 2.0 ** -3,
@@ -50,25 +50,11 @@ def within(candidate: Any, reference: Any) -> GateResult:
     import torch
 
     if tuple(candidate.shape) != tuple(reference.shape):
-        return GateResult(False, 1.0, f"shape {tuple(candidate.shape)} != "
-                                      f"{tuple(reference.shape)}")
-    got = candidate.detach().float()
-    ref = reference.detach().float().to(got.device)
+        return within_limit(candidate, reference, reference)
+    ref = reference.detach().float()
     finite = torch.isfinite(ref)
-    limit = bound(ref.where(finite, torch.zeros_like(ref)), candidate.dtype)
-    err = (got - ref).abs()
-    bad = finite & ~(err <= limit)  # a NaN err (NaN or inf output) is bad
-    bad |= ~finite & ~(got.isnan() & ref.isnan()) & (got != ref)
-    scale = float(ref[finite].abs().amax()) if bool(finite.any()) else 1.0
-    worst = float(err[finite].nan_to_num(float("inf")).amax()) / max(scale, 1e-30) \
-        if bool(finite.any()) else 0.0
-    if not bool(bad.any()):
-        return GateResult(True, worst)
-    count = int(bad.sum())
-    first = tuple(int(i) for i in bad.nonzero()[0].tolist())
-    return GateResult(False, worst, f"{count} of {got.numel()} elements outside the bound "
-                                    f"(first at {first}: {got[first].item()} vs "
-                                    f"{ref[first].item()})")
+    return within_limit(candidate, reference,
+                        bound(ref.where(finite, torch.zeros_like(ref)), candidate.dtype))
 
 
 def numerics_gate(candidate: Any, reference: Any) -> GateResult:

@@ -38,8 +38,7 @@ from typing import Any
 import torch
 from oasr_core.kit import TORCH, scaled_ops
 from oasr_core.kit.launching import into_out, on_device
-from oasr_core.runtime import device_arch_of
-from oasr_core.types import Config, Sentinel, Tier
+from oasr_core.types import Config, Tier
 
 from oasr_scaled_mm_fp8 import launch, reference
 from oasr_scaled_mm_fp8.config_space import DTYPE, FAMILY, OP_MM, OP_QUANT
@@ -55,7 +54,6 @@ _BIAS_DTYPES = (torch.float16, torch.bfloat16, torch.float32)
 _compiling = torch.compiler.is_compiling
 _PLANS = SERVING.plans
 stats, reset_stats, clear_memo = SERVING.stats, SERVING.reset_stats, SERVING.clear
-_ROUTE = "route"
 
 
 def scaled_mm_fp8(a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor,
@@ -100,28 +98,17 @@ def unquantized(n: int, k: int, m: int, device: int) -> bool:
     """Whether a quantized linear of width ``(N, K)`` at ``M`` rows on CUDA ``device`` runs in
     its activation dtype (``F.linear``): the tiers name ``Sentinel.UNQUANTIZED`` there, or no
     entry covers the shape and the untuned route (:func:`oasr_scaled_mm_fp8.untuned.fp8_wins`)
-    does not predict the heuristic's fp8 tile plus the quantizer to beat bf16. Memoised per
-    epoch with the op's plans (one dict lookup after the first call)."""
-    key = (_ROUTE, n, k, m, device)
-    route = _PLANS.table.get(key)
-    if route is None:
-        import oasr_core
+    does not predict the heuristic's fp8 tile plus the quantizer to beat bf16
+    (:func:`oasr_core.kit.scaled_ops.unquantized_route`, memoised per epoch)."""
+    from oasr_scaled_mm_fp8 import untuned
 
-        from oasr_scaled_mm_fp8 import untuned
+    def untuned_high(sel: Any) -> bool:
+        return (sel.tier is Tier.HEURISTIC and sel.config is not None
+                and not untuned.fp8_wins(sel.lane, n, k, m))
 
-        arch = on_device(device, lambda: device_arch_of(device))
-        try:
-            sel = oasr_core.select(FAMILY, OP_MM, DTYPE, (n, k), m, arch)
-        except Exception as exc:  # noqa: BLE001 - a broken tier never takes the layer down
-            SERVING.warn_once(f"route:{n}:{k}", f"oasr_scaled_mm_fp8: selection failed for "
-                              f"N={n} K={k} ({exc}); the layer runs quantized")
-            sel = None
-        bf16 = sel is not None and (
-            sel.choice is Sentinel.UNQUANTIZED
-            or (sel.tier is Tier.HEURISTIC and sel.config is not None
-                and not untuned.fp8_wins(sel.lane, n, k, m)))
-        route = _PLANS.store(key, bf16, SERVING.bind())
-    return route
+    return scaled_ops.unquantized_route(SERVING, FAMILY, OP_MM, DTYPE, n, k, m, device,
+                                        untuned_high=untuned_high,
+                                        label="oasr_scaled_mm_fp8")
 
 
 def _check(op: str, a: Any, w: Any, a_scale: Any, w_scale: Any, bias: Any, out_dtype: Any,

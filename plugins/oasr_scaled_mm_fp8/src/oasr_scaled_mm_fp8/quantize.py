@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from oasr_core.kit.scaled_ops import linear_in_dtype
 from oasr_core.kit.weights import QuantizedWeight, cached_weight
 
 CACHE_ATTR = "_oasr_fp8_w8a8"
@@ -64,12 +65,7 @@ def quantized_linear(x: Any, layer: Any) -> Any:
 
     n, k = layer.weight.shape
     if x.is_cuda and ops.unquantized(n, k, x.numel() // k if k else 0, x.device.index):
-        # The bf16 path: the quantized weight is not needed (nor checked for staleness).
-        weight = layer.weight if layer.weight.dtype == x.dtype else layer.weight.to(x.dtype)
-        bias = layer.bias
-        if bias is not None and bias.dtype != x.dtype:
-            bias = bias.to(x.dtype)
-        return torch.nn.functional.linear(x, weight, bias)
+        return linear_in_dtype(x, layer)
     state = quantized_weight(layer)
     q, a_scale = quantize_rows(x)
     out_dtype = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
