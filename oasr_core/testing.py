@@ -705,6 +705,25 @@ def isolated_plugin_runtime(monkeypatch: pytest.MonkeyPatch,
         s.libraries.forget()
 
 
+class ScriptedPlugin:
+    """A real plugin's families and lanes (its ``hooks`` module), measured by a scripted
+    device: each family's ``make_bench`` is ``bench.make_bench`` and no lane has JIT modules
+    (a live build would otherwise compile the lanes' whole spaces first)."""
+
+    def __init__(self, hooks: Any, bench: ScriptedBench) -> None:
+        self.hooks = hooks
+        self.bench = bench
+
+    @hookimpl
+    def oasr_register_families(self):
+        return [attrs.evolve(f, make_bench=self.bench.make_bench)
+                for f in self.hooks.oasr_register_families()]
+
+    @hookimpl
+    def oasr_register_lanes(self):
+        return [attrs.evolve(lane, jit_specs=None) for lane in self.hooks.oasr_register_lanes()]
+
+
 def pretend_cuda_device(index: int = 0, arch: str = "sm90", sm_count: int = 132) -> None:
     """Make the process runtime take CUDA device ``index`` for an ``arch`` GPU with
     ``sm_count`` SMs (selection and heuristics ask the runtime, which asks torch once)."""

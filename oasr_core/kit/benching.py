@@ -136,3 +136,45 @@ def quantized_operands(quantize_rows: Callable[[Any], tuple[Any, Any]], m: int, 
     w, w_scale = quantize_rows(wf)
     move = (lambda t: t.to(device)) if str(device) != "cpu" else (lambda t: t)
     return move(a), move(a_scale), move(w), move(w_scale), (move(b) if b is not None else None)
+
+
+def unquantized_arm(x: Any, weights: Sequence[Any], bias: Any, out: Any,
+                    refused: str | None = None) -> Callable[[], Arm]:
+    """The ``unquantized`` sentinel's arm factory of a W8A8 family: the layer in its
+    activation dtype, ``F.linear`` of ``x`` and ``weights[copy]`` with ``bias`` (for a 2-D
+    input, this addmm) into the fixed ``out``. ``refused``: why the op has no such path (its
+    consumer reads the quantized output); the factory then raises that."""
+
+    def factory() -> Arm:
+        if refused is not None:
+            from oasr_core.kit.serving import LaunchError
+
+            raise LaunchError(refused)
+        import torch
+
+        def run(i: int) -> Any:
+            return torch.addmm(bias, x, weights[i].t(), out=out)
+
+        return run
+
+    return factory
+
+
+def scaled_kernel_arm(prepared: Any, index: int, a: Any, weights: Sequence[Any], a_scale: Any,
+                      w_scale: Any, bias: Any, out_scale: float, out: Any, what: str,
+                      before: Callable[[], None] | None = None) -> Arm:
+    """A W8A8 family's kernel arm: ``prepared`` launched with the C ABI's operand list
+    ``(a, w, a_scale, w_scale, bias, out_scale tensor (none), out_scale, out)`` for each
+    weight copy (:func:`kernel_arm`), after ``before()`` (the activation quantizer a
+    quantized linear runs first; None: nothing)."""
+    operands = [(a.data_ptr(), wi.data_ptr(), a_scale.data_ptr(), w_scale.data_ptr(),
+                 bias.data_ptr(), 0, out_scale, out.data_ptr()) for wi in weights]
+    gemm = kernel_arm(prepared, index, operands, out, what)
+    if before is None:
+        return gemm
+
+    def run(i: int) -> Any:
+        before()
+        return gemm(i)
+
+    return run

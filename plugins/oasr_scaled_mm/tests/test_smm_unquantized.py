@@ -5,14 +5,13 @@ no entry covers stays int8."""
 
 from __future__ import annotations
 
-import attrs
 import oasr_core
 import pytest
 import torch
-from oasr_core import build, hookimpl, runtime
+from oasr_core import build, runtime
 from oasr_core.database import read_tuning_file
 from oasr_core.plugins import make_plugin_manager
-from oasr_core.testing import ScriptedBench, pretend_cuda_device
+from oasr_core.testing import ScriptedBench, ScriptedPlugin, pretend_cuda_device
 from oasr_core.types import Sentinel, Tier
 
 from oasr_scaled_mm import config_space as cs
@@ -32,28 +31,12 @@ def time_us(name, config, problem):
     return 8.0 if problem.m < 1024 else 25.0
 
 
-class ScriptedInt8:
-    """The real int8 family and lanes, measured by a scripted device."""
-
-    def __init__(self, bench: ScriptedBench) -> None:
-        self.bench = bench
-
-    @hookimpl
-    def oasr_register_families(self):
-        (family,) = hooks.oasr_register_families()
-        return [attrs.evolve(family, make_bench=self.bench.make_bench)]
-
-    @hookimpl
-    def oasr_register_lanes(self):
-        return [attrs.evolve(lane, jit_specs=None) for lane in hooks.oasr_register_lanes()]
-
-
 @pytest.fixture
 def scripted(tmp_path, monkeypatch):
     bench = ScriptedBench(time_us, sigma_rel=0.002)
     monkeypatch.setenv("OASR_TUNE_USER_DB", str(tmp_path / "user"))
     pm = make_plugin_manager(load_entrypoints=False)
-    pm.register(ScriptedInt8(bench), name="scaled_mm")
+    pm.register(ScriptedPlugin(hooks, bench), name="scaled_mm")
     rt = runtime.Runtime(pm=pm)
     runtime.install_runtime(rt)
     family = rt.registry.family(cs.FAMILY)

@@ -8,10 +8,9 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
-import attrs
 import oasr_core
 import pytest
-from oasr_core import build, hookimpl, runtime
+from oasr_core import build, runtime
 from oasr_core.autotuning import measure
 from oasr_core.census import shapeset
 from oasr_core.census.shapeset import ShapeSet
@@ -19,7 +18,7 @@ from oasr_core.database import read_tuning_file
 from oasr_core.errors import UncoveredShapesError
 from oasr_core.plugins import make_plugin_manager
 from oasr_core.report import tuning_report
-from oasr_core.testing import ScriptedBench, pretend_cuda_device
+from oasr_core.testing import ScriptedBench, ScriptedPlugin, pretend_cuda_device
 from oasr_core.tuner import TuningConfig
 from oasr_core.types import Problem, Sentinel, Tier
 
@@ -42,29 +41,12 @@ def time_us(name, config, problem):
     return 8.0 if problem.m < 1024 else 25.0
 
 
-class ScriptedFp8:
-    """The real fp8 family and lanes, measured by a scripted device."""
-
-    def __init__(self, bench: ScriptedBench) -> None:
-        self.bench = bench
-
-    @hookimpl
-    def oasr_register_families(self):
-        (family,) = hooks.oasr_register_families()
-        return [attrs.evolve(family, make_bench=self.bench.make_bench)]
-
-    @hookimpl
-    def oasr_register_lanes(self):
-        # No JIT modules: a live build would compile the lanes' whole spaces first.
-        return [attrs.evolve(lane, jit_specs=None) for lane in hooks.oasr_register_lanes()]
-
-
 @pytest.fixture
 def scripted(tmp_path, monkeypatch):
     bench = ScriptedBench(time_us, sigma_rel=0.002)
     monkeypatch.setenv("OASR_TUNE_USER_DB", str(tmp_path / "user"))
     pm = make_plugin_manager(load_entrypoints=False)
-    pm.register(ScriptedFp8(bench), name="scaled_mm_fp8")
+    pm.register(ScriptedPlugin(hooks, bench), name="scaled_mm_fp8")
     rt = runtime.Runtime(pm=pm)
     runtime.install_runtime(rt)
     yield bench, rt

@@ -115,17 +115,10 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
                        and cfg.params.get("stream_k")
                        else f"is not compiled in the {options.lane} module")
                 raise LaunchError(f"{cfg.id} {why}")
-            operands = [(a_in.data_ptr(), wi.data_ptr(), s_in.data_ptr(), w_scale.data_ptr(),
-                         bias.data_ptr(), 0, out_scale, out.data_ptr()) for wi in weights]
-            gemm = benching.kernel_arm(kernel.prepare(out_name, m, n, k), where.index,
-                                       operands, out,
-                                       f"{options.lane}/{cfg.id} refused m={m} n={n} k={k}")
-
-            def run(i: int) -> Any:
-                quantize()
-                return gemm(i)
-
-            arm_of[cfg.id] = run
+            arm_of[cfg.id] = benching.scaled_kernel_arm(
+                kernel.prepare(out_name, m, n, k), where.index, a_in, weights, s_in, w_scale,
+                bias, out_scale, out, f"{options.lane}/{cfg.id} refused m={m} n={n} k={k}",
+                None if quant else quantize)
         return arm_of[cfg.id]
 
     def torch_arm(i: int) -> Any:
@@ -149,20 +142,11 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
     bias_hp = b.to(dev, torch.float16)
     out_hp = torch.empty(m, n, dtype=torch.float16, device=dev)
 
-    def unquantized_arm() -> benching.Arm:
-        if quant:
-            raise LaunchError("scaled_mm_quant has no unquantized path (its consumer reads "
-                              "int8)")
-
-        def run(i: int) -> Any:
-            # F.linear of a 2-D input with a bias is this addmm (into a fixed output here).
-            return torch.addmm(bias_hp, x_hp, hp_weights[i].t(), out=out_hp)
-
-        return run
-
     arms, rejected = benching.choice_arms(
         problem, choices, options, family="scaled_mm", torch_arm=checked_torch_arm,
-        kernel_arm=kernel_arm, sentinel_arms={Sentinel.UNQUANTIZED: unquantized_arm})
+        kernel_arm=kernel_arm, sentinel_arms={Sentinel.UNQUANTIZED: benching.unquantized_arm(
+            x_hp, hp_weights, bias_hp, out_hp, "scaled_mm_quant has no unquantized path (its "
+            "consumer reads int8)" if quant else None)})
     gate_ref = exact
     heuristic = options.config_of(Sentinel.HEURISTIC, problem) \
         if options.resolve is not None else None

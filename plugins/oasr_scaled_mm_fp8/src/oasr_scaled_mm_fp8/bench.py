@@ -96,17 +96,10 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
             kernel = where.kernels.get((problem.op, cfg.id))
             if kernel is None:
                 raise LaunchError(f"{cfg.id} is not compiled in the {options.lane} module")
-            operands = [(a_in.data_ptr(), wi.data_ptr(), s_in.data_ptr(), w_scale.data_ptr(),
-                         bias.data_ptr(), 0, out_scale, out.data_ptr()) for wi in weights]
-            gemm = benching.kernel_arm(kernel.prepare("fp8" if quant else "bf16", m, n, k),
-                                       where.index, operands, out,
-                                       f"{options.lane}/{cfg.id} refused m={m} n={n} k={k}")
-
-            def run(i: int) -> Any:
-                quantize()
-                return gemm(i)
-
-            arm_of[cfg.id] = run
+            arm_of[cfg.id] = benching.scaled_kernel_arm(
+                kernel.prepare("fp8" if quant else "bf16", m, n, k), where.index, a_in,
+                weights, s_in, w_scale, bias, out_scale, out,
+                f"{options.lane}/{cfg.id} refused m={m} n={n} k={k}", None if quant else quantize)
         return arm_of[cfg.id]
 
     def torch_arm() -> benching.Arm:
@@ -122,20 +115,11 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
             raise LaunchError(f"torch._scaled_mm refused the shape: {exc}") from exc
         return run
 
-    def unquantized_arm() -> benching.Arm:
-        if quant:
-            raise LaunchError("scaled_mm_fp8_quant has no unquantized path (its consumer "
-                              "reads fp8)")
-
-        def run(i: int) -> Any:
-            # F.linear of a 2-D input with a bias is this addmm (into a fixed output here).
-            return torch.addmm(bias_hp, x, hp_weights[i].t(), out=out_hp)
-
-        return run
-
     arms, rejected = benching.choice_arms(
         problem, choices, options, family="scaled_mm_fp8", torch_arm=torch_arm,
-        kernel_arm=kernel_arm, sentinel_arms={Sentinel.UNQUANTIZED: unquantized_arm})
+        kernel_arm=kernel_arm, sentinel_arms={Sentinel.UNQUANTIZED: benching.unquantized_arm(
+            x, hp_weights, bias_hp, out_hp, "scaled_mm_fp8_quant has no unquantized path (its "
+            "consumer reads fp8)" if quant else None)})
     hp_target = reference.scale(torch.mm(x.double(), w_hp.double().t()).float(),
                                 torch.ones(m, device=dev), torch.ones(n, device=dev), bias_hp)
 
