@@ -724,6 +724,19 @@ class ScriptedPlugin:
         return [attrs.evolve(lane, jit_specs=None) for lane in self.hooks.oasr_register_lanes()]
 
 
+def install_scripted(hooks: Any, bench: ScriptedBench, name: str) -> Any:
+    """A runtime of the real plugin ``hooks`` alone, measured by ``bench`` (a
+    :class:`ScriptedPlugin` registered as ``name``), installed as the process's runtime
+    (undo with ``oasr_core.runtime.install_runtime(None)``)."""
+    from oasr_core import runtime
+
+    pm = make_plugin_manager(load_entrypoints=False)
+    pm.register(ScriptedPlugin(hooks, bench), name=name)
+    rt = runtime.Runtime(pm=pm)
+    runtime.install_runtime(rt)
+    return rt
+
+
 def pretend_cuda_device(index: int = 0, arch: str = "sm90", sm_count: int = 132) -> None:
     """Make the process runtime take CUDA device ``index`` for an ``arch`` GPU with
     ``sm_count`` SMs (selection and heuristics ask the runtime, which asks torch once)."""

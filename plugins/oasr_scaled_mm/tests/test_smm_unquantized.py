@@ -10,8 +10,7 @@ import pytest
 import torch
 from oasr_core import build, runtime
 from oasr_core.database import read_tuning_file
-from oasr_core.plugins import make_plugin_manager
-from oasr_core.testing import ScriptedBench, ScriptedPlugin, pretend_cuda_device
+from oasr_core.testing import ScriptedBench, install_scripted, pretend_cuda_device
 from oasr_core.types import Sentinel, Tier
 
 from oasr_scaled_mm import config_space as cs
@@ -35,10 +34,7 @@ def time_us(name, config, problem):
 def scripted(tmp_path, monkeypatch):
     bench = ScriptedBench(time_us, sigma_rel=0.002)
     monkeypatch.setenv("OASR_TUNE_USER_DB", str(tmp_path / "user"))
-    pm = make_plugin_manager(load_entrypoints=False)
-    pm.register(ScriptedPlugin(hooks, bench), name="scaled_mm")
-    rt = runtime.Runtime(pm=pm)
-    runtime.install_runtime(rt)
+    rt = install_scripted(hooks, bench, "scaled_mm")
     family = rt.registry.family(cs.FAMILY)
     census = build.census_from_widths(family, "256,1024", "64,512,4096", op=cs.OP_MM)
     out = tmp_path / "user" / ARCH / "scaled_mm.json"

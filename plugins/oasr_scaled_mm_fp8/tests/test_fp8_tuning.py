@@ -18,7 +18,7 @@ from oasr_core.database import read_tuning_file
 from oasr_core.errors import UncoveredShapesError
 from oasr_core.plugins import make_plugin_manager
 from oasr_core.report import tuning_report
-from oasr_core.testing import ScriptedBench, ScriptedPlugin, pretend_cuda_device
+from oasr_core.testing import ScriptedBench, install_scripted, pretend_cuda_device
 from oasr_core.tuner import TuningConfig
 from oasr_core.types import Problem, Sentinel, Tier
 
@@ -45,10 +45,7 @@ def time_us(name, config, problem):
 def scripted(tmp_path, monkeypatch):
     bench = ScriptedBench(time_us, sigma_rel=0.002)
     monkeypatch.setenv("OASR_TUNE_USER_DB", str(tmp_path / "user"))
-    pm = make_plugin_manager(load_entrypoints=False)
-    pm.register(ScriptedPlugin(hooks, bench), name="scaled_mm_fp8")
-    rt = runtime.Runtime(pm=pm)
-    runtime.install_runtime(rt)
+    rt = install_scripted(hooks, bench, "scaled_mm_fp8")
     yield bench, rt
     runtime.install_runtime(None)
 
