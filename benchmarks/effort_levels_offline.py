@@ -51,11 +51,15 @@ cross-evaluation), from the two H200 builds of the Conformer census."""
 PER_ARM_S = 0.0069
 """Measuring seconds per arm row (gate, issue timing, capture, rounds)."""
 
-LOGS = {
-    "gemm": [("a", ROOT / "db/sm90/measurements/gemm.jsonl"),
-             ("b", ROOT / "benchmarks/results/h200_gemm_build_b.jsonl.gz")],
-    "scaled_mm": [("a", ROOT / "db/sm90/measurements/scaled_mm.jsonl")],
-}
+LOGS = [
+    ("gemm", "gemm", [("a", ROOT / "db/sm90/measurements/gemm.jsonl"),
+                      ("b", ROOT / "benchmarks/results/h200_gemm_build_b.jsonl.gz")]),
+    ("gemm, 14 signatures of other widths", "gemm",
+     [("a", ROOT / "benchmarks/results/h200_build_speed_speed14_reference.jsonl.gz")]),
+    ("scaled_mm", "scaled_mm", [("a", ROOT / "db/sm90/measurements/scaled_mm.jsonl")]),
+]
+"""(section, family, exhaustive logs): the Conformer census's two gemm builds, the
+14-signature census's exhaustive reference (``build_speed.py``), the int8 Conformer log."""
 NAMED = tuple(effort.LEVELS)
 """The levels users pick (the grid's are added to ``effort.LEVELS`` for the replays only)."""
 GRID = [(kc, ks, 14, None) for kc in (1, 2, 3, 4) for ks in (0, 1, None)] + [
@@ -173,10 +177,14 @@ def main(argv: Sequence[str] | None = None) -> int:
              "model (fitted on log a); `held-out`: by a model refitted without the scored "
              "signature. Cost: compile units, arm rows, the GPU time of the halving schedule "
              "on those rows, and measuring wall estimated as "
-             f"{PER_POINT_S} s/point + {PER_ARM_S} s/arm row (fitted on the H200 builds).", ""]
+             f"{PER_POINT_S} s/point + {PER_ARM_S} s/arm row (fitted on the H200 builds). "
+             "Levels: `quick`, `default`, `exhaustive` as `oasr_core.build.effort.LEVELS` "
+             "defines them (their compile-unit caps included); `kN+sM/pP[/uU]`: the "
+             "calibration's top-N per point pooled per signature, the structure's top-M beside "
+             "it (`s=`: N), P points, at most U compile units for the census.", ""]
     with tempfile.TemporaryDirectory() as tmp:
         scratch = Path(tmp)
-        for fam_name, logs in LOGS.items():
+        for label, fam_name, logs in LOGS:
             fam = registry.family(fam_name)
             logs = [(n, plain(p, scratch)) for n, p in logs if p.exists()]
             if not logs:
@@ -196,7 +204,7 @@ def main(argv: Sequence[str] | None = None) -> int:
             rank_modes = {"in-sample": None}
             if modelled:
                 rank_modes["held-out"] = held_out_rankers(arms, fam, lane, profile)
-            lines += [f"## {fam_name} ({', '.join(f'{n}: {p.name}' for n, p in logs)})", "",
+            lines += [f"## {label} ({', '.join(f'{n}: {p.name}' for n, p in logs)})", "",
                       "| level | ranking | geo% | p95% | max% | agree a/b | units | points | "
                       "arm rows | halving GPU s | est. measure s |",
                       "|---|---|---|---|---|---|---|---|---|---|---|"]
