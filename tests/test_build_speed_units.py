@@ -76,3 +76,34 @@ def test_a_build_module_links_the_bundles_holding_its_configs(tmp_path, monkeypa
     residual = plan(lane.bench_modules.for_op("gemm_residual").spec(
         "sm90", configs[1:2], ("fp16",), groups))
     assert [u.key for u in residual.units] == [tu.key]  # the same object, compiled once
+
+
+def test_a_group_s_bundle_holds_the_kernels_of_the_ops_that_time_it(tmp_path, monkeypatch):
+    from oasr_gemm import jit
+    from oasr_gemm.config_space import LANE_SM90
+
+    from oasr_core.jit.bundles import Group, plan_groups
+    from oasr_core.jit.spec import plan
+    from oasr_core.runtime import get_runtime
+
+    monkeypatch.setenv("OASR_JIT_DIR", str(tmp_path / "jit"))
+    monkeypatch.setattr(jit, "_BENCH_DTYPES", {})
+    lane = get_runtime().registry.lane(LANE_SM90)
+    configs = [c for c in lane.config_space if not c.params["stream_k"]][:6]
+
+    def first_bundle(ops, op="gemm"):
+        groups = [Group(g, ops) for g in plan_groups(configs, 3)]
+        tu, = plan(lane.bench_modules.for_op(op).spec("sm90", configs[:1], ("fp16",),
+                                                      groups)).units
+        return tu
+
+    plain = first_bundle({"gemm", "gemm_activation"})
+    assert plain.unit.name.endswith("+1") and "sm90_residual.cuh" not in plain.text
+    residual = first_bundle({"gemm_residual"}, op="gemm_residual")
+    assert residual.unit.name.endswith("+1") and "sm90_residual.cuh" in residual.text
+    both = first_bundle({"gemm", "gemm_residual"})
+    assert both.unit.name.endswith("+3")
+    assert plan(lane.bench_modules.for_op("gemm_residual").spec(
+        "sm90", configs[:1], ("fp16",), [Group(g, {"gemm", "gemm_residual"})
+                                          for g in plan_groups(configs, 3)])).units[0].key \
+        == both.key

@@ -304,12 +304,14 @@ def stream(lane: Lane, arch: str, signatures: Sequence[Any], done: Collection[st
     so a resumed build plans the same bundles and finds them compiled), whichever op times
     them, are cut into one group per nvcc slot (:func:`oasr_core.jit.bundles.plan_groups`),
     and each module links the bundles holding its units. A family whose ops compile different
-    units answers per op (``BenchModules.for_op``); every op's modules get the same groups, so
-    a family can compile one config's units of several ops in one file (gemm does: they share
-    the main loop). ``start_kw`` goes to :func:`start`.
+    units answers per op (``BenchModules.for_op``); every op's modules get the same groups
+    (:class:`oasr_core.jit.bundles.Group`, each naming the ops that time any of its configs),
+    so a family can compile one config's units of several ops in one file (gemm does: they
+    share the main loop) and leave out the kernels of ops no signature times there.
+    ``start_kw`` goes to :func:`start`.
     """
     from oasr_core.jit.builder import default_jobs
-    from oasr_core.jit.bundles import plan_groups
+    from oasr_core.jit.bundles import Group, plan_groups
 
     modules = lane.bench_modules
     for_op = modules.for_op if hasattr(modules, "for_op") else (lambda _op: modules)
@@ -320,7 +322,10 @@ def stream(lane: Lane, arch: str, signatures: Sequence[Any], done: Collection[st
     if dtypes is not None:
         slots = start_kw.get("jobs") or max(1, default_jobs() - 1)
         by_unit = {c.params.get("unit", c.id): c for cs in all_sets.values() for c in cs}
-        groups = plan_groups(list(by_unit.values()), slots)
+        timed_by = {sig.key: {c.id for c in all_sets[sig.key]} for sig in signatures}
+        groups = [Group(g, {sig.op for sig in signatures
+                            if timed_by[sig.key] & {c.id for c in g}})
+                  for g in plan_groups(list(by_unit.values()), slots)]
     queue: CompileQueue | None = None
     sets: dict[str, frozenset[str]] = {}
     for sig in signatures:

@@ -105,6 +105,27 @@ def bundles_of(units: Sequence[TranslationUnit]) -> dict[str, TranslationUnit]:
     return out
 
 
+class Group(tuple):
+    """One group of :func:`plan_groups` (a tuple of its items) that also says which ops of the
+    build time any of them (``ops``), so a family compiles into the group's bundle only the
+    kernels those ops need. A plain tuple says nothing: every op's kernels."""
+
+    ops: frozenset[str]
+
+    def __new__(cls, items: Sequence[object], ops: frozenset[str] | set[str]) -> Group:
+        group = super().__new__(cls, items)
+        group.ops = frozenset(ops)
+        return group
+
+    def __reduce__(self) -> tuple:
+        return (Group, (tuple(self), self.ops))
+
+
+def ops_of(group: Sequence[object]) -> frozenset[str] | None:
+    """The ops a group's bundle serves (None: any, for a plain tuple)."""
+    return getattr(group, "ops", None)
+
+
 def plan_groups(items: Sequence[T], slots: int, max_size: int = MAX_BUNDLE
                 ) -> list[tuple[T, ...]]:
     """``items`` (in compile priority order) cut into consecutive groups of near-equal size,
