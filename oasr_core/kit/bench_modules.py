@@ -9,8 +9,10 @@ answers three calls:
 - ``spec(arch_family, configs, dtypes, groups=None)``: the :class:`oasr_core.jit.JitSpec` of a
   module linking ``configs`` (a family may compile only the ``dtypes`` measured; None: every
   dtype, the production objects). ``groups`` partitions every config the build will time
-  (:func:`oasr_core.jit.bundles.plan_groups`): a family may compile a group's build-only
-  units as one bundle, linking the bundles that hold ``configs``;
+  (:func:`oasr_core.jit.bundles.plan_groups`; each a :class:`~oasr_core.jit.bundles.Group`
+  naming the ops that time any of its configs, the same groups for every op): a family may
+  compile a group's build-only units, of those ops, as one bundle, linking the bundles that
+  hold ``configs``;
 - ``install(arch_family, configs, dtypes, groups=None)``: load that module (built by then: a
   cache hit) and make the family's ``make_bench`` take its arms from it until the next
   ``install``; returns None, or why it could not (its arms are then rejected as not
