@@ -14,11 +14,15 @@ translation unit of the family's helper module, exporting the C ABI
 One pass over the activation, the row held in registers (the quantizer moves ``3 K + 4``
 bytes per row of a 16-bit input and is meant to run at the memory's bandwidth):
 
-- K a multiple of 8 and 16-byte aligned rows: 16-byte loads, 8-byte stores;
-  - at most 512 vectors of 8 (K <= 4096): a group of ``2^g`` lanes per row (a whole warp
-    from K = 1024, fewer below so that each lane still loads 4 vectors), the row's absmax
-    reduced by warp shuffles, many rows per block;
-  - at most 2048 vectors (K <= 16384): a block per row, its absmax through shared memory;
+- K a multiple of 8 and 16-byte aligned rows: 16-byte loads, 8-byte stores, 4 vectors of 8
+  per thread in registers up to K = 8192:
+  - at most 128 vectors (K <= 1024): a group of ``2^g`` lanes of one warp per row (fewer than
+    32 below K = 1024), the row's absmax reduced by warp shuffles, many rows per block;
+  - at most 1024 vectors (K <= 8192): 2, 4 or 8 warps per row, 4, 2 or 1 rows per block, the
+    absmax through shared memory (on the H200 a warp holding a 2048- or 4096-element row in
+    8 or 16 vectors a lane moved 0.6-0.7x the bytes per second of this arrangement's
+    4-vector lanes: fewer warps resident, each loading, reducing and storing in turn);
+  - at most 2048 vectors (K <= 16384): a block per row, 8 vectors per thread;
   - beyond: a block per row reading it twice (absmax, then quantize);
 - anything else (K not a multiple of 8, a misaligned pointer): a block per row, one element
   per access, reading it twice.
@@ -35,10 +39,11 @@ from __future__ import annotations
 
 import attrs
 
-GROUP_MAX_VECTORS = 512
-"""Rows of at most this many 16-byte vectors (K <= 4096 at 16 bits) take the group kernel."""
+GROUP_MAX_VECTORS = 128
+"""Rows of at most this many 16-byte vectors (K <= 1024 at 16 bits) take the group kernel
+(one warp or less per row); longer ones up to :data:`BLOCK_MAX_VECTORS` the block kernel."""
 BLOCK_MAX_VECTORS = 2048
-"""Rows of at most this many vectors (K <= 16384) take the register-resident block kernel."""
+"""Rows of at most this many vectors (K <= 16384) are held in registers (the block kernel)."""
 PATH_KS = (8, 16, 40, 72, 136, 512, 520, 1024, 1032, 2048, 2056, 4096, 4104, 8192, 8200,
            16392, 1004, 7)
 """Row lengths that reach every kernel and group width of :func:`kernel_of`, each at or just
@@ -76,15 +81,18 @@ def kernel_of(k: int, *, aligned: bool = True) -> str:
     vectors, rest = divmod(k, 8)
     if rest or not aligned:
         return "stream_rows, one element per access"
-    if vectors <= 128:
+    if vectors <= GROUP_MAX_VECTORS:
         lanes = 1
         while 4 * lanes < vectors:
             lanes *= 2
         return f"group_rows<4>, {lanes} lane(s) per row"
-    if vectors <= GROUP_MAX_VECTORS:
-        return f"group_rows<{8 if vectors <= 256 else 16}>, a warp per row"
+    if vectors <= 1024:
+        warps = 2
+        while 4 * 32 * warps < vectors:
+            warps *= 2
+        return f"block_rows<4>, {warps} warps per row"
     if vectors <= BLOCK_MAX_VECTORS:
-        return f"block_rows<{4 if vectors <= 1024 else 8}>"
+        return "block_rows<8>, 8 warps per row"
     return "stream_rows, 16-byte vectors"
 
 
@@ -179,9 +187,9 @@ __device__ __forceinline__ float block_max(float v, float* warp_max) {
   return v;
 }
 
-// Rows of at most NV << g_log2 vectors: 2^g_log2 lanes per row, NV vectors per lane in
-// registers, kThreads >> g_log2 rows per block. The loop runs on each warp's first row, so
-// every lane of a warp reaches the shuffles.
+// Rows of at most NV << g_log2 vectors: 2^g_log2 lanes of one warp per row, NV vectors per
+// lane in registers, kThreads >> g_log2 rows per block. The loop runs on each warp's first
+// row, so every lane of a warp reaches the shuffles.
 template <class T, int NV>
 __global__ void __launch_bounds__(kThreads)
     group_rows(const T* __restrict__ x, int64_t rows, int64_t k, int g_log2,
@@ -230,37 +238,63 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Rows of at most NV * kThreads vectors: a block per row, NV vectors per thread in registers.
+// Rows of at most NV * 32 << w_log2 vectors: 2^w_log2 warps per row (2, 4 or 8), NV vectors
+// per thread in registers, (kThreads / 32) >> w_log2 rows per block, each row's absmax
+// through shared memory. Every thread of a block runs the same iterations (the barriers).
 template <class T, int NV>
 __global__ void __launch_bounds__(kThreads)
-    block_rows(const T* __restrict__ x, int64_t rows, int64_t k, uint8_t* __restrict__ q,
-               float* __restrict__ scale) {
+    block_rows(const T* __restrict__ x, int64_t rows, int64_t k, int w_log2,
+               uint8_t* __restrict__ q, float* __restrict__ scale) {
   using T2 = typename Pair<T>::T2;
   __shared__ float warp_max[kThreads / 32];
+  const int warp = threadIdx.x >> 5;
+  const int warps = 1 << w_log2;
+  const int first_warp = warp & ~(warps - 1);   // the first warp of this thread's row
+  const int lane = threadIdx.x & ((32 << w_log2) - 1);
+  const int64_t per_block = (kThreads / 32) >> w_log2;
   const int64_t vectors = k / kVec;
-  for (int64_t row = blockIdx.x; row < rows; row += gridDim.x) {
-    const uint4* xr = reinterpret_cast<const uint4*>(x + row * k);
+  const int64_t stride = int64_t(gridDim.x) * per_block;
+  for (int64_t first = int64_t(blockIdx.x) * per_block; first < rows; first += stride) {
+    const int64_t row = first + (warp >> w_log2);
+    const bool live = row < rows;
+    const uint4* xr = reinterpret_cast<const uint4*>(x + (live ? row : first) * k);
     uint4 raw[NV];
     T2 m = Pair<T>::zero();
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
-      const int64_t v = int64_t(j) * kThreads + threadIdx.x;
+      const int64_t v = (int64_t(j) << (5 + w_log2)) + lane;
       raw[j] = make_uint4(0u, 0u, 0u, 0u);
-      if (v < vectors) {
+      if (live && v < vectors) {
         raw[j] = xr[v];
         m = fold<T>(m, raw[j]);
       }
     }
-    const float s = row_scale(block_max(widen_max<T>(m), warp_max));
-    if (threadIdx.x == 0) {
-      scale[row] = s;
-    }
-    uint2* qr = reinterpret_cast<uint2*>(q + row * k);
+    float amax = widen_max<T>(m);
 #pragma unroll
-    for (int j = 0; j < NV; ++j) {
-      const int64_t v = int64_t(j) * kThreads + threadIdx.x;
-      if (v < vectors) {
-        qr[v] = quantize8<T>(raw[j], s);
+    for (int offset = 16; offset > 0; offset >>= 1) {
+      amax = max_of(amax, __shfl_xor_sync(kFull, amax, offset));
+    }
+    if ((threadIdx.x & 31) == 0) {
+      warp_max[warp] = amax;
+    }
+    __syncthreads();
+    amax = warp_max[first_warp];
+    for (int w = 1; w < warps; ++w) {
+      amax = max_of(amax, warp_max[first_warp + w]);
+    }
+    __syncthreads();
+    const float s = row_scale(amax);
+    if (live) {
+      if (lane == 0) {
+        scale[row] = s;
+      }
+      uint2* qr = reinterpret_cast<uint2*>(q + row * k);
+#pragma unroll
+      for (int j = 0; j < NV; ++j) {
+        const int64_t v = (int64_t(j) << (5 + w_log2)) + lane;
+        if (v < vectors) {
+          qr[v] = quantize8<T>(raw[j], s);
+        }
       }
     }
   }
@@ -308,9 +342,7 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-enum Kernel : int {
-  kStreamScalar, kGroup4, kGroup8, kGroup16, kBlock4, kBlock8, kStreamVector, kKernels
-};
+enum Kernel : int { kStreamScalar, kGroup4, kBlock4, kBlock8, kStreamVector, kKernels };
 
 // Blocks of each kernel for T one SM holds, queried together on the first call for T (a later
 // call, inside a graph capture too, only reads them); 1 where a query fails.
@@ -323,8 +355,6 @@ inline const int* resident_blocks() {
     const void* kernels[kKernels] = {
         reinterpret_cast<const void*>(stream_rows<T, false>),
         reinterpret_cast<const void*>(group_rows<T, 4>),
-        reinterpret_cast<const void*>(group_rows<T, 8>),
-        reinterpret_cast<const void*>(group_rows<T, 16>),
         reinterpret_cast<const void*>(block_rows<T, 4>),
         reinterpret_cast<const void*>(block_rows<T, 8>),
         reinterpret_cast<const void*>(stream_rows<T, true>)};
@@ -365,25 +395,23 @@ inline int32_t launch(const T* x, int64_t rows, int64_t k, uint8_t* q, float* sc
   if (!vector) {
     stream_rows<T, false><<<grid_of(rows, 1, held[kStreamScalar], dev), kThreads, 0, stream>>>(
         x, rows, k, q, scale);
-  } else if (vectors <= 128) {
+  } else if (vectors <= @GROUP_MAX@) {
     int g_log2 = 0;  // the fewest lanes that hold the row in 4 vectors each
     while ((int64_t(4) << g_log2) < vectors) {
       ++g_log2;
     }
     group_rows<T, 4><<<grid_of(rows, kThreads >> g_log2, held[kGroup4], dev), kThreads, 0,
                        stream>>>(x, rows, k, g_log2, q, scale);
-  } else if (vectors <= 256) {
-    group_rows<T, 8><<<grid_of(rows, kThreads / 32, held[kGroup8], dev), kThreads, 0, stream>>>(
-        x, rows, k, 5, q, scale);
-  } else if (vectors <= @GROUP_MAX@) {
-    group_rows<T, 16><<<grid_of(rows, kThreads / 32, held[kGroup16], dev), kThreads, 0,
-                        stream>>>(x, rows, k, 5, q, scale);
   } else if (vectors <= 4 * kThreads) {
-    block_rows<T, 4><<<grid_of(rows, 1, held[kBlock4], dev), kThreads, 0, stream>>>(
-        x, rows, k, q, scale);
+    int w_log2 = 1;  // the fewest warps (2, 4, 8) that hold the row in 4 vectors a thread
+    while ((int64_t(4 * 32) << w_log2) < vectors) {
+      ++w_log2;
+    }
+    block_rows<T, 4><<<grid_of(rows, (kThreads / 32) >> w_log2, held[kBlock4], dev), kThreads,
+                       0, stream>>>(x, rows, k, w_log2, q, scale);
   } else if (vectors <= @BLOCK_MAX@) {
     block_rows<T, 8><<<grid_of(rows, 1, held[kBlock8], dev), kThreads, 0, stream>>>(
-        x, rows, k, q, scale);
+        x, rows, k, 3, q, scale);
   } else {
     stream_rows<T, true><<<grid_of(rows, 1, held[kStreamVector], dev), kThreads, 0, stream>>>(
         x, rows, k, q, scale);
