@@ -18,7 +18,7 @@ def problem(n: int, k: int, m: int, op: str = cs.OP_MM) -> Problem:
 def test_spaces_are_small_and_all_feasible():
     for lane in cs.LANES:
         full = cs.full_space(lane)
-        assert 8 <= len(full) <= 14
+        assert 8 <= len(full) <= 16
         assert cs.space(lane) == full
         assert len({c.id for c in full}) == len(full)
         assert cs.DEFAULTS[lane] in {c.id for c in full}

@@ -13,10 +13,10 @@ shape, shared-memory footprint and warp arrangements), with fast accumulation, p
 
 sm90_fp8_wgmma (CUTLASS 3.x, TMA + wgmma; K tile 128 = one 128-byte swizzle row of fp8): the
 non-persistent kernel at five tiles for small and middle M, the persistent ping-pong 128x128
-with three clusters and the cooperative 128x128 / 256x128 / 128x256 for large M, all with the
-``FP8FastAccum`` main loops (the only competitive ones on Hopper), plus the promoted
-(non-fast) ping-pong and cooperative 128x128 for deep K. 9 + 13 configs: a whole space
-compiles in a few minutes on 16 cores.
+with three clusters and 128x64, and the cooperative 128x128 / 256x128 / 128x256 (the last two
+also with 2x1 clusters) for large M, all with the ``FP8FastAccum`` main loops (the only
+competitive ones on Hopper), plus the promoted (non-fast) ping-pong and cooperative 128x128
+for deep K. 9 + 16 configs: a whole space compiles in a few minutes on 16 cores.
 """
 
 from __future__ import annotations
@@ -100,8 +100,11 @@ def _sm90_all() -> Iterable[Config]:
         yield sm90_config((tm, tn, 128))
     for cluster in ((1, 1), (1, 2), (2, 1)):
         yield sm90_config((128, 128, 128), cluster, "pingpong")
+    yield sm90_config((128, 64, 128), (1, 1), "pingpong")
     for tm, tn in ((128, 128), (256, 128), (128, 256)):
         yield sm90_config((tm, tn, 128), (1, 1), "cooperative")
+    for tm, tn in ((256, 128), (128, 256)):
+        yield sm90_config((tm, tn, 128), (2, 1), "cooperative")
     for schedule in ("pingpong", "cooperative"):
         yield sm90_config((128, 128, 128), (1, 1), schedule, fast_accum=False)
 
