@@ -10,7 +10,10 @@ Rows, per grad mode and M (fp16, N = K = ``--width``):
 - ``F.linear``: torch's own call;
 - ``gemm torch``: ``oasr_gemm.ops.gemm`` when its plan is the torch path (``F.linear`` plus
   the op's checks and memo lookup);
-- ``gemm kernel``: ``oasr_gemm.ops.gemm`` when its plan is a prepared kernel;
+- ``gemm kernel``: ``oasr_gemm.ops.gemm`` when its plan is a prepared kernel (with CUDA, the
+  table's config, or the sm90 lane default where no entry covers the width);
+- ``gemm launch only``: that plan's prepared call alone on preallocated tensors (the ctypes
+  call, the launcher's host side and the launch: what the op adds its Python side to);
 - ``scaled_mm kernel``: ``oasr_scaled_mm.ops.scaled_mm`` (int8, fp32 bias) on a prepared
   kernel.
 
@@ -148,6 +151,27 @@ class _Exports:
         return getattr(ctypes.CDLL(self._lib._name), self._name)
 
 
+def _default_plans() -> None:
+    """Serve every gemm shape from the sm90 lane's default config in this process's
+    production module (a real kernel where no table entry covers the width)."""
+    from oasr_gemm import ops as gemm_ops
+    from oasr_gemm.config_space import LANE_SM90, SM90_DEFAULT
+    from oasr_gemm.config_space import SPACES as GEMM_SPACES
+
+    from oasr_core.runtime import device_arch_of
+
+    def plan(key: tuple) -> Any:
+        op, activation, tdtype, n, k, m, dev = key
+        dtype = gemm_ops._DTYPES[tdtype]
+        return gemm_ops.SERVING.plan(
+            key, device_arch_of(dev), select=lambda: GEMM_SPACES.config(LANE_SM90, SM90_DEFAULT),
+            kernel_key=lambda config: config.id,
+            prepare=lambda kernel: kernel.prepare(dtype, m, n, k, activation),
+            what=f"op={op} {dtype} N={n} K={k}")
+
+    gemm_ops._plan = plan
+
+
 def _torch_plans() -> None:
     """Serve every gemm shape from the torch path (its plan is the kit's TORCH)."""
     from oasr_gemm import ops as gemm_ops
@@ -207,8 +231,13 @@ def _at(m: int, width: int, number: int, repeat: int, cuda: bool,
         smm_ops.clear_memo()
         if stub:
             _stub_plans(_LIB, streams=not cuda)
-        rows.append(("gemm kernel", timed(gemm) if _kernel_served(gemm_ops, gemm, cuda)
-                     else None))
+        elif not _kernel_served(gemm_ops, gemm, cuda):
+            gemm_ops.clear_memo()
+            _default_plans()
+        served = _kernel_served(gemm_ops, gemm, cuda)
+        rows.append(("gemm kernel", timed(gemm) if served else None))
+        if served:
+            rows.append(("gemm launch only", timed(_launch_only(gemm_ops, a, w, b))))
         rows.append(("scaled_mm kernel", timed(scaled_mm)
                      if _kernel_served(smm_ops, scaled_mm, cuda) else None))
     finally:
@@ -216,6 +245,18 @@ def _at(m: int, width: int, number: int, repeat: int, cuda: bool,
         gemm_ops.clear_memo()
         smm_ops.clear_memo()
     return rows
+
+
+def _launch_only(ops: Any, a: torch.Tensor, w: torch.Tensor,
+                 b: torch.Tensor) -> Callable[[], Any]:
+    """The served plan's prepared call on preallocated tensors: the ctypes call, the
+    launcher's host side and the launch, without the op's checks, lookup and allocation."""
+    shape = ("gemm", None, a.dtype, w.shape[0], w.shape[1], a.shape[0])
+    (dev, plan), = ((key[-1], plan) for key, plan in ops.SERVING.plans.table.items()
+                    if key[:-1] == shape)
+    out = a.new_empty((a.shape[0], w.shape[0]))
+    ptrs = (a.data_ptr(), w.data_ptr(), b.data_ptr(), out.data_ptr())
+    return lambda: plan(dev, *ptrs)
 
 
 def _kernel_served(ops: Any, call: Callable[[], Any], cuda: bool) -> bool:
