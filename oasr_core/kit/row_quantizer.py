@@ -238,31 +238,33 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-// Rows of at most NV * 32 << w_log2 vectors: 2^w_log2 warps per row (2, 4 or 8), NV vectors
-// per thread in registers, (kThreads / 32) >> w_log2 rows per block, each row's absmax
-// through shared memory. Every thread of a block runs the same iterations (the barriers).
-template <class T, int NV>
+// Rows of at most NV * 32 << W vectors: 2^W warps per row (2, 4 or 8), NV vectors per thread
+// in registers, (kThreads / 32) >> W rows per block, each row's absmax through shared memory.
+// Every thread of a block runs the same iterations (the barriers). W is a template parameter
+// so that the vector offsets are constants.
+template <class T, int NV, int W>
 __global__ void __launch_bounds__(kThreads)
-    block_rows(const T* __restrict__ x, int64_t rows, int64_t k, int w_log2,
-               uint8_t* __restrict__ q, float* __restrict__ scale) {
+    block_rows(const T* __restrict__ x, int64_t rows, int64_t k, uint8_t* __restrict__ q,
+               float* __restrict__ scale) {
   using T2 = typename Pair<T>::T2;
+  constexpr int kWarps = 1 << W;
+  constexpr int kLanes = 32 << W;
   __shared__ float warp_max[kThreads / 32];
   const int warp = threadIdx.x >> 5;
-  const int warps = 1 << w_log2;
-  const int first_warp = warp & ~(warps - 1);   // the first warp of this thread's row
-  const int lane = threadIdx.x & ((32 << w_log2) - 1);
-  const int64_t per_block = (kThreads / 32) >> w_log2;
+  const int first_warp = warp & ~(kWarps - 1);   // the first warp of this thread's row
+  const int lane = threadIdx.x & (kLanes - 1);
+  const int64_t per_block = (kThreads / 32) >> W;
   const int64_t vectors = k / kVec;
   const int64_t stride = int64_t(gridDim.x) * per_block;
   for (int64_t first = int64_t(blockIdx.x) * per_block; first < rows; first += stride) {
-    const int64_t row = first + (warp >> w_log2);
+    const int64_t row = first + (warp >> W);
     const bool live = row < rows;
     const uint4* xr = reinterpret_cast<const uint4*>(x + (live ? row : first) * k);
     uint4 raw[NV];
     T2 m = Pair<T>::zero();
 #pragma unroll
     for (int j = 0; j < NV; ++j) {
-      const int64_t v = (int64_t(j) << (5 + w_log2)) + lane;
+      const int64_t v = int64_t(j) * kLanes + lane;
       raw[j] = make_uint4(0u, 0u, 0u, 0u);
       if (live && v < vectors) {
         raw[j] = xr[v];
@@ -279,7 +281,8 @@ __global__ void __launch_bounds__(kThreads)
     }
     __syncthreads();
     amax = warp_max[first_warp];
-    for (int w = 1; w < warps; ++w) {
+#pragma unroll
+    for (int w = 1; w < kWarps; ++w) {
       amax = max_of(amax, warp_max[first_warp + w]);
     }
     __syncthreads();
@@ -291,7 +294,7 @@ __global__ void __launch_bounds__(kThreads)
       uint2* qr = reinterpret_cast<uint2*>(q + row * k);
 #pragma unroll
       for (int j = 0; j < NV; ++j) {
-        const int64_t v = (int64_t(j) << (5 + w_log2)) + lane;
+        const int64_t v = int64_t(j) * kLanes + lane;
         if (v < vectors) {
           qr[v] = quantize8<T>(raw[j], s);
         }
@@ -342,7 +345,9 @@ __global__ void __launch_bounds__(kThreads)
   }
 }
 
-enum Kernel : int { kStreamScalar, kGroup4, kBlock4, kBlock8, kStreamVector, kKernels };
+enum Kernel : int {
+  kStreamScalar, kGroup4, kBlock4W2, kBlock4W4, kBlock4W8, kBlock8, kStreamVector, kKernels
+};
 
 // Blocks of each kernel for T one SM holds, queried together on the first call for T (a later
 // call, inside a graph capture too, only reads them); 1 where a query fails.
@@ -355,8 +360,10 @@ inline const int* resident_blocks() {
     const void* kernels[kKernels] = {
         reinterpret_cast<const void*>(stream_rows<T, false>),
         reinterpret_cast<const void*>(group_rows<T, 4>),
-        reinterpret_cast<const void*>(block_rows<T, 4>),
-        reinterpret_cast<const void*>(block_rows<T, 8>),
+        reinterpret_cast<const void*>(block_rows<T, 4, 1>),
+        reinterpret_cast<const void*>(block_rows<T, 4, 2>),
+        reinterpret_cast<const void*>(block_rows<T, 4, 3>),
+        reinterpret_cast<const void*>(block_rows<T, 8, 3>),
         reinterpret_cast<const void*>(stream_rows<T, true>)};
     Table t{};
     for (int i = 0; i < kKernels; ++i) {
@@ -402,16 +409,18 @@ inline int32_t launch(const T* x, int64_t rows, int64_t k, uint8_t* q, float* sc
     }
     group_rows<T, 4><<<grid_of(rows, kThreads >> g_log2, held[kGroup4], dev), kThreads, 0,
                        stream>>>(x, rows, k, g_log2, q, scale);
+  } else if (vectors <= 4 * 64) {  // the fewest warps (2, 4, 8) holding 4 vectors a thread
+    block_rows<T, 4, 1><<<grid_of(rows, 4, held[kBlock4W2], dev), kThreads, 0, stream>>>(
+        x, rows, k, q, scale);
+  } else if (vectors <= 4 * 128) {
+    block_rows<T, 4, 2><<<grid_of(rows, 2, held[kBlock4W4], dev), kThreads, 0, stream>>>(
+        x, rows, k, q, scale);
   } else if (vectors <= 4 * kThreads) {
-    int w_log2 = 1;  // the fewest warps (2, 4, 8) that hold the row in 4 vectors a thread
-    while ((int64_t(4 * 32) << w_log2) < vectors) {
-      ++w_log2;
-    }
-    block_rows<T, 4><<<grid_of(rows, (kThreads / 32) >> w_log2, held[kBlock4], dev), kThreads,
-                       0, stream>>>(x, rows, k, w_log2, q, scale);
+    block_rows<T, 4, 3><<<grid_of(rows, 1, held[kBlock4W8], dev), kThreads, 0, stream>>>(
+        x, rows, k, q, scale);
   } else if (vectors <= @BLOCK_MAX@) {
-    block_rows<T, 8><<<grid_of(rows, 1, held[kBlock8], dev), kThreads, 0, stream>>>(
-        x, rows, k, 3, q, scale);
+    block_rows<T, 8, 3><<<grid_of(rows, 1, held[kBlock8], dev), kThreads, 0, stream>>>(
+        x, rows, k, q, scale);
   } else {
     stream_rows<T, true><<<grid_of(rows, 1, held[kStreamVector], dev), kThreads, 0, stream>>>(
         x, rows, k, q, scale);
