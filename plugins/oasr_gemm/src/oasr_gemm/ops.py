@@ -168,7 +168,7 @@ def _run(op: str, activation: str | None, a: torch.Tensor, w: torch.Tensor,
         if plan is TORCH:
             return _torch_path("selected", activation, a, w, bias, out)
     if out is None:
-        out = a.new_empty((m, n) if len(ashape) == 2 else (*ashape[:-1], n))
+        out = plan.output(a, n)
     elif not out.is_contiguous():
         return _torch_path("noncontiguous", activation, a, w, bias, out)
     a_ptr, w_ptr, d_ptr = a.data_ptr(), w.data_ptr(), out.data_ptr()
@@ -247,7 +247,7 @@ def _run_residual(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
         if plan is TORCH:
             return _torch_residual("selected", a, w, bias, residual, alpha, out)
     if out is None:
-        out = a.new_empty((m, n) if len(ashape) == 2 else (*ashape[:-1], n))
+        out = plan.output(a, n)
     elif not out.is_contiguous():
         return _torch_residual("noncontiguous", a, w, bias, residual, alpha, out)
     a_ptr, w_ptr, r_ptr, d_ptr = a.data_ptr(), w.data_ptr(), residual.data_ptr(), out.data_ptr()

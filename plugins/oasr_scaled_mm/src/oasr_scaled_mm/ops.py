@@ -231,7 +231,7 @@ def _run(op: str, a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor,
     if bias is not None and bias.dtype is not _F32:
         bias = bias.to(_F32)
     if out is None:
-        out = a.new_empty((m, n) if a.dim() == 2 else (*a.shape[:-1], n), dtype=out_dtype)
+        out = plan.output(a, n, out_dtype)
     if out_scale is None:
         os_ptr, os_val = 0, 1.0
     elif out_scale.__class__ is float:

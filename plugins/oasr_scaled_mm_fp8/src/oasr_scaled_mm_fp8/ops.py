@@ -200,7 +200,7 @@ def _run(op: str, a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor,
     if bias is not None and bias.dtype is not _F32:
         bias = bias.to(_F32)
     if out is None:
-        out = a.new_empty((*a.shape[:-1], n), dtype=out_dtype)
+        out = plan.output(a, n, out_dtype)
     os_ptr, os_val = launch.out_scale_args(out_scale)
     status = plan(dev, a.data_ptr(), w.data_ptr(), a_scale.data_ptr(), w_scale.data_ptr(),
                   bias.data_ptr() if bias is not None else 0, os_ptr, os_val, out.data_ptr())
