@@ -34,16 +34,20 @@ CUDA every row runs on the GPU with real launchers (kernels compiled in this pro
 production module; a shape the module cannot serve prints ``n/a``), or with ``--stub`` real
 CUDA tensors and the no-op launcher (the op's Python side on that host, no compile needed).
 
-Each figure is the best of ``--repeat`` loops of ``--number`` calls (microseconds per call):
-the loop least disturbed by other work on the host. Run:
+The paths are timed in turn, ``--repeat`` rounds of ``--number`` calls each (a round times
+every path once), so that a host whose speed drifts (the H200 machine's moved 30% between
+runs) slows every path alike: each row gives the best loop (microseconds per call) and the
+median over the rounds of the path's time over ``F.linear``'s in the same round. Run:
 ``python benchmarks/op_overhead.py [--stub]``.
 """
 
 from __future__ import annotations
 
 import argparse
+import contextlib
 import ctypes
 import platform
+import statistics
 import subprocess
 import tempfile
 import time
@@ -84,16 +88,12 @@ class _CudaLike:
                 setattr(torch.Tensor, name, saved)
 
 
-def _best_us(fn: Callable[[], Any], number: int, repeat: int) -> float:
-    for _ in range(min(number, 500)):
+def _loop_us(fn: Callable[[], Any], number: int) -> float:
+    """Microseconds per call over one loop of ``number`` calls."""
+    start = time.perf_counter_ns()
+    for _ in range(number):
         fn()
-    best = float("inf")
-    for _ in range(repeat):
-        start = time.perf_counter_ns()
-        for _ in range(number):
-            fn()
-        best = min(best, (time.perf_counter_ns() - start) / number)
-    return best / 1000.0
+    return (time.perf_counter_ns() - start) / number / 1000.0
 
 
 def _noop_library(tmp: Path) -> ctypes.CDLL:
@@ -182,21 +182,24 @@ def _torch_plans() -> None:
 
 
 def _rows(width: int, number: int, repeat: int, cuda: bool,
-          stub: bool) -> list[tuple[str, str, int, Any]]:
-    rows: list[tuple[str, str, int, Any]] = []
+          stub: bool) -> list[tuple[str, str, int, Any, Any]]:
+    rows: list[tuple[str, str, int, Any, Any]] = []
     for mode in (torch.no_grad, torch.inference_mode):
         for m in MS:
             with mode():
-                rows += [(mode.__name__, path, m, us)
-                         for path, us in _at(m, width, number, repeat, cuda, stub)]
+                rows += [(mode.__name__, path, m, best, ratio)
+                         for path, best, ratio in _at(m, width, number, repeat, cuda, stub)]
     return rows
 
 
 def _at(m: int, width: int, number: int, repeat: int, cuda: bool,
-        stub: bool) -> list[tuple[str, Any]]:
-    """The four rows at one M, under the caller's grad mode."""
+        stub: bool) -> list[tuple[str, Any, Any]]:
+    """The rows at one M, under the caller's grad mode: ``(path, best us, median ratio to
+    F.linear over the rounds)``; every round times each path once, in turn."""
     from oasr_gemm import ops as gemm_ops
     from oasr_scaled_mm import ops as smm_ops
+
+    from oasr_core.kit import TORCH
 
     device = "cuda" if cuda else "cpu"
     a = torch.randn(m, width, device=device).half()
@@ -213,62 +216,61 @@ def _at(m: int, width: int, number: int, repeat: int, cuda: bool,
     def scaled_mm() -> Any:
         return smm_ops.scaled_mm(qa, qw, sa, sw, qb)
 
-    def timed(fn: Callable[[], Any]) -> float:
-        if cuda:
-            return _best_us(fn, number, repeat)
-        with _CudaLike():
-            return _best_us(fn, number, repeat)
-
-    rows: list[tuple[str, Any]] = [("F.linear", _best_us(lambda: F.linear(a, w, b), number,
-                                                         repeat))]
     real_plans = gemm_ops._plan, smm_ops._plan
+    context = contextlib.nullcontext() if cuda else _CudaLike()
     try:
-        gemm_ops.clear_memo()
-        _torch_plans()
-        rows.append(("gemm torch", timed(gemm)))
-        gemm_ops._plan, smm_ops._plan = real_plans
-        gemm_ops.clear_memo()
-        smm_ops.clear_memo()
-        if stub:
-            _stub_plans(_LIB, streams=not cuda)
-        elif not _kernel_served(gemm_ops, gemm, cuda):
+        with context:
             gemm_ops.clear_memo()
-            _default_plans()
-        served = _kernel_served(gemm_ops, gemm, cuda)
-        rows.append(("gemm kernel", timed(gemm) if served else None))
-        if served:
-            rows.append(("gemm launch only", timed(_launch_only(gemm_ops, a, w, b))))
-        rows.append(("scaled_mm kernel", timed(scaled_mm)
-                     if _kernel_served(smm_ops, scaled_mm, cuda) else None))
+            smm_ops.clear_memo()
+            if stub:
+                _stub_plans(_LIB, streams=not cuda)
+            elif not _kernel_served(gemm_ops, gemm):
+                gemm_ops.clear_memo()
+                _default_plans()
+            paths: dict[str, Callable[[], Any] | None] = {
+                "F.linear": lambda: F.linear(a, w, b), "gemm torch": gemm, "gemm kernel": None,
+                "gemm launch only": None, "scaled_mm kernel": None}
+            plans: dict[str, Any] = {"gemm torch": TORCH}
+            if _kernel_served(gemm_ops, gemm):
+                (key, plan), = gemm_ops.SERVING.plans.table.items()
+                paths["gemm kernel"], plans["gemm kernel"] = gemm, plan
+                paths["gemm launch only"] = _launch_only(key, plan, a, w, b)
+            if _kernel_served(smm_ops, scaled_mm):
+                paths["scaled_mm kernel"] = scaled_mm
+            for fn in paths.values():
+                if fn is not None:
+                    for _ in range(min(number, 500)):
+                        fn()
+            times: dict[str, list[float]] = {p: [] for p, fn in paths.items() if fn}
+            for _ in range(repeat):
+                for path in times:
+                    if path in plans:
+                        gemm_ops.SERVING.plans.table[key] = plans[path]
+                    times[path].append(_loop_us(paths[path], number))
     finally:
         gemm_ops._plan, smm_ops._plan = real_plans
         gemm_ops.clear_memo()
         smm_ops.clear_memo()
-    return rows
+    linear = times["F.linear"]
+    return [(path, min(times[path]),
+             statistics.median(t / f for t, f in zip(times[path], linear, strict=True)))
+            if path in times else (path, None, None) for path in paths]
 
 
-def _launch_only(ops: Any, a: torch.Tensor, w: torch.Tensor,
+def _launch_only(key: tuple, plan: Any, a: torch.Tensor, w: torch.Tensor,
                  b: torch.Tensor) -> Callable[[], Any]:
     """The served plan's prepared call on preallocated tensors: the ctypes call, the
     launcher's host side and the launch, without the op's checks, lookup and allocation."""
-    shape = ("gemm", None, a.dtype, w.shape[0], w.shape[1], a.shape[0])
-    (dev, plan), = ((key[-1], plan) for key, plan in ops.SERVING.plans.table.items()
-                    if key[:-1] == shape)
     out = a.new_empty((a.shape[0], w.shape[0]))
-    ptrs = (a.data_ptr(), w.data_ptr(), b.data_ptr(), out.data_ptr())
+    dev, ptrs = key[-1], (a.data_ptr(), w.data_ptr(), b.data_ptr(), out.data_ptr())
     return lambda: plan(dev, *ptrs)
 
 
-def _kernel_served(ops: Any, call: Callable[[], Any], cuda: bool) -> bool:
+def _kernel_served(ops: Any, call: Callable[[], Any]) -> bool:
     """Whether ``call`` is served by a kernel (no torch-path fallback counted)."""
     ops.reset_stats()
-    if cuda:
-        call()
-        call()
-    else:
-        with _CudaLike():
-            call()
-            call()
+    call()
+    call()
     return not ops.stats()
 
 
@@ -281,15 +283,16 @@ def main() -> None:
     ap.add_argument("--width", type=int, default=None,
                     help="N = K (default 1024 on a GPU, 16 on a CPU: little CPU math)")
     ap.add_argument("--number", type=int, default=None,
-                    help="calls per loop (default 20000 on a GPU, 2000 on a CPU)")
-    ap.add_argument("--repeat", type=int, default=5, help="loops; the best is reported")
+                    help="calls per loop (default 2000)")
+    ap.add_argument("--repeat", type=int, default=15,
+                    help="rounds, each timing every path once in turn (default 15)")
     ap.add_argument("--stub", action="store_true",
                     help="with CUDA: launch a no-op C function instead of the kernels (the "
                          "Python side on real CUDA tensors; always so without CUDA)")
     args = ap.parse_args()
     cuda = torch.cuda.is_available()
     args.width = args.width or (1024 if cuda else 16)
-    args.number = args.number or (20_000 if cuda else 2_000)
+    args.number = args.number or 2_000
     torch.set_num_threads(1)  # CPU math on one thread: a busy host's pool spins otherwise
     stub = args.stub or not cuda
     with tempfile.TemporaryDirectory() as d:
@@ -301,16 +304,18 @@ def main() -> None:
         where += ", kernel rows launch a no-op C function"
     print(f"# op host overhead ({platform.python_implementation()} "
           f"{platform.python_version()}, torch {torch.__version__}, {platform.machine()}, "
-          f"{where}; N = K = {args.width}, fp16 / int8; best of {args.repeat} x "
-          f"{args.number} calls)\n")
-    linear = {(mode, m): us for mode, path, m, us in rows if path == "F.linear"}
-    print("| grad mode | path | M | us per call | vs F.linear |")
-    print("|---|---|---:|---:|---:|")
-    for mode, path, m, us in rows:
-        if us is None:
-            print(f"| {mode} | {path} | {m} | n/a | |")
+          f"{where}; N = K = {args.width}, fp16 / int8; {args.repeat} rounds of "
+          f"{args.number} calls per path, the paths in turn)\n")
+    print("| grad mode | path | M | best us per call | best vs best F.linear | "
+          "median of the rounds' ratios to F.linear |")
+    print("|---|---|---:|---:|---:|---:|")
+    linear = {(mode, m): best for mode, path, m, best, _ in rows if path == "F.linear"}
+    for mode, path, m, best, ratio in rows:
+        if best is None:
+            print(f"| {mode} | {path} | {m} | n/a | | |")
             continue
-        print(f"| {mode} | {path} | {m} | {us:.2f} | {us / linear[(mode, m)]:.2f}x |")
+        print(f"| {mode} | {path} | {m} | {best:.2f} | {best / linear[(mode, m)]:.2f}x | "
+              f"{ratio:.2f}x |")
 
 
 if __name__ == "__main__":
