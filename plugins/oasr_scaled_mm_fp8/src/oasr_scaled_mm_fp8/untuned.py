@@ -4,9 +4,9 @@ At a shape no tuning entry covers, the tiers answer the shape heuristic's tile
 (``Tier.HEURISTIC``). For the op that is the right answer (its caller hands it fp8 operands),
 but the quantized linear has a second choice: the layer in its own dtype (``F.linear``, what
 ``Sentinel.UNQUANTIZED`` names), which needs no activation quantizer. Measured on the H200
-(``benchmarks/results/h200_fp8.jsonl``, 2026-12-01, the one-pass row quantizer), the heuristic's
-fp8 tile with the quantizer loses to bf16 at 140 of the 196 uncovered sweep points (down to
-0.57x; N 512..4096, K 256..4096, M 256..16384), so :func:`fp8_wins` predicts both and
+(``benchmarks/results/h200_fp8.jsonl``, 2026-12-02, the one-pass row quantizer), the heuristic's
+fp8 tile with the quantizer loses to bf16 at 121 of the 196 uncovered sweep points (down to
+0.58x; N 512..4096, K 256..4096, M 256..16384), so :func:`fp8_wins` predicts both and
 :func:`oasr_scaled_mm_fp8.ops.unquantized` routes such a shape to ``F.linear`` unless fp8 wins.
 The op itself is unchanged (the heuristic's tile still serves it).
 
@@ -19,10 +19,10 @@ The prediction is a roofline per arm, microseconds, fitted on the log's arms by
 
 and fp8 serves when ``(fp8 + quant) * margin < bf16``. In the compute-bound regime the GEMM
 saving grows with ``M N K`` and the quantizer's cost with ``M K``, so the crossover is mostly a
-width: ``N > 1.5 / (quantizer_bytes_per_us * (1 / bf16_flops - 1 / fp8_flops))`` (~1200 with
+width: ``N > 1.5 / (quantizer_bytes_per_us * (1 / bf16_flops - 1 / fp8_flops))`` (~800 with
 the fitted constants, before the margin), plus the launch costs at small M. The quantizer's
 bandwidth (:data:`QUANTIZER_BYTES_PER_US`) is the constant that moves it: fitted on the log's
-``quantize`` arm (the one-pass row quantizer, ~3.0 TB/s over the sweep; 2.2 TB/s was the
+``quantize`` arm (the one-pass row quantizer, ~3.5 TB/s over the sweep; 2.2 TB/s was the
 one-block-per-row kernel before it). Refit after an H200 run of ``fp8_vs_torch.py``:
 ``python3 benchmarks/fp8_untuned_offline.py <its jsonl> --fit --out <md>`` prints every
 constant.
@@ -40,18 +40,19 @@ from oasr_scaled_mm_fp8.config_space import LANE_SM90
 
 HBM_BYTES_PER_US = 4.8e6
 """The H200's HBM3e bandwidth, bytes per microsecond (4.8 TB/s): the rooflines' memory term."""
-QUANTIZER_LAUNCH_US = 2.567
+QUANTIZER_LAUNCH_US = 2.284
 """The activation quantizer's fixed cost per call on the H200, microseconds (fitted)."""
-QUANTIZER_BYTES_PER_US = 3.044e6
+QUANTIZER_BYTES_PER_US = 3.529e6
 """The activation quantizer's bandwidth on the H200, bytes per microsecond, counting the
-``3 M K + 4 M`` bytes a 16-bit input moves (fitted on the log's ``quantize`` arm: 3.0 TB/s,
-the one-pass row quantizer; the kernel before it fitted 2.2 TB/s). Refit it from a new
+``3 M K + 4 M`` bytes a 16-bit input moves (fitted on the log's ``quantize`` arm: 3.5 TB/s,
+the one-pass row quantizer with several warps a row from K = 1032; 3.0 TB/s with one warp a
+row up to K = 4096; the one-block-per-row kernel before it fitted 2.2 TB/s). Refit it from a new
 ``fp8_vs_torch.py`` log (``fp8_untuned_offline.py --fit``); ``quantizer_bandwidth.py``'s
 fp8 GB/s x 1e3 is the same quantity at large M."""
-MARGIN = 1.2
+MARGIN = 1.15
 """fp8 must be predicted this much faster than bf16: the smallest of 1.0, 1.05, 1.1, ...
-that leaves no point of the log slower than bf16 (1.0 leaves 18, 1.1 five, 1.15 one at
-0.98x; 1.2: none, 38 of 220 points fp8, 1.040x geomean over the sweep). The
+that leaves no point of the log slower than bf16 (1.0 leaves 13, worst 0.84x; 1.05 seven;
+1.1 three; 1.15: none, 54 of 220 points fp8, 1.057x geomean over the sweep). The
 rooflines miss single arms by 10-15 %, and a wrong fp8 pick costs the layer where a wrong
 bf16 pick only forgoes a gain."""
 
@@ -89,8 +90,8 @@ class RouteModel:
             self.bf16_us(m, n, k)
 
 
-MODELS = {LANE_SM90: RouteModel(bf16_launch_us=3.469, bf16_flops_per_us=7.456e8,
-                                fp8_launch_us=3.270, fp8_flops_per_us=1.223e9)}
+MODELS = {LANE_SM90: RouteModel(bf16_launch_us=3.450, bf16_flops_per_us=7.328e8,
+                                fp8_launch_us=3.277, fp8_flops_per_us=1.202e9)}
 """The fitted route per lane: ``sm90_fp8_wgmma`` on the H200 (``h200_fp8.jsonl``, 220 points;
 ``fp8_untuned_offline.py --fit`` reproduces these constants from it)."""
 
