@@ -37,7 +37,7 @@ def test_the_log_replays_to_no_point_slower_than_bf16(points):
     uncovered = [p for p in points if p.uncovered]
     assert len(points) == 220 and len(uncovered) == 196
     old = offline.score(uncovered, [True] * len(uncovered))
-    assert old["slower"] == 121 and 0.58 < old["worst"] < 0.59
+    assert old["slower"] == 114 and 0.58 < old["worst"] < 0.59
     new = offline.score(points, picks["new: fp8 where the shipped route predicts it wins"])
     assert new["slower"] == 0 and new["geomean"] > 1.05
     held_out = offline.score(points, picks["new, leave one width out"])

@@ -41,7 +41,8 @@ def test_family_record():
     assert family.fallback is Sentinel.HEURISTIC and family.untuned_choice is Sentinel.HEURISTIC
     assert dict(family.quantizations) == {"fp8_w8a8": ("bf16", "fp16")}
     soft = family.soft_validators()
-    assert set(soft) == {"impl_hash", "cutlass"} and len(soft["impl_hash"]) == 16
+    assert set(soft) == {"impl_hash", "cutlass", "heuristic"} and len(soft["impl_hash"]) == 16
+    assert len(soft["heuristic"]) == 16
 
 
 def test_keys():

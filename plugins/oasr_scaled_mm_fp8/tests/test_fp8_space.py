@@ -73,9 +73,43 @@ def test_heuristic_rungs_one_config_per_tile_largest_first():
     (256, 4096, "ws_128x64x128_c1x1_fa"),       # 128x128: 32 x 2 = 64; 128x64: 128
     (256, 64, "ws_64x32x128_c1x1_fa"),          # nothing fills half a wave
 ])
-def test_heuristic_picks_the_largest_tile_launching_half_a_wave(n, m, want):
+def test_the_unfitted_ladder_picks_the_largest_tile_launching_half_a_wave(n, m, want,
+                                                                           monkeypatch):
+    monkeypatch.setattr(heuristic, "ARCH_LADDERS", {})
     lane = LANES[cs.LANE_SM90]
     assert heuristic.heuristic_config(problem(n, 1024, m), lane, sm_count=132).id == want
+
+
+@pytest.mark.parametrize(("n", "k", "m", "want"), [
+    (4096, 1024, 16384, "pp_128x128x128_c2x1_fa"),   # 4096 CTAs of 128x128 >= 6 waves
+    (4096, 2048, 16384, "pp_128x128x128_c1x1_fa"),   # no 2x1 cluster above K = 1024
+    (1024, 1024, 4096, "pp_128x128x128_c1x1_fa"),    # 256 CTAs: one wave and more
+    (512, 1024, 4096, "ws_128x128x128_c1x1_fa"),     # 128 CTAs: half a wave, not one
+    (256, 1024, 64, "ws_64x32x128_c1x1_fa"),
+    (4096, 8192, 4096, "pp_128x128x128_c1x1_fa"),    # K > 4096: the deep band's thresholds
+])
+def test_the_shipped_fitted_ladder_serves_sm90(n, k, m, want):
+    lane = LANES[cs.LANE_SM90]
+    assert heuristic.ladder_for(lane, "sm90").fitted
+    assert heuristic.heuristic_config(problem(n, k, m), lane, sm_count=132,
+                                      arch="sm90").id == want
+
+
+def test_a_malformed_fitted_file_is_one_warning_and_the_unfitted_tables(tmp_path):
+    from oasr_core.errors import OasrWarning
+
+    bad = tmp_path / "fitted_ladders.json"
+    bad.write_text('{"schema_version": 1, "ladders": [{"lane": "sm90_fp8_wgmma"}]}')
+    with pytest.warns(OasrWarning, match=r"oasr_scaled_mm_fp8: fitted ladder file .* lacks"):
+        assert heuristic.load_fitted(bad) == {}
+    assert heuristic.load_fitted(tmp_path / "missing.json") == {}
+
+
+def test_the_heuristic_stamp_names_the_tables(monkeypatch):
+    shipped = heuristic.ladder_digest()
+    assert heuristic.soft_validators()["heuristic"] == shipped
+    monkeypatch.setattr(heuristic, "ARCH_LADDERS", {})
+    assert heuristic.ladder_digest() != shipped
 
 
 def test_heuristic_without_a_device_uses_the_lanes_stated_sms():
@@ -87,7 +121,7 @@ def test_heuristic_without_a_device_uses_the_lanes_stated_sms():
 def test_production_set_holds_default_and_heuristic_tiles():
     ids = jit.PRODUCTION.ids(cs.LANE_SM90, "sm90")
     assert cs.SM90_DEFAULT in ids
-    assert {c.id for c in heuristic.rungs(cs.space(cs.LANE_SM90))} <= set(ids)
+    assert set(heuristic.ladder_for(cs.LANE_SM90, "sm90").rungs) <= set(ids)
 
 
 def test_units_name_their_kernels_schedules_and_symbols():

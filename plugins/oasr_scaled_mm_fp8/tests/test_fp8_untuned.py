@@ -45,7 +45,7 @@ def test_a_faster_quantizer_only_adds_fp8_picks():
     slow_picks = {s for s in shapes if MODEL.fp8_wins(*s)}
     fast_picks = {s for s in shapes if fast.fp8_wins(*s)}
     assert slow_picks < fast_picks
-    assert (4096, 2048, 1024) in fast_picks - slow_picks
+    assert (1024, 4096, 1024) in fast_picks - slow_picks
 
 
 def test_a_lane_without_a_fitted_model_keeps_fp8():

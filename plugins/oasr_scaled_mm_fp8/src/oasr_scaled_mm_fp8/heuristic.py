@@ -1,24 +1,44 @@
-"""The scaled_mm_fp8 shape heuristic (``Sentinel.HEURISTIC``, the family's untuned selector).
+"""The scaled_mm_fp8 shape heuristic (``Sentinel.HEURISTIC``, the family's untuned selector):
+a tile ladder (:mod:`oasr_core.kit.ladders`, the mechanism the int8 family uses too).
 
-"The largest data-parallel tile that still launches at least half a wave": the lane's
-:func:`rungs` are one config per tile shape, largest tile area first (ties: taller tile
-first); the first whose CTA count ``ceil(M / TM) * ceil(N / TN)`` reaches :data:`FILL` x the
-SM count serves, and the smallest tile catches everything below. Per tile shape the rung is
-its fast-accumulation config with a 1x1 cluster, the non-persistent kernel before the
-cooperative one before ping-pong (a shape the heuristic serves is untuned: the simplest
-kernel of the tile). The SM count is the device's (:func:`oasr_core.kit.devices.
-heuristic_device`), the ``sku`` stamp of a tuning file, so nothing else is stamped.
+Unfitted (:data:`LADDERS`), the ladder is "the largest data-parallel tile that still launches
+at least half a wave": the lane's :func:`rungs` are one config per tile shape, largest tile
+area first (ties: taller tile first); the first whose CTA count ``ceil(M / TM) * ceil(N /
+TN)`` reaches :data:`FILL` x the SM count serves, and the smallest tile catches everything
+below. Per tile shape the rung is its fast-accumulation config with a 1x1 cluster, the
+non-persistent kernel before the cooperative one before ping-pong.
+
+Fitted (:data:`ARCH_LADDERS`, read from ``fitted_ladders.json`` beside this module): the sm90
+lane's table fitted on the H200 sweep of every tile (``benchmarks/results/h200_fp8.jsonl``,
+220 points; ``benchmarks/fp8_ladder_fit.py``, whose report is
+``benchmarks/results/fp8_ladder_fit.md``). Its rungs differ from the unfitted ones: the
+persistent ping-pong 128x128 kernels, with a 2x1 cluster at the largest sizes, in place of
+the cooperative 256x128 and 128x256 tiles, which lost to them wherever they launched. The
+geomean regret over the sweep against the best tile is 1.044 for the unfitted rule and about
+1.006 for the fitted table, also with each width left out of the fit. A file that is missing
+or malformed leaves the unfitted tables serving (one warning for a malformed one).
+
+The SM count is the device's (:func:`oasr_core.kit.devices.heuristic_device`), the ``sku``
+stamp of a tuning file; the tables are the ``heuristic`` soft stamp (:func:`ladder_digest`).
 """
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+import os
+from collections.abc import Iterable, Mapping
+from pathlib import Path
 
+from oasr_core.kit import ladders
 from oasr_core.kit.devices import heuristic_device
+from oasr_core.kit.ladders import FittedLadder, Ladder
 from oasr_core.types import Config, Lane, Problem
 
-FILL = 0.5
-"""The fraction of a wave of CTAs (one per SM) a rung must launch."""
+from oasr_scaled_mm_fp8.config_space import LANES, space
+
+FILL = ladders.HALF_WAVE
+"""The fraction of a wave of CTAs (one per SM) a rung of the unfitted ladder must launch."""
+K_BOUNDS = (1024, 4096)
+"""K bands of the tables: K <= 1024, 1024 < K <= 4096, K > 4096 (the int8 family's)."""
 _SCHEDULE_ORDER = {"mma_sync": 0, "ws": 0, "cooperative": 1, "pingpong": 2}
 
 
@@ -37,34 +57,77 @@ def rungs(configs: Iterable[Config]) -> tuple[Config, ...]:
     return tuple(best[t] for t in sorted(best, key=lambda t: (-t[0] * t[1], -t[0])))
 
 
-def pick(ladder: Sequence[Config], n: int, m: int, sm_count: int) -> Config:
-    """The first rung of ``ladder`` launching ``FILL * sm_count`` CTAs at ``(N, M)``, else
-    the last."""
-    for config in ladder:
-        tm, tn = config.params["tile"][:2]
-        if -(-m // tm) * -(-n // tn) >= FILL * sm_count:
-            return config
-    return ladder[-1]
+def unfitted_ladder(lane: str) -> Ladder:
+    """The half-wave ladder over :func:`rungs` of ``lane``'s space."""
+    ids = [c.id for c in rungs(space(lane))]
+    bands = len(K_BOUNDS) + 1
+    fill = [(FILL,) * bands] * (len(ids) - 1) + [(0.0,) * bands]
+    return Ladder(lane=lane, rungs=ids, k_bounds=K_BOUNDS, fill=fill)
 
 
-def heuristic_config(problem: Problem, lane: Lane, *, sm_count: int | None = None) -> Config:
-    """The heuristic's config for ``problem`` on ``lane`` (``sm_count``: this process's
-    device, or the lane's default arch's stated count)."""
-    if sm_count is None:
-        _arch, sm_count = heuristic_device(lane.arch_families, lane.default_on)
-    ladder = rungs(c for c in lane.config_space if lane.is_feasible(c))
-    if not ladder:
-        raise ValueError(f"lane {lane.name}: no feasible config")
-    return pick(ladder, problem.dim("N"), problem.m, sm_count)
+LADDERS: dict[str, Ladder] = {lane: unfitted_ladder(lane) for lane in LANES}
+"""The unfitted ladder of each lane (see the module docstring)."""
+
+FITTED_FILE = Path(__file__).with_name("fitted_ladders.json")
+"""The fitted tables shipped with the package."""
+_check_rungs = ladders.data_parallel_check(LANES, space)
 
 
-def sentinel_heuristic(problem: Problem, lane: Lane) -> Config:
+def read_fitted(path: str | os.PathLike[str]) -> list[FittedLadder]:
+    """The entries of a fitted-ladder file (:func:`oasr_core.kit.ladders.read_fitted`)."""
+    return ladders.read_fitted(path, _check_rungs)
+
+
+def write_fitted(path: str | os.PathLike[str],
+                 tables: Iterable[FittedLadder] | Mapping[tuple[str, str], Ladder]) -> Path:
+    """Write a fitted-ladder file (:func:`oasr_core.kit.ladders.write_fitted`)."""
+    return ladders.write_fitted(path, tables, _check_rungs)
+
+
+def load_fitted(path: str | os.PathLike[str] = FITTED_FILE) -> dict[tuple[str, str], Ladder]:
+    """The tables of a fitted-ladder file by ``(lane, arch)`` (none for a missing file; one
+    warning and none for a malformed one)."""
+    return ladders.load_fitted(path, _check_rungs, label="oasr_scaled_mm_fp8")
+
+
+ARCH_LADDERS: dict[tuple[str, str], Ladder] = load_fitted()
+"""Per-(lane, arch family) tables that override :data:`LADDERS`, read once at import."""
+
+
+def ladder_for(lane: str | Lane, arch: str | None = None) -> Ladder:
+    """The ladder of ``lane`` on ``arch``: the fitted table when one exists, else the
+    unfitted one."""
+    name = lane if isinstance(lane, str) else lane.name
+    if arch is not None and (name, arch) in ARCH_LADDERS:
+        return ARCH_LADDERS[(name, arch)]
+    return LADDERS[name]
+
+
+def heuristic_config(problem: Problem, lane: Lane, *, sm_count: int | None = None,
+                     arch: str | None = None) -> Config | None:
+    """The ladder's config for ``problem`` on ``lane`` with ``sm_count`` SMs on ``arch``
+    (both default to this process's device, else the lane's default arch); None when no rung
+    can run the shape (:func:`oasr_core.kit.ladders.pick_config`)."""
+    if sm_count is None or arch is None:
+        found_arch, found_sms = heuristic_device(lane.arch_families, lane.default_on)
+        arch = arch or found_arch
+        sm_count = sm_count or found_sms
+    return ladders.pick_config(ladder_for(lane, arch), problem, lane, sm_count)
+
+
+def sentinel_heuristic(problem: Problem, lane: Lane) -> Config | None:
     """``Family.sentinel_heuristic``: :func:`heuristic_config` on this process's device."""
     return heuristic_config(problem, lane)
 
 
+def ladder_digest() -> str:
+    """16 hex digits naming every table :func:`heuristic_config` reads (the ``heuristic``
+    soft stamp: an entry measured against other tables is reported stale)."""
+    return ladders.digest(LADDERS, ARCH_LADDERS)
+
+
 def soft_validators() -> dict[str, str | None]:
-    """``Family.soft_validators``: the JIT's stamps (the heuristic reads only the SM count)."""
+    """``Family.soft_validators``: the JIT's stamps plus ``heuristic`` (:func:`ladder_digest`)."""
     from oasr_scaled_mm_fp8 import jit
 
-    return jit.soft_validators()
+    return {**jit.soft_validators(), "heuristic": ladder_digest()}

@@ -35,10 +35,11 @@ def jit_arch(arch_family: str) -> str:
 
 
 def heuristic_ids(lane: str, arch: str) -> tuple[str, ...]:
-    """The config ids the shape heuristic can pick on ``lane``."""
-    from oasr_scaled_mm_fp8.heuristic import rungs
+    """The config ids the shape heuristic can pick on ``lane`` on ``arch`` (its ladder's
+    rungs)."""
+    from oasr_scaled_mm_fp8.heuristic import ladder_for
 
-    return tuple(c.id for c in rungs(space(lane)))
+    return ladder_for(lane, arch).rungs
 
 
 PRODUCTION = ProductionSet(family=FAMILY, compile_set_env=COMPILE_SET_ENV, space=space,
