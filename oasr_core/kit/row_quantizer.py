@@ -188,6 +188,43 @@ __device__ __forceinline__ float block_max(float v, float* warp_max) {
   return v;
 }
 
+// The NV vectors j * stride + lane of a row into raw (zeros past its end, or for a row that is
+// not live), and their absmax folded into the returned pair.
+template <class T, int NV>
+__device__ __forceinline__ typename Pair<T>::T2 load_row(const uint4* xr, int64_t vectors,
+                                                         int64_t lane, int64_t stride,
+                                                         bool live, uint4 (&raw)[NV]) {
+  typename Pair<T>::T2 m = Pair<T>::zero();
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int64_t v = int64_t(j) * stride + lane;
+    raw[j] = make_uint4(0u, 0u, 0u, 0u);
+    if (live && v < vectors) {
+      raw[j] = xr[v];
+      m = fold<T>(m, raw[j]);
+    }
+  }
+  return m;
+}
+
+// Row `row`'s scale (from its lane 0) and the quantized vectors load_row read into raw.
+template <class T, int NV>
+__device__ __forceinline__ void store_row(uint8_t* q, float* scale, int64_t row, int64_t k,
+                                          int64_t vectors, int64_t lane, int64_t stride,
+                                          const uint4 (&raw)[NV], float s) {
+  if (lane == 0) {
+    scale[row] = s;
+  }
+  uint2* qr = reinterpret_cast<uint2*>(q + row * k);
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int64_t v = int64_t(j) * stride + lane;
+    if (v < vectors) {
+      qr[v] = quantize8<T>(raw[j], s);
+    }
+  }
+}
+
 // Rows of at most NV << g_log2 vectors: 2^g_log2 lanes of one warp per row, NV vectors per
 // lane in registers, kThreads >> g_log2 rows per block. The loop runs on each warp's first
 // row, so every lane of a warp reaches the shuffles.
@@ -195,7 +232,6 @@ template <class T, int NV>
 __global__ void __launch_bounds__(kThreads)
     group_rows(const T* __restrict__ x, int64_t rows, int64_t k, int g_log2,
                uint8_t* __restrict__ q, float* __restrict__ scale) {
-  using T2 = typename Pair<T>::T2;
   const int g = 1 << g_log2;
   const int lane = threadIdx.x & (g - 1);
   const int64_t per_block = kThreads >> g_log2;
@@ -208,33 +244,12 @@ __global__ void __launch_bounds__(kThreads)
     const bool live = row < rows;
     const uint4* xr = reinterpret_cast<const uint4*>(x + (live ? row : first) * k);
     uint4 raw[NV];
-    T2 m = Pair<T>::zero();
-#pragma unroll
-    for (int j = 0; j < NV; ++j) {
-      const int64_t v = int64_t(j) * g + lane;
-      raw[j] = make_uint4(0u, 0u, 0u, 0u);
-      if (live && v < vectors) {
-        raw[j] = xr[v];
-        m = fold<T>(m, raw[j]);
-      }
-    }
-    float amax = widen_max<T>(m);
+    float amax = widen_max<T>(load_row<T, NV>(xr, vectors, lane, g, live, raw));
     for (int offset = g >> 1; offset > 0; offset >>= 1) {
       amax = max_of(amax, __shfl_xor_sync(kFull, amax, offset));
     }
-    const float s = row_scale(amax);
     if (live) {
-      if (lane == 0) {
-        scale[row] = s;
-      }
-      uint2* qr = reinterpret_cast<uint2*>(q + row * k);
-#pragma unroll
-      for (int j = 0; j < NV; ++j) {
-        const int64_t v = int64_t(j) * g + lane;
-        if (v < vectors) {
-          qr[v] = quantize8<T>(raw[j], s);
-        }
-      }
+      store_row<T, NV>(q, scale, row, k, vectors, lane, g, raw, row_scale(amax));
     }
   }
 }
@@ -247,7 +262,6 @@ template <class T, int NV, int W>
 __global__ void __launch_bounds__(kThreads)
     block_rows(const T* __restrict__ x, int64_t rows, int64_t k, uint8_t* __restrict__ q,
                float* __restrict__ scale) {
-  using T2 = typename Pair<T>::T2;
   constexpr int kWarps = 1 << W;
   constexpr int kLanes = 32 << W;
   __shared__ float warp_max[kThreads / 32];
@@ -262,17 +276,7 @@ __global__ void __launch_bounds__(kThreads)
     const bool live = row < rows;
     const uint4* xr = reinterpret_cast<const uint4*>(x + (live ? row : first) * k);
     uint4 raw[NV];
-    T2 m = Pair<T>::zero();
-#pragma unroll
-    for (int j = 0; j < NV; ++j) {
-      const int64_t v = int64_t(j) * kLanes + lane;
-      raw[j] = make_uint4(0u, 0u, 0u, 0u);
-      if (live && v < vectors) {
-        raw[j] = xr[v];
-        m = fold<T>(m, raw[j]);
-      }
-    }
-    float amax = widen_max<T>(m);
+    float amax = widen_max<T>(load_row<T, NV>(xr, vectors, lane, kLanes, live, raw));
 #pragma unroll
     for (int offset = 16; offset > 0; offset >>= 1) {
       amax = max_of(amax, __shfl_xor_sync(kFull, amax, offset));
@@ -287,19 +291,8 @@ __global__ void __launch_bounds__(kThreads)
       amax = max_of(amax, warp_max[first_warp + w]);
     }
     __syncthreads();
-    const float s = row_scale(amax);
     if (live) {
-      if (lane == 0) {
-        scale[row] = s;
-      }
-      uint2* qr = reinterpret_cast<uint2*>(q + row * k);
-#pragma unroll
-      for (int j = 0; j < NV; ++j) {
-        const int64_t v = int64_t(j) * kLanes + lane;
-        if (v < vectors) {
-          qr[v] = quantize8<T>(raw[j], s);
-        }
-      }
+      store_row<T, NV>(q, scale, row, k, vectors, lane, kLanes, raw, row_scale(amax));
     }
   }
 }
