@@ -70,17 +70,64 @@ def unquantized_route(serving: Any, family: str, op: str, dtype: str, n: int, k:
     return route
 
 
-def linear_in_dtype(x: Any, layer: Any) -> Any:
-    """``layer(x)`` as ``F.linear`` in ``x``'s dtype: a quantized linear's high-precision path
+_DTYPE_NAMES = {"float16": "fp16", "bfloat16": "bf16"}
+FULL_PRECISION = "full-precision linear"
+"""The first element of the memo key of :func:`linear_in_dtype`'s resolved linear."""
+
+
+def linear_in_dtype(x: Any, layer: Any, activation: str | None = None, *,
+                    serving: Any = None) -> Any:
+    """``activation(layer(x))`` in ``x``'s dtype: a quantized linear's high-precision path
     where its route says unquantized (the layer's quantized weight is not needed, nor
-    checked for staleness)."""
+    checked for staleness).
+
+    With ``serving`` (the family's :class:`~oasr_core.kit.serving.Serving`), the layer runs
+    through the linear an installed plugin serves for that dtype unquantized
+    (``oasr_linear(dtype, "none")``: the gemm family's ops, the activation fused), so a
+    quantized model is as fast where it runs unquantized as the unquantized model is with
+    oasr; resolved once per epoch (memoised in ``serving``'s plans). Without such a plugin, or
+    for a layer whose weight is not in ``x``'s dtype, it is ``F.linear`` then the activation
+    in torch.
+    """
     import torch
 
+    if serving is not None and layer.weight.dtype == x.dtype:
+        served = _full_precision_linear(serving, x.dtype)
+        if served is not None:
+            return served(x, layer) if activation is None else served(x, layer, activation)
     weight = layer.weight if layer.weight.dtype == x.dtype else layer.weight.to(x.dtype)
     bias = layer.bias
     if bias is not None and bias.dtype != x.dtype:
         bias = bias.to(x.dtype)
-    return torch.nn.functional.linear(x, weight, bias)
+    y = torch.nn.functional.linear(x, weight, bias)
+    if activation is None:
+        return y
+    from oasr_core.census.models import activate
+
+    return activate(y, activation)
+
+
+def _full_precision_linear(serving: Any, dtype: Any) -> Any:
+    """The plugins' unquantized linear for torch ``dtype`` (None: none, or a dtype without a
+    name), memoised per epoch; a failing hook is warned about once and leaves torch."""
+    key = (FULL_PRECISION, dtype)
+    table = serving.plans.table
+    if key in table:
+        return table[key]
+    name = _DTYPE_NAMES.get(str(dtype).removeprefix("torch."))
+    linear = None
+    if name is not None:
+        from oasr_core.census.workloads import served_linear
+        from oasr_core.errors import OasrError
+        from oasr_core.runtime import get_runtime
+
+        try:
+            linear = served_linear(get_runtime().pm, dtype=name)
+        except OasrError as exc:
+            serving.warn_once(f"full-precision:{name}", f"{serving.label}: no unquantized "
+                              f"linear for {name} ({exc}); F.linear serves the layers the "
+                              "table runs unquantized")
+    return serving.plans.store(key, linear, serving.bind())
 
 
 def register_custom_ops(module: Any, *, mm_name: str, quant_name: str, op_mm: str,

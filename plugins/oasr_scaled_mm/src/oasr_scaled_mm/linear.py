@@ -20,12 +20,11 @@ DTYPES = ("fp16", "bf16")
 
 
 def linear(x: Any, layer: Any, activation: str | None = None) -> Any:
-    """``activation(layer(x))``, the layer a W8A8 int8 GEMM."""
-    from oasr_core.census.models import activate
-
+    """``activation(layer(x))``, the layer a W8A8 int8 GEMM (its activation in torch), or
+    the unquantized linear with the activation fused where the table says unquantized."""
     from oasr_scaled_mm import quantize
 
-    return activate(quantize.quantized_linear(x, layer), activation)
+    return quantize.quantized_linear(x, layer, activation)
 
 
 def linear_for(dtype: str, quantization: str) -> Callable[..., Any] | None:

@@ -69,22 +69,25 @@ def quantized_weight(layer: Any) -> QuantizedWeight:
     return cached_weight(layer, CACHE_ATTR, quantize_rows)
 
 
-def quantized_linear(x: Any, layer: Any) -> Any:
-    """``layer(x)`` as a W8A8 int8 GEMM (or ``F.linear`` where the table says unquantized:
-    :func:`oasr_scaled_mm.ops.unquantized`); the output has ``x``'s dtype.
+def quantized_linear(x: Any, layer: Any, activation: str | None = None) -> Any:
+    """``activation(layer(x))`` with the layer a W8A8 int8 GEMM and the activation in torch,
+    or, where the table says unquantized (:func:`oasr_scaled_mm.ops.unquantized`), the layer
+    in ``x``'s dtype through the installed unquantized linear with the activation fused
+    (:func:`oasr_core.kit.scaled_ops.linear_in_dtype`); the output has ``x``'s dtype.
 
     fp16/bf16 inputs get their own dtype from the kernel; an fp32 input (a CPU probe) is
     computed with a bf16 output and converted back.
     """
     import torch
+    from oasr_core.census.models import activate
 
     from oasr_scaled_mm import ops
 
     n, k = layer.weight.shape
     if x.is_cuda and ops.unquantized(n, k, x.numel() // k if k else 0, x.device.index):
-        return linear_in_dtype(x, layer)
+        return linear_in_dtype(x, layer, activation, serving=ops.SERVING)
     state = quantized_weight(layer)
     q, a_scale = quantize_rows(x)
     out_dtype = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
     y = ops.scaled_mm(q, state.weight, a_scale, state.scale, state.bias, out_dtype=out_dtype)
-    return y if y.dtype == x.dtype else y.to(x.dtype)
+    return activate(y if y.dtype == x.dtype else y.to(x.dtype), activation)

@@ -19,12 +19,11 @@ DTYPES = ("bf16", "fp16")
 
 
 def linear(x: Any, layer: Any, activation: str | None = None) -> Any:
-    """``activation(layer(x))``, the layer a W8A8 fp8 GEMM."""
-    from oasr_core.census.models import activate
-
+    """``activation(layer(x))``, the layer a W8A8 fp8 GEMM (its activation in torch), or
+    the unquantized linear with the activation fused where the table says unquantized."""
     from oasr_scaled_mm_fp8 import quantize
 
-    return activate(quantize.quantized_linear(x, layer), activation)
+    return quantize.quantized_linear(x, layer, activation)
 
 
 def linear_for(dtype: str, quantization: str) -> Callable[..., Any] | None:

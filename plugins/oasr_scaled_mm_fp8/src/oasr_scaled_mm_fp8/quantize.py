@@ -56,19 +56,23 @@ def quantized_weight(layer: Any) -> QuantizedWeight:
     return cached_weight(layer, CACHE_ATTR, numerics.quantize_rows)
 
 
-def quantized_linear(x: Any, layer: Any) -> Any:
-    """``layer(x)`` as a W8A8 fp8 GEMM (or ``F.linear`` where the table says unquantized);
-    the output has ``x``'s dtype (an fp32 input computes with a bf16 output)."""
+def quantized_linear(x: Any, layer: Any, activation: str | None = None) -> Any:
+    """``activation(layer(x))`` with the layer a W8A8 fp8 GEMM and the activation in torch,
+    or, where the table or the untuned route says unquantized, the layer in ``x``'s dtype
+    through the installed unquantized linear with the activation fused
+    (:func:`oasr_core.kit.scaled_ops.linear_in_dtype`); the output has ``x``'s dtype (an
+    fp32 input computes with a bf16 output)."""
     import torch
+    from oasr_core.census.models import activate
 
     from oasr_scaled_mm_fp8 import ops
 
     n, k = layer.weight.shape
     if x.is_cuda and ops.unquantized(n, k, x.numel() // k if k else 0, x.device.index):
-        return linear_in_dtype(x, layer)
+        return linear_in_dtype(x, layer, activation, serving=ops.SERVING)
     state = quantized_weight(layer)
     q, a_scale = quantize_rows(x)
     out_dtype = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
     y = ops.scaled_mm_fp8(q, state.weight, a_scale, state.scale, state.bias,
                           out_dtype=out_dtype)
-    return y if y.dtype == x.dtype else y.to(x.dtype)
+    return activate(y if y.dtype == x.dtype else y.to(x.dtype), activation)

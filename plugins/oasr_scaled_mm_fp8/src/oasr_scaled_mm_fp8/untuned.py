@@ -6,8 +6,9 @@ but the quantized linear has a second choice: the layer in its own dtype (``F.li
 ``Sentinel.UNQUANTIZED`` names), which needs no activation quantizer. Measured on the H200
 (``benchmarks/results/h200_fp8.jsonl``, 2026-12-02, the one-pass row quantizer), the heuristic's
 fp8 tile (its fitted ladder) with the quantizer loses to bf16 at 114 of the 196 uncovered
-sweep points (down to 0.58x; N 512..4096, K 256..4096, M 256..16384), so :func:`fp8_wins` predicts both and
-:func:`oasr_scaled_mm_fp8.ops.unquantized` routes such a shape to ``F.linear`` unless fp8 wins.
+sweep points (down to 0.58x; N 512..4096, K 256..4096, M 256..16384), so :func:`fp8_wins`
+predicts both and :func:`oasr_scaled_mm_fp8.ops.unquantized` routes such a shape to the
+unquantized linear unless fp8 wins.
 The op itself is unchanged (the heuristic's tile still serves it).
 
 The prediction is a roofline per arm, microseconds, fitted on the log's arms by
