@@ -107,3 +107,50 @@ def test_a_failing_hook_is_one_warning_and_torch(install):
     with warnings.catch_warnings():
         warnings.simplefilter("error")
         scaled_ops.linear_in_dtype(x, layer, serving=int8_ops.SERVING)
+
+
+class WithResidual(Unquantized):
+    """An unquantized linear that also takes a residual (as the gemm family's does)."""
+
+    @hookimpl
+    def oasr_linear(self, dtype, quantization):
+        if dtype != "fp16" or quantization != "none":
+            return None
+
+        def linear(x, layer, activation=None, *, residual=None, alpha=1.0):
+            self.calls.append((tuple(x.shape), "residual" if residual is not None else None))
+            y = F.linear(x, layer.weight, layer.bias)
+            return y if residual is None else residual + alpha * y
+
+        return linear
+
+
+def test_a_residual_is_handed_to_a_linear_that_takes_one_else_added_in_torch(install):
+    layer, x = layer_and_input()
+    residual = torch.randn(4, 8).half()
+    y_lin = F.linear(x, layer.weight, layer.bias)
+    fused = WithResidual()
+    install(fused)
+    y = scaled_ops.linear_in_dtype(x, layer, serving=int8_ops.SERVING, residual=residual,
+                                   alpha=0.5)
+    assert fused.calls == [((4, 16), "residual")]
+    assert torch.equal(y, residual + 0.5 * y_lin)
+    plain = Unquantized()
+    install(plain)
+    y = scaled_ops.linear_in_dtype(x, layer, serving=int8_ops.SERVING, residual=residual)
+    assert plain.calls == [((4, 16), None)] and torch.equal(y, residual + y_lin)
+    install()
+    y = scaled_ops.linear_in_dtype(x, layer, serving=int8_ops.SERVING, residual=residual,
+                                   alpha=0.5)
+    assert torch.equal(y, residual + 0.5 * y_lin)
+    with pytest.raises(ValueError, match="residual add after activation 'silu'"):
+        scaled_ops.linear_in_dtype(x, layer, "silu", residual=residual)
+
+
+def test_both_quantized_linears_take_a_residual():
+    from oasr_scaled_mm import linear as int8_linear
+    from oasr_scaled_mm_fp8 import linear as fp8_linear
+
+    from oasr_core.census.models import takes_residual
+
+    assert takes_residual(int8_linear.linear) and takes_residual(fp8_linear.linear)

@@ -76,40 +76,54 @@ FULL_PRECISION = "full-precision linear"
 
 
 def linear_in_dtype(x: Any, layer: Any, activation: str | None = None, *,
-                    serving: Any = None) -> Any:
-    """``activation(layer(x))`` in ``x``'s dtype: a quantized linear's high-precision path
-    where its route says unquantized (the layer's quantized weight is not needed, nor
-    checked for staleness).
+                    serving: Any = None, residual: Any = None, alpha: float = 1.0) -> Any:
+    """``activation(layer(x))`` in ``x``'s dtype, or with ``residual`` ``residual + alpha *
+    layer(x)`` (no activation then): a quantized linear's high-precision path where its route
+    says unquantized (the layer's quantized weight is not needed, nor checked for staleness).
 
     With ``serving`` (the family's :class:`~oasr_core.kit.serving.Serving`), the layer runs
     through the linear an installed plugin serves for that dtype unquantized
-    (``oasr_linear(dtype, "none")``: the gemm family's ops, the activation fused), so a
-    quantized model is as fast where it runs unquantized as the unquantized model is with
-    oasr; resolved once per epoch (memoised in ``serving``'s plans). Without such a plugin, or
-    for a layer whose weight is not in ``x``'s dtype, it is ``F.linear`` then the activation
-    in torch.
+    (``oasr_linear(dtype, "none")``: the gemm family's ops, the activation or the residual add
+    fused where that linear fuses them), so a quantized model is as fast where it runs
+    unquantized as the unquantized model is with oasr; resolved once per epoch (memoised in
+    ``serving``'s plans). Without such a plugin, or for a layer whose weight is not in ``x``'s
+    dtype, it is ``F.linear`` and the activation or the add in torch, as the reference models
+    compute them.
     """
     import torch
 
+    from oasr_core.census.models import activate
+
+    if residual is not None and activation is not None:
+        raise ValueError(f"linear_in_dtype: a residual add after activation {activation!r} has "
+                         "no fused form")
     if serving is not None and layer.weight.dtype == x.dtype:
-        served = _full_precision_linear(serving, x.dtype)
-        if served is not None:
-            return served(x, layer) if activation is None else served(x, layer, activation)
+        found = _full_precision_linear(serving, x.dtype)
+        if found is not None:
+            served, fuses_residual = found
+            if residual is None:
+                return served(x, layer) if activation is None else served(x, layer, activation)
+            if fuses_residual:
+                return served(x, layer, residual=residual, alpha=alpha)
+            return add_residual(served(x, layer), residual, alpha)
     weight = layer.weight if layer.weight.dtype == x.dtype else layer.weight.to(x.dtype)
     bias = layer.bias
     if bias is not None and bias.dtype != x.dtype:
         bias = bias.to(x.dtype)
     y = torch.nn.functional.linear(x, weight, bias)
-    if activation is None:
-        return y
-    from oasr_core.census.models import activate
-
-    return activate(y, activation)
+    return activate(y, activation) if residual is None else add_residual(y, residual, alpha)
 
 
-def _full_precision_linear(serving: Any, dtype: Any) -> Any:
-    """The plugins' unquantized linear for torch ``dtype`` (None: none, or a dtype without a
-    name), memoised per epoch; a failing hook is warned about once and leaves torch."""
+def add_residual(y: Any, residual: Any, alpha: float) -> Any:
+    """``residual + y`` (``alpha`` 1) or ``residual + alpha * y``, as the reference models add
+    a linear's output to the residual stream when nothing fuses it."""
+    return residual + y if alpha == 1.0 else residual + alpha * y
+
+
+def _full_precision_linear(serving: Any, dtype: Any) -> tuple[Any, bool] | None:
+    """``(linear, takes a residual)`` of the plugins' unquantized linear for torch ``dtype``
+    (None: none, or a dtype without a name), memoised per epoch; a failing hook is warned
+    about once and leaves torch."""
     key = (FULL_PRECISION, dtype)
     table = serving.plans.table
     if key in table:
@@ -127,6 +141,10 @@ def _full_precision_linear(serving: Any, dtype: Any) -> Any:
             serving.warn_once(f"full-precision:{name}", f"{serving.label}: no unquantized "
                               f"linear for {name} ({exc}); F.linear serves the layers the "
                               "table runs unquantized")
+    if linear is not None:
+        from oasr_core.census.models import takes_residual
+
+        linear = (linear, takes_residual(linear))
     return serving.plans.store(key, linear, serving.bind())
 
 

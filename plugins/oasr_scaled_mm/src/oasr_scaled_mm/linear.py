@@ -19,12 +19,15 @@ DTYPES = ("fp16", "bf16")
 """Activation dtypes the quantized linear takes (and returns)."""
 
 
-def linear(x: Any, layer: Any, activation: str | None = None) -> Any:
+def linear(x: Any, layer: Any, activation: str | None = None, *, residual: Any = None,
+           alpha: float = 1.0) -> Any:
     """``activation(layer(x))``, the layer a W8A8 int8 GEMM (its activation in torch), or
-    the unquantized linear with the activation fused where the table says unquantized."""
+    the unquantized linear with the activation fused where the table says unquantized; with
+    ``residual``, ``residual + alpha * layer(x)`` (fused where the unquantized linear fuses
+    it)."""
     from oasr_scaled_mm import quantize
 
-    return quantize.quantized_linear(x, layer, activation)
+    return quantize.quantized_linear(x, layer, activation, residual=residual, alpha=alpha)
 
 
 def linear_for(dtype: str, quantization: str) -> Callable[..., Any] | None:

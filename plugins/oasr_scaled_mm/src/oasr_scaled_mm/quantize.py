@@ -16,7 +16,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from oasr_core.kit.scaled_ops import linear_in_dtype
+from oasr_core.kit.scaled_ops import add_residual, linear_in_dtype
 from oasr_core.kit.weights import QuantizedWeight, cached_weight
 
 CACHE_ATTR = "_oasr_int8_w8a8"
@@ -69,11 +69,14 @@ def quantized_weight(layer: Any) -> QuantizedWeight:
     return cached_weight(layer, CACHE_ATTR, quantize_rows)
 
 
-def quantized_linear(x: Any, layer: Any, activation: str | None = None) -> Any:
+def quantized_linear(x: Any, layer: Any, activation: str | None = None, *,
+                     residual: Any = None, alpha: float = 1.0) -> Any:
     """``activation(layer(x))`` with the layer a W8A8 int8 GEMM and the activation in torch,
     or, where the table says unquantized (:func:`oasr_scaled_mm.ops.unquantized`), the layer
     in ``x``'s dtype through the installed unquantized linear with the activation fused
-    (:func:`oasr_core.kit.scaled_ops.linear_in_dtype`); the output has ``x``'s dtype.
+    (:func:`oasr_core.kit.scaled_ops.linear_in_dtype`); with ``residual``, ``residual + alpha
+    * layer(x)`` (fused there where the unquantized linear fuses it, else added in torch). The
+    output has ``x``'s dtype.
 
     fp16/bf16 inputs get their own dtype from the kernel; an fp32 input (a CPU probe) is
     computed with a bf16 output and converted back.
@@ -85,9 +88,11 @@ def quantized_linear(x: Any, layer: Any, activation: str | None = None) -> Any:
 
     n, k = layer.weight.shape
     if x.is_cuda and ops.unquantized(n, k, x.numel() // k if k else 0, x.device.index):
-        return linear_in_dtype(x, layer, activation, serving=ops.SERVING)
+        return linear_in_dtype(x, layer, activation, serving=ops.SERVING, residual=residual,
+                               alpha=alpha)
     state = quantized_weight(layer)
     q, a_scale = quantize_rows(x)
     out_dtype = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
     y = ops.scaled_mm(q, state.weight, a_scale, state.scale, state.bias, out_dtype=out_dtype)
-    return activate(y if y.dtype == x.dtype else y.to(x.dtype), activation)
+    y = activate(y if y.dtype == x.dtype else y.to(x.dtype), activation)
+    return y if residual is None else add_residual(y, residual, alpha)

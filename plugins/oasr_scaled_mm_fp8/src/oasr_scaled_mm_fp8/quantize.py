@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from oasr_core.kit.scaled_ops import linear_in_dtype
+from oasr_core.kit.scaled_ops import add_residual, linear_in_dtype
 from oasr_core.kit.weights import QuantizedWeight, cached_weight
 
 CACHE_ATTR = "_oasr_fp8_w8a8"
@@ -56,11 +56,14 @@ def quantized_weight(layer: Any) -> QuantizedWeight:
     return cached_weight(layer, CACHE_ATTR, numerics.quantize_rows)
 
 
-def quantized_linear(x: Any, layer: Any, activation: str | None = None) -> Any:
+def quantized_linear(x: Any, layer: Any, activation: str | None = None, *,
+                     residual: Any = None, alpha: float = 1.0) -> Any:
     """``activation(layer(x))`` with the layer a W8A8 fp8 GEMM and the activation in torch,
     or, where the table or the untuned route says unquantized, the layer in ``x``'s dtype
     through the installed unquantized linear with the activation fused
-    (:func:`oasr_core.kit.scaled_ops.linear_in_dtype`); the output has ``x``'s dtype (an
+    (:func:`oasr_core.kit.scaled_ops.linear_in_dtype`); with ``residual``, ``residual + alpha
+    * layer(x)`` (fused there where the unquantized linear fuses it, else added in torch). The
+    output has ``x``'s dtype (an
     fp32 input computes with a bf16 output)."""
     import torch
     from oasr_core.census.models import activate
@@ -69,10 +72,12 @@ def quantized_linear(x: Any, layer: Any, activation: str | None = None) -> Any:
 
     n, k = layer.weight.shape
     if x.is_cuda and ops.unquantized(n, k, x.numel() // k if k else 0, x.device.index):
-        return linear_in_dtype(x, layer, activation, serving=ops.SERVING)
+        return linear_in_dtype(x, layer, activation, serving=ops.SERVING, residual=residual,
+                               alpha=alpha)
     state = quantized_weight(layer)
     q, a_scale = quantize_rows(x)
     out_dtype = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
     y = ops.scaled_mm_fp8(q, state.weight, a_scale, state.scale, state.bias,
                           out_dtype=out_dtype)
-    return activate(y if y.dtype == x.dtype else y.to(x.dtype), activation)
+    y = activate(y if y.dtype == x.dtype else y.to(x.dtype), activation)
+    return y if residual is None else add_residual(y, residual, alpha)
