@@ -166,7 +166,7 @@ class FittedLadder:
 
     @property
     def key(self) -> tuple[str, str]:
-        """``(lane, arch)``, the key of :data:`ARCH_LADDERS`."""
+        """``(lane, arch)``, the key of a family's fitted tables."""
         return self.ladder.lane, self.arch
 
     def to_json(self) -> dict[str, Any]:
