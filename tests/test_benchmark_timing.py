@@ -4,27 +4,20 @@ subtracted), back to back only when asked and labelled so; the scripts' options 
 
 from __future__ import annotations
 
-import importlib
 import random
 import subprocess
-import sys
-from pathlib import Path
 
 import pytest
+from bench_scripts import ROOT, script
 
 from oasr_core.bench import ScriptedArm, ScriptedGraph, ScriptedTimer
 
-ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "benchmarks"
 LABEL = "back to back (launch overlap credited)"
 
 
 @pytest.fixture(scope="module")
 def scripts():
-    for path in (BENCH, BENCH / "h200"):
-        if str(path) not in sys.path:
-            sys.path.insert(0, str(path))
-    return {name: importlib.import_module(name) for name in
+    return {name: script(name) for name in
             ("graph_timing", "gemm_vs_torch", "scaled_mm_vs_torch", "epilogue_variants")}
 
 

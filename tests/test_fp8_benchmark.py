@@ -3,21 +3,15 @@ lines against the goals (the timing itself runs on the H200)."""
 
 from __future__ import annotations
 
-import importlib
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "benchmarks"
+from bench_scripts import BENCH, script
 
 
 def module():
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    return importlib.import_module("fp8_vs_torch")
+    return script("fp8_vs_torch")
 
 
 def arm(us):

@@ -3,28 +3,22 @@ the committed H200 sweep reproduces the table the plugin ships and the committed
 
 from __future__ import annotations
 
-import importlib
 import json
-import sys
-from pathlib import Path
 
+from bench_scripts import RESULTS
+from bench_scripts import script as bench_script
 from oasr_scaled_mm_fp8 import heuristic
-
-ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "benchmarks"
 
 
 def script():
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    return importlib.import_module("fp8_ladder_fit")
+    return bench_script("fp8_ladder_fit")
 
 
 def test_the_shipped_table_and_report_are_the_fit_of_the_committed_sweep(tmp_path):
     out, report = tmp_path / "fitted.json", tmp_path / "fit.md"
     assert script().main(["--out", str(report), "--out-ladders", str(out)]) == 0
     assert out.read_text() == heuristic.FITTED_FILE.read_text()
-    assert report.read_text() == (BENCH / "results" / "fp8_ladder_fit.md").read_text()
+    assert report.read_text() == (RESULTS / "fp8_ladder_fit.md").read_text()
     evidence = json.loads(out.read_text())["ladders"][0]["evidence"]
     assert evidence["points"] == 220 and evidence["regret"] < evidence["unfitted_regret"]
     assert evidence["held_out_regret"] < 1.01

@@ -4,22 +4,11 @@ report current) and ``quantizer_bandwidth.py``'s summary, report and no-GPU answ
 
 from __future__ import annotations
 
-import importlib
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
-
-ROOT = Path(__file__).resolve().parents[1]
-BENCH = ROOT / "benchmarks"
-RESULTS = BENCH / "results"
-
-
-def script(name):
-    if str(BENCH) not in sys.path:
-        sys.path.insert(0, str(BENCH))
-    return importlib.import_module(name)
+from bench_scripts import BENCH, RESULTS, script
 
 
 @pytest.fixture(scope="module")
