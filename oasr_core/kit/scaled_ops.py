@@ -114,6 +114,29 @@ def linear_in_dtype(x: Any, layer: Any, activation: str | None = None, *,
     return activate(y, activation) if residual is None else add_residual(y, residual, alpha)
 
 
+def layer_linear(module: str, kind: str) -> Callable[..., Any]:
+    """A W8A8 family's answer to ``oasr_linear`` for its scheme: ``linear(x, layer,
+    activation=None, *, residual=None, alpha=1.0)`` calling ``<module>.quantized_linear`` with
+    the same arguments (``module`` imported on the first call and the function looked up on
+    every call, so a recorder that rebinds it is seen; importing the family's linear module
+    imports neither torch nor the ops). ``kind`` names the GEMM in the docstring."""
+    import importlib
+
+    loaded: list[Any] = []
+
+    def linear(x: Any, layer: Any, activation: str | None = None, *, residual: Any = None,
+               alpha: float = 1.0) -> Any:
+        if not loaded:
+            loaded.append(importlib.import_module(module))
+        return loaded[0].quantized_linear(x, layer, activation, residual=residual, alpha=alpha)
+
+    linear.__doc__ = (f"``activation(layer(x))``, the layer a W8A8 {kind} GEMM (its activation "
+                      "in torch), or the unquantized linear with the activation fused where "
+                      "the table says unquantized; with ``residual``, ``residual + alpha * "
+                      "layer(x)`` (fused where the unquantized linear fuses it).")
+    return linear
+
+
 def add_residual(y: Any, residual: Any, alpha: float) -> Any:
     """``residual + y`` (``alpha`` 1) or ``residual + alpha * y``, as the reference models add
     a linear's output to the residual stream when nothing fuses it."""

@@ -4,8 +4,10 @@
 the ``int8_w8a8`` scheme at an activation dtype the quantized linear takes
 (:data:`DTYPES`), :func:`linear` runs each linear layer as the W8A8 GEMM of
 :func:`oasr_scaled_mm.quantize.quantized_linear` and an activation that follows it in torch
-(the int8 kernels fuse none). The scheme and dtypes are the family's
-``Family.quantizations``. Importing this module imports neither torch nor the ops.
+(the int8 kernels fuse none), or, where the table says unquantized, through the installed
+unquantized linear with the activation or the residual add fused. The scheme and dtypes are
+the family's ``Family.quantizations``. Importing this module imports neither torch nor the
+ops.
 """
 
 from __future__ import annotations
@@ -13,21 +15,18 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+from oasr_core.kit.scaled_ops import layer_linear
+
 from oasr_scaled_mm.quantize import QUANTIZATION
 
 DTYPES = ("fp16", "bf16")
 """Activation dtypes the quantized linear takes (and returns)."""
 
 
-def linear(x: Any, layer: Any, activation: str | None = None, *, residual: Any = None,
-           alpha: float = 1.0) -> Any:
-    """``activation(layer(x))``, the layer a W8A8 int8 GEMM (its activation in torch), or
-    the unquantized linear with the activation fused where the table says unquantized; with
-    ``residual``, ``residual + alpha * layer(x)`` (fused where the unquantized linear fuses
-    it)."""
-    from oasr_scaled_mm import quantize
-
-    return quantize.quantized_linear(x, layer, activation, residual=residual, alpha=alpha)
+linear = layer_linear("oasr_scaled_mm.quantize", "int8")
+"""``linear(x, layer, activation=None, *, residual=None, alpha=1.0)``: each layer through
+:func:`oasr_scaled_mm.quantize.quantized_linear`
+(:func:`oasr_core.kit.scaled_ops.layer_linear`)."""
 
 
 def linear_for(dtype: str, quantization: str) -> Callable[..., Any] | None:

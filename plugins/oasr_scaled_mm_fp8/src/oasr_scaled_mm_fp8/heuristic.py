@@ -15,8 +15,9 @@ lane's table fitted on the H200 sweep of every tile (``benchmarks/results/h200_f
 persistent ping-pong 128x128 kernels, with a 2x1 cluster at the largest sizes, in place of
 the cooperative 256x128 and 128x256 tiles, which lost to them wherever they launched. The
 geomean regret over the sweep against the best tile is 1.044 for the unfitted rule and 1.005
-for the fitted table (1.006 with each width left out of the fit; 1.005 on a later run). A file that is missing
-or malformed leaves the unfitted tables serving (one warning for a malformed one).
+for the fitted table (1.006 with each width left out of the fit; 1.005 on a later run). A
+file that is missing or malformed leaves the unfitted tables serving (one warning for a
+malformed one).
 
 The SM count is the device's (:func:`oasr_core.kit.devices.heuristic_device`), the ``sku``
 stamp of a tuning file; the tables are the ``heuristic`` soft stamp (:func:`ladder_digest`).
