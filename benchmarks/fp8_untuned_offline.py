@@ -28,6 +28,7 @@ writes ``MD`` and its JSON beside it.
 from __future__ import annotations
 
 import argparse
+import functools
 import json
 import math
 from collections import defaultdict
@@ -67,14 +68,21 @@ class Point:
         return self.n, self.k
 
 
+@functools.cache
+def _lane() -> Any:
+    from oasr_scaled_mm_fp8 import hooks
+
+    return next(lane for lane in hooks.oasr_register_lanes() if lane.name == LANE)
+
+
 def heuristic_tile(n: int, k: int, m: int, sm_count: int = 132) -> str:
     """The tile the shipped heuristic (the plugin's ladder for sm90) picks at ``(N, K, M)`` on
     a ``sm_count``-SM device (the H200's 132)."""
-    from oasr_scaled_mm_fp8 import heuristic, hooks
+    from oasr_scaled_mm_fp8 import heuristic
 
     from oasr_core.types import Problem
 
-    lane = next(lane for lane in hooks.oasr_register_lanes() if lane.name == LANE)
+    lane = _lane()
     problem = Problem("scaled_mm_fp8", "scaled_mm_fp8", "float8_e4m3fn", (("N", n), ("K", k)), m)
     return heuristic.heuristic_config(problem, lane, sm_count=sm_count, arch="sm90").id
 

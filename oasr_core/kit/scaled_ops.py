@@ -90,10 +90,6 @@ def linear_in_dtype(x: Any, layer: Any, activation: str | None = None, *,
     dtype, it is ``F.linear`` and the activation or the add in torch, as the reference models
     compute them.
     """
-    import torch
-
-    from oasr_core.census.models import activate
-
     if residual is not None and activation is not None:
         raise ValueError(f"linear_in_dtype: a residual add after activation {activation!r} has "
                          "no fused form")
@@ -106,6 +102,10 @@ def linear_in_dtype(x: Any, layer: Any, activation: str | None = None, *,
             if fuses_residual:
                 return served(x, layer, residual=residual, alpha=alpha)
             return add_residual(served(x, layer), residual, alpha)
+    import torch
+
+    from oasr_core.census.models import activate
+
     weight = layer.weight if layer.weight.dtype == x.dtype else layer.weight.to(x.dtype)
     bias = layer.bias
     if bias is not None and bias.dtype != x.dtype:

@@ -65,15 +65,15 @@ def quantized_linear(x: Any, layer: Any, activation: str | None = None, *,
     * layer(x)`` (fused there where the unquantized linear fuses it, else added in torch). The
     output has ``x``'s dtype (an
     fp32 input computes with a bf16 output)."""
-    import torch
-    from oasr_core.census.models import activate
-
     from oasr_scaled_mm_fp8 import ops
 
     n, k = layer.weight.shape
     if x.is_cuda and ops.unquantized(n, k, x.numel() // k if k else 0, x.device.index):
         return linear_in_dtype(x, layer, activation, serving=ops.SERVING, residual=residual,
                                alpha=alpha)
+    import torch
+    from oasr_core.census.models import activate
+
     state = quantized_weight(layer)
     q, a_scale = quantize_rows(x)
     out_dtype = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
