@@ -100,10 +100,11 @@ class PreparedCall:
 
     def output(self, a: Any, n: int, dtype: Any = None) -> Any:
         """A new contiguous ``[*a.shape[:-1], n]`` tensor on ``a``'s device, ``dtype`` (None:
-        ``a``'s): ``torch.empty_like`` of a template kept per input shape, about a third less
-        host time than ``a.new_empty(shape)``, whose size tuple torch parses per call. The
-        template is one element expanded (stride 0), so ``empty_like`` lays the output out
-        contiguously."""
+        ``a``'s): ``torch.empty_like`` of a template kept per input shape instead of
+        ``a.new_empty(shape)``, whose size tuple torch parses per call (0.35 us less a call on
+        a workstation CPU; no difference measurable on the H200 host). The template is one
+        element expanded (stride 0), so ``empty_like`` lays the output out contiguously; the
+        output follows the current grad / inference mode, as ``new_empty``'s does."""
         shape = a.shape
         like = self.outputs.get(shape)
         if like is None:
