@@ -21,8 +21,13 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import sys
 from collections import defaultdict
 from pathlib import Path
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+from fp8_vs_torch import BASELINES  # noqa: E402
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG = ROOT / "benchmarks" / "results" / "h200_fp8.jsonl"
@@ -39,7 +44,8 @@ fit may take a rung off (an infinite fill). The cooperative 128x256 is not a can
 was the best tile at no point of the sweep, and beside the 256x128 one it leaves the fit's
 coordinate descent no single threshold whose move lowers the regret (taking one of the two
 large tiles off hands its points to the other)."""
-SENTINELS = ("served", "quantize", "torch_rowwise", "torch_tensor", "bf16")
+SENTINELS = BASELINES
+"""The log's arms that are not tiles (the benchmark's baselines)."""
 
 
 def read_rows(path: Path) -> tuple[dict[tuple[int, int, int], dict[str, float]], str]:

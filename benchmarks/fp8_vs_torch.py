@@ -11,15 +11,24 @@ At every width (N, K) x M it times, as arms of one protocol run:
 - ``quantize``: the activation quantizer alone;
 - ``torch_rowwise`` / ``torch_tensor``: ``torch._scaled_mm`` with row-wise or per-tensor
   scales, fast accumulation, bf16 out (the GEMM alone);
-- ``bf16``: ``F.linear`` of the bf16 activation and weight (with the bias).
+- ``bf16``: ``F.linear`` of the bf16 activation and weight (with the bias);
+- after a layer norm (the pre-norm block's ``h = norm(x)`` then the linear, what the reference
+  encoders run before their feed-forward, attention and pointwise layers):
+  ``norm_served`` is the family's deferred norm handed to the quantized linear
+  (``quantize.layer_norm`` then ``quantize.quantized_linear``: one fused norm-and-quantize
+  kernel and the served GEMM, or torch's norm and the unquantized linear where the route says
+  so), ``norm_bf16`` torch's ``F.layer_norm`` then ``F.linear``, ``norm_quantize`` the fused
+  kernel alone, ``layer_norm`` torch's norm alone.
 
 Every config's output is first checked against the family's numerics bound
 (:func:`oasr_scaled_mm_fp8.numerics.within`); one that refuses or fails is reported, never
 timed. The report gives per point the best tile, the heuristic's tile, the served choice and
 their ratios, then the geomeans against the goals: tuned (the best tile) >= 1.4x
 ``torch._scaled_mm`` row-wise; at M >= 4096 on widths >= 1024 the served linear (quantization
-included) >= 1.5x bf16 ``F.linear``; and the served linear nowhere slower than bf16 where it
-runs fp8 (a point where it is slower says the table should name ``unquantized`` there).
+included) >= 1.5x bf16 ``F.linear``, both alone and after a layer norm (the norm included on
+both sides, the quantization fused into it on the fp8 side); and the served linear nowhere
+slower than bf16 where it runs fp8 (a point where it is slower says the table should name
+``unquantized`` there).
 
 Timing is the house protocol (:func:`oasr_core.bench.measure` with
 :class:`oasr_core.bench.CudaGraphTimer`, no halving): each arm a CUDA graph of N calls, each
@@ -70,7 +79,8 @@ CENSUSES = (ROOT / "benchmarks" / "census" / "conformer_offline_fp8.json",
 SWEEP = (512, 768, 1024, 1536, 2048, 3072, 4096)
 CENSUS_MS = (256, 1024, 2528, 4096, 8160, 16384)
 MS = (256, 1024, 4096, 16384)
-BASELINES = ("served", "quantize", "torch_rowwise", "torch_tensor", "bf16")
+BASELINES = ("served", "quantize", "torch_rowwise", "torch_tensor", "bf16", "norm_served",
+             "norm_bf16", "norm_quantize", "layer_norm")
 GOAL_ROWWISE, GOAL_BF16 = 1.4, 1.5
 
 
@@ -171,18 +181,39 @@ def make_case(kernels: dict, configs: list, n: int, k: int, m: int, *, seed: int
         reference.scaled_mm_value(a_t, w_t, a_tensor_scale.expand(m),
                                   w_tensor_scale.expand(n), bias))
     checked("bf16", lambda _i: F.linear(x, layer.weight, layer.bias), hp_ref)
+    norm = torch.nn.LayerNorm(k, device=dev, dtype=torch.bfloat16)
+    with torch.no_grad():
+        norm.weight.copy_(1.0 + 0.1 * torch.randn(k, device=dev, generator=gen))
+        norm.bias.copy_(0.1 * torch.randn(k, device=dev, generator=gen))
+    h = F.layer_norm(x, (k,), norm.weight, norm.bias, norm.eps)
+    norm_hp_ref = (h.double() @ layer.weight.double().t() + layer.bias.double()).float()
+    h_q, h_scale = numerics.quantize_rows(h)
+    norm_ref = reference.scaled_mm_value(h_q, w, h_scale, w_scale, bias)
+    normed_unquantized = ops.unquantized(n, k, m, index, normed=True)
+    quantize.quantized_linear(quantize.layer_norm(x, norm), layer)   # resolve the route
+    checked("norm_served", lambda _i: quantize.quantized_linear(quantize.layer_norm(x, norm),
+                                                                layer),
+            norm_hp_ref if normed_unquantized else norm_ref)
+    checked("norm_bf16", lambda _i: F.linear(F.layer_norm(x, (k,), norm.weight, norm.bias,
+                                                          norm.eps), layer.weight, layer.bias),
+            norm_hp_ref)
+    arms["norm_quantize"] = lambda _i: quantize.norm_quantize_rows(x, norm)
+    arms["layer_norm"] = lambda _i: F.layer_norm(x, (k,), norm.weight, norm.bias, norm.eps)
     sel = oasr_core.select(FAMILY, OP_MM, DTYPE, (n, k), m, arch)
     served = sel.choice_id if sel.config is None or sel.choice_id == sel.config.id \
         else f"{sel.choice_id}:{sel.config.id}"
+    normed = "unquantized" if normed_unquantized else served
     if ops.unquantized(n, k, m, index) and sel.choice_id != "unquantized":
         served = f"unquantized (untuned route; the op: {served})"
     case = BenchCase(arms=arms, gate=lambda _out: True, copies=1, weight_bytes=n * k + 4 * n,
                      rejected=rejected)
-    return case, served, sel.tier.value
+    return case, (served, normed), sel.tier.value
 
 
-def summarise(n: int, k: int, m: int, arms: dict, heur: str, served: str) -> dict[str, Any]:
-    """One point's numbers: the best tile, the heuristic's, the served linear, baselines."""
+def summarise(n: int, k: int, m: int, arms: dict, heur: str, served: str,
+              normed: str = "") -> dict[str, Any]:
+    """One point's numbers: the best tile, the heuristic's, the served linear, baselines,
+    and the same after a layer norm (``normed``: what serves the linear there)."""
     us = {name: arm["us"] for name, arm in arms.items() if arm["us"] is not None}
     tiles = {name: t for name, t in us.items() if name not in BASELINES}
     best = min(tiles, key=tiles.get) if tiles else None
@@ -197,6 +228,13 @@ def summarise(n: int, k: int, m: int, arms: dict, heur: str, served: str) -> dic
             "served_vs_bf16": ratio(get("served"), get("bf16")),
             "best_linear_vs_bf16": ratio(linear_fp8, get("bf16")),
             "unquantized": served.startswith("unquantized"),
+            "normed": normed, "norm_served_us": get("norm_served"),
+            "norm_bf16_us": get("norm_bf16"), "norm_quantize_us": get("norm_quantize"),
+            "layer_norm_us": get("layer_norm"),
+            "norm_served_vs_bf16": ratio(get("norm_served"), get("norm_bf16")),
+            "best_norm_vs_bf16": ratio((get(best) or 0) + (get("norm_quantize") or 0)
+                                       if best and get("norm_quantize") else None,
+                                       get("norm_bf16")),
             "failed": sorted(name for name, arm in arms.items() if arm["us"] is None)}
 
 
@@ -232,11 +270,45 @@ def report(points: list[dict], header: list[str], gpu: str) -> str:
               f"- points where the served linear runs fp8 and is slower than bf16: {len(slower)}"]
     lines += [f"  - N={p['N']} K={p['K']} M={p['M']}: {fmt(p['served_vs_bf16'])}x "
               f"(`{p['served']}`)" for p in slower]
+    lines += normed_section(points, big)
     failed = [(p, name) for p in points for name in p["failed"]]
     if failed:
         lines += ["", "## Arms not timed", ""]
         lines += [f"- N={p['N']} K={p['K']} M={p['M']}: `{name}`" for p, name in failed]
     return "\n".join(lines) + "\n"
+
+
+def normed_section(points: list[dict], big: list[dict]) -> list[str]:
+    """The report's lines for the linear after a layer norm (nothing for a log without it)."""
+    timed_points = [p for p in points if p.get("norm_served_us")]
+    if not timed_points:
+        return []
+    lines = ["", "## After a layer norm", "",
+             "`norm(x)` then the linear. fp8: the family's deferred norm (one fused "
+             "norm-and-quantize kernel, then the GEMM); bf16: `F.layer_norm` then `F.linear`.",
+             "", "| N | K | M | served | us | fused norm+quantize us | torch norm us | "
+             "bf16 norm+linear us | served/bf16 | best tile/bf16 |",
+             "|---|---|---|---|---|---|---|---|---|---|"]
+    for p in timed_points:
+        lines.append(
+            f"| {p['N']} | {p['K']} | {p['M']} | `{p['normed']}` | {fmt(p['norm_served_us'])} | "
+            f"{fmt(p['norm_quantize_us'])} | {fmt(p['layer_norm_us'])} | "
+            f"{fmt(p['norm_bf16_us'])} | {fmt(p['norm_served_vs_bf16'])}x | "
+            f"{fmt(p['best_norm_vs_bf16'])}x |")
+    big_normed = [p for p in big if p.get("norm_served_us")]
+    served = geomean(p["norm_served_vs_bf16"] for p in big_normed)
+    slower = [p for p in timed_points if p["normed"] != "unquantized"
+              and p["norm_served_vs_bf16"] is not None and p["norm_served_vs_bf16"] < 1.0]
+    lines += ["", f"- served linear after its norm vs bf16 norm + `F.linear` at M >= 4096, "
+              f"widths >= 1024 ({len(big_normed)} points): {fmt(served)}x (goal >= "
+              f"{GOAL_BF16}x: {'met' if served >= GOAL_BF16 else 'not met'}); best tile + "
+              f"fused norm-quantize: {fmt(geomean(p['best_norm_vs_bf16'] for p in big_normed))}x",
+              f"- over all {len(timed_points)} points: "
+              f"{fmt(geomean(p['norm_served_vs_bf16'] for p in timed_points))}x",
+              f"- points where it runs fp8 and is slower than bf16: {len(slower)}"]
+    lines += [f"  - N={p['N']} K={p['K']} M={p['M']}: {fmt(p['norm_served_vs_bf16'])}x "
+              f"(`{p['normed']}`)" for p in slower]
+    return lines
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -288,7 +360,8 @@ def main(argv: list[str] | None = None) -> int:
         prob = Problem(FAMILY, OP_MM, DTYPE, (("N", n), ("K", k)), m)
         heur = heuristic.heuristic_config(prob, lane, sm_count=info["sm_count"]).id
         todo = [c for c in configs if lane.supports(c, prob)]
-        case, served, tier = make_case(kernels, todo, n, k, m, seed=args.seed + m, arch=arch)
+        case, (served, normed), tier = make_case(kernels, todo, n, k, m, seed=args.seed + m,
+                                                 arch=arch)
         result = measure_case(case, timer, options)
         arms = timed(result)
         for name, why in case.rejected.items():
@@ -297,8 +370,9 @@ def main(argv: list[str] | None = None) -> int:
         torch.cuda.empty_cache()
         write_jsonl(jsonl, [{"gpu": info["gpu"], "lane": lane.name, "N": n, "K": k, "M": m,
                              "config": name, "heuristic": heur, "served": served,
-                             "tier": tier, **arm} for name, arm in arms.items()])
-        point = summarise(n, k, m, arms, heur, served)
+                             "normed": normed, "tier": tier, **arm}
+                            for name, arm in arms.items()])
+        point = summarise(n, k, m, arms, heur, served, normed)
         points.append(point)
         print(f"N={n} K={k} M={m}: best {point['best']} {fmt(point['best_us'])} us, served "
               f"{served} {fmt(point['served_us'])} us, rowwise {fmt(point['rowwise_us'])} us, "
@@ -313,7 +387,8 @@ def main(argv: list[str] | None = None) -> int:
         f"- timing: oasr_core.bench.measure without halving, {args.rounds} rounds at most, "
         f"median; warm weights; target {args.target_us:.0f} us per replay",
         "- tiles, torch_rowwise and torch_tensor time the GEMM alone (bf16 out, fp32 bias); "
-        "served and bf16 time the layer (served includes the activation quantizer)",
+        "served and bf16 time the layer (served includes the activation quantizer); the "
+        "norm_* arms time norm(x) then the layer",
         f"- wall time {time.perf_counter() - started:.0f} s; JSONL `{jsonl.name}`"]
     text = report(points, header, info["gpu"])
     sys.stdout.write(text)

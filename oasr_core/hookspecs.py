@@ -351,7 +351,8 @@ def oasr_layer(kind: str, dtype: str, quantization: str) -> Callable[..., Tensor
     layers are :func:`oasr_linear`'s. The core names no family here: a plugin whose family
     computes that kind of layer answers for it.
 
-    :param kind: the torch module class name (``"Conv1d"``).
+    :param kind: the torch module class name (``"Conv1d"``; ``"LayerNorm"``: a pre-norm
+        block's norm, whose output the model hands to linear layers only).
     :param dtype: the deployment's activation dtype as ``--dtype`` spells it (``"fp16"``).
     :param quantization: the model's scheme (``"none"``, ``"int8_w8a8"``, ...). A scheme
         quantizes only the layers its family lists; when no plugin answers for the scheme,
@@ -366,6 +367,12 @@ def oasr_layer(kind: str, dtype: str, quantization: str) -> Callable[..., Tensor
     run on the ``meta`` device and call the ops its family records (``Family.recorder_patches``)
     through their module at call time. Without an answer the model runs torch's module on
     ``[B, C, T]`` data, transposing around it, as the published models do.
+
+    ``"LayerNorm"`` is the exception to "returns ``layer(x)``": a quantized scheme's answer may
+    return a :class:`oasr_core.kit.normed.NormedRows` (the norm deferred) that the scheme's
+    own linear takes, so that the linears after one norm share one fused norm-and-quantize
+    pass; any other consumer takes its ``dense()`` tensor. Without an answer the norm is
+    torch's.
 
     **firstresult:** yes. Stops at first non-None result; two plugins serving the same kind
     are ordered with ``tryfirst``/``trylast`` on the implementation.

@@ -82,11 +82,12 @@ def test_the_helper_binds_the_c_abi():
 
 
 @pytest.mark.nvcc
-def test_the_int8_quantizer_compiles_and_exports_one_function(smoke_builds):
+def test_the_int8_quantizer_compiles_and_exports_its_two_functions(smoke_builds):
     report = smoke_builds.wait()[int8.MODULE]
     assert report.status is BuildStatus.BUILT, (report.error, dict(report.failed))
     if shutil.which("nm") is None:
         pytest.skip("binutils' nm is not installed")
     out = subprocess.run(["nm", "-D", "--defined-only", "--format=posix", str(report.path)],
                          capture_output=True, text=True, check=True).stdout
-    assert {line.split()[0] for line in out.splitlines() if line.strip()} == {int8.SYMBOL}
+    assert {line.split()[0] for line in out.splitlines() if line.strip()} == {
+        int8.SYMBOL, row_quantizer.norm_symbol(int8.SYMBOL)}

@@ -14,7 +14,10 @@ plugin serves (``oasr_layer``: ``layers`` maps the torch module class name, ``"C
 the plugin's callable) run channels-last through it: the Conformer's depthwise convolution
 with its BatchNorm folded in and its SiLU fused, the Whisper front end's convolutions with
 their GELU. Without an answer they are torch's modules
-on ``[B, C, T]`` data, transposed around, as the published models run them. The attention
+on ``[B, C, T]`` data, transposed around, as the published models run them. A pre-norm
+block's ``LayerNorm``, whose output only linears take, goes through ``layers["LayerNorm"]``
+where a plugin serves it (a W8A8 family defers it: the linears after it share one fused
+norm-and-quantize pass) and is torch's otherwise. The attention
 products and the subsampling stay torch.
 
 The subsampling projection calls a ``linear`` this module imported from torch before any
@@ -32,11 +35,14 @@ from __future__ import annotations
 import math
 from collections.abc import Callable, Mapping
 from types import MappingProxyType
+from typing import Any
 
 import torch
 from torch import nn
 from torch.nn import functional as F
 from torch.nn.functional import linear
+
+from oasr_core.kit.normed import dense
 
 Linear = Callable[..., torch.Tensor]
 """``(x, layer, activation=None) -> activation(layer(x))`` with a plugin's ops (the answer of
@@ -88,17 +94,29 @@ class GemmOps:
             h = norm(h)
         return activate(h, activation).transpose(1, 2)
 
-    def linear(self, x: torch.Tensor, layer: nn.Linear) -> torch.Tensor:
+    def norm(self, x: torch.Tensor, layer: nn.LayerNorm) -> Any:
+        """``layer(x)`` for the linears after it (and nothing else): the plugin's answer for
+        ``LayerNorm`` where one serves it (a W8A8 family defers the norm, so that its linears
+        share one fused norm-and-quantize pass: :class:`oasr_core.kit.normed.NormedRows`),
+        else torch's. A training norm stays torch's."""
+        served = self.layers.get("LayerNorm")
+        if served is not None and not layer.training:
+            return served(x, layer)
+        return layer(x)
+
+    def linear(self, x: Any, layer: nn.Linear) -> torch.Tensor:
         """``layer(x)``."""
         if self.served is not None:
             return self.served(x, layer)
+        x = dense(x)
         return linear(x, layer.weight, layer.bias)
 
-    def linear_act(self, x: torch.Tensor, layer: nn.Linear, activation: str) -> torch.Tensor:
+    def linear_act(self, x: Any, layer: nn.Linear, activation: str) -> torch.Tensor:
         """``activation(layer(x))``: one call to the plugin's linear (which may fuse it), or
         torch's linear then its activation."""
         if self.served is not None:
             return self.served(x, layer, activation)
+        x = dense(x)
         return activate(linear(x, layer.weight, layer.bias), activation)
 
     def linear_residual(self, x: torch.Tensor, layer: nn.Linear, residual: torch.Tensor,
@@ -198,7 +216,7 @@ class FeedForward(nn.Module):
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None,
                 alpha: float = 1.0) -> torch.Tensor:
         """``ff(x)``, or ``residual + alpha * ff(x)`` with ``residual``."""
-        h = self.ops.linear_act(self.norm(x), self.w1, "silu")
+        h = self.ops.linear_act(self.ops.norm(x, self.norm), self.w1, "silu")
         if residual is None:
             return self.ops.linear(h, self.w2)
         return self.ops.linear_residual(h, self.w2, residual, alpha)
@@ -228,7 +246,7 @@ class RelPositionAttention(nn.Module):
                 residual: torch.Tensor | None = None) -> torch.Tensor:
         """``attn(x)``, or ``residual + attn(x)`` with ``residual``."""
         b, t, _ = x.shape
-        h = self.norm(x)
+        h = self.ops.norm(x, self.norm)
 
         def heads(y: torch.Tensor) -> torch.Tensor:
             return y.view(y.shape[0], -1, self.heads, self.d_head)
@@ -261,7 +279,7 @@ class ConvModule(nn.Module):
 
     def forward(self, x: torch.Tensor, residual: torch.Tensor | None = None) -> torch.Tensor:
         """``conv(x)``, or ``residual + conv(x)`` with ``residual``."""
-        h = F.glu(self.ops.linear(self.norm(x), self.pointwise_in), dim=-1)
+        h = F.glu(self.ops.linear(self.ops.norm(x, self.norm), self.pointwise_in), dim=-1)
         h = self.ops.conv1d(h, self.depthwise, "silu", norm=self.bn)
         if residual is None:
             return self.ops.linear(h, self.pointwise_out)
@@ -337,13 +355,13 @@ class WhisperBlock(nn.Module):
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         b, t, d = x.shape
-        h = self.attn_ln(x)
+        h = self.ops.norm(x, self.attn_ln)
         q, k, v = (self.ops.linear(h, layer).view(b, t, self.heads, -1).transpose(1, 2)
                    for layer in (self.q, self.k, self.v))
         attn = F.scaled_dot_product_attention(q, k, v).transpose(1, 2).reshape(b, t, d)
         x = self.ops.linear_residual(attn, self.out, x)
-        return self.ops.linear_residual(self.ops.linear_act(self.mlp_ln(x), self.fc1, "gelu"),
-                                        self.fc2, x)
+        h = self.ops.linear_act(self.ops.norm(x, self.mlp_ln), self.fc1, "gelu")
+        return self.ops.linear_residual(h, self.fc2, x)
 
 
 class WhisperEncoder(nn.Module):

@@ -187,7 +187,7 @@ def served_linear(pm: Any, *, dtype: str, quantization: str = "none",
     return None
 
 
-LAYER_KINDS = ("Conv1d",)
+LAYER_KINDS = ("Conv1d", "LayerNorm")
 """The layer kinds (torch module class names) the reference models ask ``oasr_layer`` for."""
 
 

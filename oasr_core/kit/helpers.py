@@ -5,7 +5,8 @@ family and process: :meth:`HelperKernel.get` returns the bound ctypes function, 
 one warning per arch -- when the module cannot be built or loaded (no toolchain, a failed
 build), so the caller's torch path serves. A row quantizer's module is written by
 :mod:`oasr_core.kit.row_quantizer`; :func:`row_quantizer` binds it with its C ABI
-(:data:`ROW_QUANTIZER_ARGTYPES`), :func:`quantize_rows_with` calls it. Importing this module
+(:data:`ROW_QUANTIZER_ARGTYPES`), :func:`quantize_rows_with` calls it; :func:`norm_quantizer`
+and :func:`norm_quantize_rows_with` do the same for its fused layer norm. Importing this module
 imports no torch.
 """
 
@@ -98,6 +99,48 @@ def quantize_rows_with(kernel: HelperKernel, x: Any, arch: str, q_dtype: Any
     stream = torch._C._cuda_getCurrentRawStream(x.device.index)
     code = 0 if x.dtype == torch.float16 else 1
     status = fn(x.data_ptr(), code, rows, k, q.data_ptr(), scale.data_ptr(), stream)
+    return (q, scale) if status == 0 else None
+
+
+NORM_QUANTIZER_ARGTYPES = (ctypes.c_void_p, ctypes.c_void_p, ctypes.c_void_p, ctypes.c_float,
+                           ctypes.c_int32, ctypes.c_int64, ctypes.c_int64, ctypes.c_void_p,
+                           ctypes.c_void_p, ctypes.c_void_p)
+"""``(x, gamma, beta, eps, dtype, rows, k, q, scale, stream)`` of a row quantizer's fused
+layer-norm export (:func:`oasr_core.kit.row_quantizer.norm_symbol`); it returns int32."""
+
+
+def norm_quantizer(spec_of: Callable[[str], Any], symbol: str, *, label: str) -> HelperKernel:
+    """The :class:`HelperKernel` of the fused layer norm beside the row quantizer exporting
+    ``symbol`` from the module ``spec_of(arch)`` (the norm and quantizer run apart where it
+    cannot load)."""
+    from oasr_core.kit.row_quantizer import norm_symbol
+
+    return HelperKernel(spec_of, norm_symbol(symbol), NORM_QUANTIZER_ARGTYPES, ctypes.c_int32,
+                        label=label, fallback="the layer norm and the quantizer run apart")
+
+
+def norm_quantize_rows_with(kernel: HelperKernel, x: Any, norm: Any, arch: str, q_dtype: Any
+                            ) -> tuple[Any, Any] | None:
+    """``(q [..., K] of q_dtype, scale float32 [...])`` of ``norm(x)`` (an ``nn.LayerNorm``
+    over ``K``, its parameters in ``x``'s dtype or absent) for contiguous fp16/bf16 CUDA rows,
+    by the fused kernel on the current stream; None when it is unavailable or refused the
+    call (:func:`oasr_core.kit.normed.quantize_after_norm` then runs them apart)."""
+    import torch
+
+    fn = kernel.get(arch)
+    if fn is None:
+        return None
+    k = x.shape[-1]
+    rows = x.numel() // k if k else 0
+    q = torch.empty(x.shape, dtype=q_dtype, device=x.device)
+    scale = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
+    if rows == 0:
+        return q, scale
+    gamma, beta = (None if p is None else p.data_ptr() for p in (norm.weight, norm.bias))
+    stream = torch._C._cuda_getCurrentRawStream(x.device.index)
+    code = 0 if x.dtype == torch.float16 else 1
+    status = fn(x.data_ptr(), gamma, beta, float(norm.eps), code, rows, k, q.data_ptr(),
+                scale.data_ptr(), stream)
     return (q, scale) if status == 0 else None
 
 

@@ -97,7 +97,7 @@ def kernel_of(k: int, *, aligned: bool = True) -> str:
     return "stream_rows, 16-byte vectors"
 
 
-_SKELETON = r"""
+_HELPERS = r"""
 constexpr bool kPropagateNan = @PROPAGATE@;
 constexpr int kVec = 8;         // 16-bit elements per 16-byte load
 constexpr int kThreads = 256;   // threads per block of every kernel here
@@ -110,6 +110,7 @@ template <> struct Pair<__half> {
   static __device__ __forceinline__ float lo(T2 v) { return __low2float(v); }
   static __device__ __forceinline__ float hi(T2 v) { return __high2float(v); }
   static __device__ __forceinline__ float widen(__half v) { return __half2float(v); }
+  static __device__ __forceinline__ T2 pack(float a, float b) { return __floats2half2_rn(a, b); }
 };
 template <> struct Pair<__nv_bfloat16> {
   using T2 = __nv_bfloat162;
@@ -117,6 +118,9 @@ template <> struct Pair<__nv_bfloat16> {
   static __device__ __forceinline__ float lo(T2 v) { return __low2float(v); }
   static __device__ __forceinline__ float hi(T2 v) { return __high2float(v); }
   static __device__ __forceinline__ float widen(__nv_bfloat16 v) { return __bfloat162float(v); }
+  static __device__ __forceinline__ T2 pack(float a, float b) {
+    return __floats2bfloat162_rn(a, b);
+  }
 };
 
 // The larger magnitude; a NaN wins when kPropagateNan, loses otherwise (fmaxf).
@@ -225,6 +229,17 @@ __device__ __forceinline__ void store_row(uint8_t* q, float* scale, int64_t row,
   }
 }
 
+// The grid for `units` rows or row groups of `per_block` each: enough blocks for every unit,
+// at most what the device holds at once (the kernels stride over the rest).
+inline unsigned grid_of(int64_t units, int64_t per_block, int resident, int dev) {
+  const int64_t wanted = (units + per_block - 1) / per_block;
+  const int64_t held = int64_t(oasr_kit::sm_count(dev)) * resident;
+  const int64_t blocks = held > 0 && held < wanted ? held : wanted;
+  return unsigned(blocks < 1 ? 1 : blocks);
+}
+"""
+
+_QUANTIZE_KERNELS = r"""
 // Rows of at most NV << g_log2 vectors: 2^g_log2 lanes of one warp per row, NV vectors per
 // lane in registers, kThreads >> g_log2 rows per block. The loop runs on each warp's first
 // row, so every lane of a warp reaches the shuffles.
@@ -373,15 +388,6 @@ inline const int* resident_blocks() {
   return table.blocks;
 }
 
-// The grid for `units` rows or row groups of `per_block` each: enough blocks for every unit,
-// at most what the device holds at once (the kernels stride over the rest).
-inline unsigned grid_of(int64_t units, int64_t per_block, int resident, int dev) {
-  const int64_t wanted = (units + per_block - 1) / per_block;
-  const int64_t held = int64_t(oasr_kit::sm_count(dev)) * resident;
-  const int64_t blocks = held > 0 && held < wanted ? held : wanted;
-  return unsigned(blocks < 1 ? 1 : blocks);
-}
-
 template <class T>
 inline int32_t launch(const T* x, int64_t rows, int64_t k, uint8_t* q, float* scale,
                       cudaStream_t stream) {
@@ -438,40 +444,333 @@ inline int32_t quantize(const void* x, int32_t dtype, int64_t rows, int64_t k, v
 """
 
 
-def unit_source(fmt: RowFormat, *, namespace: str, symbol: str, title: str) -> str:
+_NORM_KERNELS = r"""
+// ---- Layer norm, then quantize: the row held in registers is normalized in place. ----
+// y = (x - mean) * rstd * gamma + beta in fp32 (gamma, beta: null for none), mean and the
+// biased variance over the row's K elements, rstd = rsqrt(var + eps); y is rounded to T (the
+// dtype the norm's output has in the model) before the absmax and the quantization, so the
+// quantized row is that of the rounded norm output, as with the norm and quantizer apart.
+struct Affine {
+  const uint4* gamma;   // K / 8 vectors of T, or null
+  const uint4* beta;    // K / 8 vectors of T, or null
+};
+
+// The sum of the row's elements in raw (its vectors j * stride + lane below `vectors`), or
+// with Centred the sum of their squared deviations from `mean`.
+template <class T, bool Centred, int NV>
+__device__ __forceinline__ float row_sum(const uint4 (&raw)[NV], int64_t vectors,
+                                         int64_t lane, int64_t stride, float mean) {
+  using T2 = typename Pair<T>::T2;
+  float sum = 0.f;
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    if (int64_t(j) * stride + lane < vectors) {
+      const T2* v = reinterpret_cast<const T2*>(&raw[j]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        const float a = Pair<T>::lo(v[i]) - mean;
+        const float b = Pair<T>::hi(v[i]) - mean;
+        sum += Centred ? a * a + b * b : a + b;
+      }
+    }
+  }
+  return sum;
+}
+
+// raw normalized in place (the module comment's y, rounded to T); the absmax of its vectors
+// below `vectors`, folded into the returned pair.
+template <class T, int NV>
+__device__ __forceinline__ typename Pair<T>::T2 normalize_row(
+    uint4 (&raw)[NV], int64_t vectors, int64_t lane, int64_t stride, float mean, float rstd,
+    Affine affine) {
+  using T2 = typename Pair<T>::T2;
+  T2 m = Pair<T>::zero();
+#pragma unroll
+  for (int j = 0; j < NV; ++j) {
+    const int64_t vi = int64_t(j) * stride + lane;
+    if (vi < vectors) {
+      const uint4 g = affine.gamma ? affine.gamma[vi] : make_uint4(0u, 0u, 0u, 0u);
+      const uint4 b = affine.beta ? affine.beta[vi] : make_uint4(0u, 0u, 0u, 0u);
+      const T2* gv = reinterpret_cast<const T2*>(&g);
+      const T2* bv = reinterpret_cast<const T2*>(&b);
+      T2* v = reinterpret_cast<T2*>(&raw[j]);
+#pragma unroll
+      for (int i = 0; i < 4; ++i) {
+        float lo = (Pair<T>::lo(v[i]) - mean) * rstd;
+        float hi = (Pair<T>::hi(v[i]) - mean) * rstd;
+        if (affine.gamma) {
+          lo *= Pair<T>::lo(gv[i]);
+          hi *= Pair<T>::hi(gv[i]);
+        }
+        if (affine.beta) {
+          lo += Pair<T>::lo(bv[i]);
+          hi += Pair<T>::hi(bv[i]);
+        }
+        v[i] = Pair<T>::pack(lo, hi);
+      }
+      m = fold<T>(m, raw[j]);
+    }
+  }
+  return m;
+}
+
+// v summed (or with Max, its largest magnitude taken) over the 2^g_log2 lanes of a group.
+template <bool Max>
+__device__ __forceinline__ float group_reduce(float v, int g) {
+  for (int offset = g >> 1; offset > 0; offset >>= 1) {
+    const float o = __shfl_xor_sync(kFull, v, offset);
+    v = Max ? max_of(v, o) : v + o;
+  }
+  return v;
+}
+
+// v summed (or with Max, its largest magnitude taken) over the kWarps warps of a row, from
+// warp first_warp on, through `part` (free again on return: the barriers).
+template <int kWarps, bool Max>
+__device__ __forceinline__ float row_reduce(float v, float* part, int warp, int first_warp) {
+  v = group_reduce<Max>(v, 32);
+  if ((threadIdx.x & 31) == 0) {
+    part[warp] = v;
+  }
+  __syncthreads();
+  v = part[first_warp];
+#pragma unroll
+  for (int w = 1; w < kWarps; ++w) {
+    v = Max ? max_of(v, part[first_warp + w]) : v + part[first_warp + w];
+  }
+  __syncthreads();
+  return v;
+}
+
+// group_rows's arrangement, the row normalized before its absmax.
+template <class T, int NV>
+__global__ void __launch_bounds__(kThreads)
+    norm_group_rows(const T* __restrict__ x, int64_t rows, int64_t k, int g_log2,
+                    Affine affine, float eps, uint8_t* __restrict__ q,
+                    float* __restrict__ scale) {
+  const int g = 1 << g_log2;
+  const int lane = threadIdx.x & (g - 1);
+  const int64_t per_block = kThreads >> g_log2;
+  const int64_t vectors = k / kVec;
+  const int64_t in_warp = (threadIdx.x & 31) >> g_log2;
+  const int64_t stride = int64_t(gridDim.x) * per_block;
+  const float inv_k = 1.f / float(k);
+  for (int64_t first = int64_t(blockIdx.x) * per_block + ((threadIdx.x & ~31u) >> g_log2);
+       first < rows; first += stride) {
+    const int64_t row = first + in_warp;
+    const bool live = row < rows;
+    const uint4* xr = reinterpret_cast<const uint4*>(x + (live ? row : first) * k);
+    uint4 raw[NV];
+    load_row<T, NV>(xr, vectors, lane, g, live, raw);
+    const float mean =
+        group_reduce<false>(row_sum<T, false, NV>(raw, vectors, lane, g, 0.f), g) * inv_k;
+    const float var =
+        group_reduce<false>(row_sum<T, true, NV>(raw, vectors, lane, g, mean), g) * inv_k;
+    const float rstd = rsqrtf(var + eps);
+    float amax = widen_max<T>(normalize_row<T, NV>(raw, vectors, lane, g, mean, rstd, affine));
+    amax = group_reduce<true>(amax, g);
+    if (live) {
+      store_row<T, NV>(q, scale, row, k, vectors, lane, g, raw, row_scale(amax));
+    }
+  }
+}
+
+// block_rows's arrangement, the row normalized before its absmax.
+template <class T, int NV, int W>
+__global__ void __launch_bounds__(kThreads)
+    norm_block_rows(const T* __restrict__ x, int64_t rows, int64_t k, Affine affine, float eps,
+                    uint8_t* __restrict__ q, float* __restrict__ scale) {
+  constexpr int kWarps = 1 << W;
+  constexpr int kLanes = 32 << W;
+  __shared__ float part[kThreads / 32];
+  const int warp = threadIdx.x >> 5;
+  const int first_warp = warp & ~(kWarps - 1);
+  const int lane = threadIdx.x & (kLanes - 1);
+  const int64_t per_block = (kThreads / 32) >> W;
+  const int64_t vectors = k / kVec;
+  const int64_t stride = int64_t(gridDim.x) * per_block;
+  const float inv_k = 1.f / float(k);
+  for (int64_t first = int64_t(blockIdx.x) * per_block; first < rows; first += stride) {
+    const int64_t row = first + (warp >> W);
+    const bool live = row < rows;
+    const uint4* xr = reinterpret_cast<const uint4*>(x + (live ? row : first) * k);
+    uint4 raw[NV];
+    load_row<T, NV>(xr, vectors, lane, kLanes, live, raw);
+    const float mean = row_reduce<kWarps, false>(
+        row_sum<T, false, NV>(raw, vectors, lane, kLanes, 0.f), part, warp, first_warp) * inv_k;
+    const float var = row_reduce<kWarps, false>(
+        row_sum<T, true, NV>(raw, vectors, lane, kLanes, mean), part, warp, first_warp) * inv_k;
+    const float rstd = rsqrtf(var + eps);
+    float amax = widen_max<T>(
+        normalize_row<T, NV>(raw, vectors, lane, kLanes, mean, rstd, affine));
+    amax = row_reduce<kWarps, true>(amax, part, warp, first_warp);
+    if (live) {
+      store_row<T, NV>(q, scale, row, k, vectors, lane, kLanes, raw, row_scale(amax));
+    }
+  }
+}
+
+enum NormKernel : int { kNormGroup4, kNormBlock4W2, kNormBlock4W4, kNormBlock4W8, kNormBlock8,
+                        kNormKernels };
+
+// Blocks of each norm kernel for T one SM holds (as resident_blocks does for the quantizer).
+template <class T>
+inline const int* norm_resident_blocks() {
+  struct Table {
+    int blocks[kNormKernels];
+  };
+  static const Table table = [] {
+    const void* kernels[kNormKernels] = {
+        reinterpret_cast<const void*>(norm_group_rows<T, 4>),
+        reinterpret_cast<const void*>(norm_block_rows<T, 4, 1>),
+        reinterpret_cast<const void*>(norm_block_rows<T, 4, 2>),
+        reinterpret_cast<const void*>(norm_block_rows<T, 4, 3>),
+        reinterpret_cast<const void*>(norm_block_rows<T, 8, 3>)};
+    Table t{};
+    for (int i = 0; i < kNormKernels; ++i) {
+      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&t.blocks[i], kernels[i], kThreads, 0) !=
+              cudaSuccess ||
+          t.blocks[i] < 1) {
+        cudaGetLastError();
+        t.blocks[i] = 1;
+      }
+    }
+    return t;
+  }();
+  return table.blocks;
+}
+
+inline bool aligned16(const void* p) { return (reinterpret_cast<uintptr_t>(p) & 15) == 0; }
+
+// The rows the quantizer holds in registers only (K a multiple of 8 up to @BLOCK_MAX@ vectors,
+// x, gamma and beta 16-byte and q 8-byte aligned); anything else is refused with kErrShape
+// (the caller normalizes and quantizes apart).
+template <class T>
+inline int32_t launch_norm(const T* x, Affine affine, float eps, int64_t rows, int64_t k,
+                           uint8_t* q, float* scale, cudaStream_t stream) {
+  const int64_t vectors = k / kVec;
+  if (k % kVec != 0 || vectors > @BLOCK_MAX@ || !aligned16(x) || !aligned16(affine.gamma) ||
+      !aligned16(affine.beta) || (reinterpret_cast<uintptr_t>(q) & 7) != 0) {
+    return oasr_kit::kErrShape;
+  }
+  const int dev = oasr_kit::current_device();
+  if (dev < 0) {
+    return oasr_kit::kErrDevice;
+  }
+  const int* held = norm_resident_blocks<T>();
+  if (vectors <= @GROUP_MAX@) {
+    int g_log2 = 0;
+    while ((int64_t(4) << g_log2) < vectors) {
+      ++g_log2;
+    }
+    norm_group_rows<T, 4><<<grid_of(rows, kThreads >> g_log2, held[kNormGroup4], dev),
+                            kThreads, 0, stream>>>(x, rows, k, g_log2, affine, eps, q, scale);
+  } else if (vectors <= 4 * 64) {
+    norm_block_rows<T, 4, 1><<<grid_of(rows, 4, held[kNormBlock4W2], dev), kThreads, 0,
+                               stream>>>(x, rows, k, affine, eps, q, scale);
+  } else if (vectors <= 4 * 128) {
+    norm_block_rows<T, 4, 2><<<grid_of(rows, 2, held[kNormBlock4W4], dev), kThreads, 0,
+                               stream>>>(x, rows, k, affine, eps, q, scale);
+  } else if (vectors <= 4 * kThreads) {
+    norm_block_rows<T, 4, 3><<<grid_of(rows, 1, held[kNormBlock4W8], dev), kThreads, 0,
+                               stream>>>(x, rows, k, affine, eps, q, scale);
+  } else {
+    norm_block_rows<T, 8, 3><<<grid_of(rows, 1, held[kNormBlock8], dev), kThreads, 0,
+                               stream>>>(x, rows, k, affine, eps, q, scale);
+  }
+  return oasr_kit::launch_status();
+}
+
+inline int32_t norm_quantize(const void* x, const void* gamma, const void* beta, float eps,
+                             int32_t dtype, int64_t rows, int64_t k, void* q, void* scale,
+                             cudaStream_t stream) {
+  if (rows <= 0 || k <= 0 || rows > INT32_MAX) {
+    return oasr_kit::kErrShape;
+  }
+  const Affine affine{static_cast<const uint4*>(gamma), static_cast<const uint4*>(beta)};
+  auto* out = static_cast<uint8_t*>(q);
+  auto* s = static_cast<float*>(scale);
+  switch (dtype) {
+    case 0:
+      return launch_norm(static_cast<const __half*>(x), affine, eps, rows, k, out, s, stream);
+    case 1:
+      return launch_norm(static_cast<const __nv_bfloat16*>(x), affine, eps, rows, k, out, s,
+                         stream);
+    default: return oasr_kit::kErrDtype;
+  }
+}
+"""
+
+
+def norm_symbol(symbol: str) -> str:
+    """The export of the layer-norm-then-quantize unit beside a row quantizer's ``symbol``."""
+    return f"{symbol}_layer_norm"
+
+
+_QUANTIZE_ABI = ("const void* x, int32_t dtype, int64_t rows, int64_t k, void* q, void* scale, "
+                 "void* stream", "x, dtype, rows, k, q, scale", "quantize")
+_NORM_ABI = ("const void* x, const void* gamma, const void* beta, float eps, int32_t dtype, "
+             "int64_t rows, int64_t k, void* q, void* scale, void* stream",
+             "x, gamma, beta, eps, dtype, rows, k, q, scale", "norm_quantize")
+
+
+def unit_source(fmt: RowFormat, *, namespace: str, symbol: str, title: str,
+                norm: bool = False) -> str:
     """The translation unit of a row quantizer in ``fmt`` exporting ``symbol`` (the C ABI of
-    the module docstring), its code in C++ namespace ``namespace``; ``title`` heads it."""
+    the module docstring), its code in C++ namespace ``namespace``; ``title`` heads it.
+
+    With ``norm``, the unit of the fused layer norm instead, exporting
+    ``norm_symbol(symbol)``::
+
+        int32_t <symbol>_layer_norm(const void* x, const void* gamma, const void* beta,
+                                    float eps, int32_t dtype, int64_t rows, int64_t k,
+                                    void* q, void* scale, void* stream)
+
+    ``gamma``/``beta``: the norm's weight and bias in ``x``'s dtype, or null. It quantizes
+    ``layer_norm(x)`` (computed in fp32 and rounded to ``x``'s dtype) in one pass for the rows
+    the quantizer holds in registers, and refuses anything else with ``kErrShape``.
+    """
     for what, name in (("namespace", namespace), ("symbol", symbol)):
         if not name.isidentifier():
             raise ValueError(f"row quantizer {title!r}: {what} {name!r} is not a C identifier")
     contract = "\n".join(f"//   {line}".rstrip() for line in fmt.contract.strip().splitlines())
     includes = "".join(f"#include <{h}>\n" for h in fmt.headers)
-    skeleton = (_SKELETON.replace("@PROPAGATE@", "true" if fmt.propagate_nan else "false")
+    kernels = _NORM_KERNELS if norm else _QUANTIZE_KERNELS
+    skeleton = ((_HELPERS + kernels).replace("@PROPAGATE@",
+                                             "true" if fmt.propagate_nan else "false")
                 .replace("@GROUP_MAX@", str(GROUP_MAX_VECTORS))
                 .replace("@BLOCK_MAX@", str(BLOCK_MAX_VECTORS)))
+    params, args, entry = _NORM_ABI if norm else _QUANTIZE_ABI
+    export = norm_symbol(symbol) if norm else symbol
+    what = ("layer norm, then per-row quantization of fp16/bf16 rows, one pass" if norm
+            else "per-row quantization of fp16/bf16 rows, one pass")
     return (
         f"// {title}\n"
-        f"// Generated by oasr_core.kit.row_quantizer: per-row quantization of fp16/bf16 "
-        f"rows, one pass.\n//\n// Numerics ({fmt.name}):\n{contract}\n//\n"
-        f"// int32_t {symbol}(const void* x, int32_t dtype, int64_t rows, int64_t k, void* q,\n"
-        f"//     void* scale, void* stream);  dtype 0 = fp16, 1 = bf16; an oasr_kit::Status.\n"
+        f"// Generated by oasr_core.kit.row_quantizer: {what}.\n//\n"
+        f"// Numerics ({fmt.name}):\n{contract}\n//\n"
+        f"// int32_t {export}({params});\n"
+        f"//     dtype 0 = fp16, 1 = bf16; an oasr_kit::Status.\n"
         f"#include <cstdint>\n\n#include <cuda_bf16.h>\n"
         f"#include <cuda_fp16.h>\n{includes}\n#include \"oasr_kit/launcher.cuh\"\n\n"
         f"namespace {namespace} {{\n\n{fmt.device_code.strip()}\n{skeleton}\n"
         f"}}  // namespace {namespace}\n\n"
-        f"OASR_EXPORT int32_t {symbol}(const void* x, int32_t dtype, int64_t rows, int64_t k,\n"
-        f"    void* q, void* scale, void* stream) {{\n"
-        f"  return {namespace}::quantize(x, dtype, rows, k, q, scale,\n"
-        f"      static_cast<cudaStream_t>(stream));\n}}\n")
+        f"OASR_EXPORT int32_t {export}({params}) {{\n"
+        f"  return {namespace}::{entry}({args}, static_cast<cudaStream_t>(stream));\n}}\n")
 
 
 def jit_spec(fmt: RowFormat, *, module: str, symbol: str, namespace: str, title: str,
              target: str, extra_flags: tuple[str, ...] = ()):
-    """The :class:`oasr_core.jit.JitSpec` of a one-unit row-quantizer module for nvcc target
-    ``target`` (``"90a"``): no CUTLASS, the kit headers only."""
+    """The :class:`oasr_core.jit.JitSpec` of a row-quantizer module for nvcc target ``target``
+    (``"90a"``): no CUTLASS, the kit headers only; two units, the quantizer exporting
+    ``symbol`` and the fused layer norm exporting ``norm_symbol(symbol)`` (each in its own
+    C++ namespace, ``namespace`` and ``<namespace>_norm``)."""
     from oasr_core.jit import JitSpec, TranslationUnit
 
-    unit = TranslationUnit(name="quantize_rows", exports=(symbol,), source=unit_source(
-        fmt, namespace=namespace, symbol=symbol, title=title))
-    return JitSpec(name=module, arch=target, units=(unit,), extra_flags=extra_flags,
+    units = (
+        TranslationUnit(name="quantize_rows", exports=(symbol,), source=unit_source(
+            fmt, namespace=namespace, symbol=symbol, title=title)),
+        TranslationUnit(name="norm_quantize_rows", exports=(norm_symbol(symbol),),
+                        source=unit_source(fmt, namespace=f"{namespace}_norm", symbol=symbol,
+                                           title=title, norm=True)))
+    return JitSpec(name=module, arch=target, units=units, extra_flags=extra_flags,
                    cutlass=False)

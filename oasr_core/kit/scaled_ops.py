@@ -40,19 +40,20 @@ ROUTE = "route"
 
 def unquantized_route(serving: Any, family: str, op: str, dtype: str, n: int, k: int, m: int,
                       device: int, *, untuned_high: Callable[[Any], bool] | None = None,
-                      label: str) -> bool:
+                      label: str, variant: Any = None) -> bool:
     """Whether a quantized linear of width ``(N, K)`` at ``M`` rows on CUDA ``device`` runs in
     its activation dtype (``F.linear``): the tiers name ``Sentinel.UNQUANTIZED`` there (a build
     measured the layer faster unquantized, the activation quantizer included), or
     ``untuned_high(selection)`` says so for a shape no entry covers (a family's untuned
     route; None: an untuned shape stays quantized). Memoised per epoch in ``serving``'s plans
     (one dict lookup after the first call); a selection that fails keeps the layer quantized,
-    with one warning naming ``label``."""
+    with one warning naming ``label``. ``variant`` tells apart routes ``untuned_high`` answers
+    differently at one shape (fp8: an activation that arrives quantized by its layer norm)."""
     from oasr_core.kit.launching import on_device
     from oasr_core.runtime import device_arch_of
     from oasr_core.types import Sentinel
 
-    key = (ROUTE, n, k, m, device)
+    key = (ROUTE, n, k, m, device, variant)
     route = serving.plans.table.get(key)
     if route is None:
         import oasr_core
@@ -88,11 +89,14 @@ def linear_in_dtype(x: Any, layer: Any, activation: str | None = None, *,
     unquantized as the unquantized model is with oasr; resolved once per epoch (memoised in
     ``serving``'s plans). Without such a plugin, or for a layer whose weight is not in ``x``'s
     dtype, it is ``F.linear`` and the activation or the add in torch, as the reference models
-    compute them.
+    compute them. ``x`` may be a :class:`~oasr_core.kit.normed.NormedRows` (its dense rows).
     """
     if residual is not None and activation is not None:
         raise ValueError(f"linear_in_dtype: a residual add after activation {activation!r} has "
                          "no fused form")
+    from oasr_core.kit.normed import dense
+
+    x = dense(x)
     if serving is not None and layer.weight.dtype == x.dtype:
         found = _full_precision_linear(serving, x.dtype)
         if found is not None:

@@ -55,3 +55,10 @@ def oasr_linear(dtype, quantization):
     from oasr_scaled_mm import linear
 
     return linear.linear_for(dtype, quantization)
+
+
+@hookimpl
+def oasr_layer(kind, dtype, quantization):
+    from oasr_scaled_mm import linear
+
+    return linear.layer_for(kind, dtype, quantization)

@@ -32,3 +32,14 @@ linear = layer_linear("oasr_scaled_mm.quantize", "int8")
 def linear_for(dtype: str, quantization: str) -> Callable[..., Any] | None:
     """:func:`linear` for ``int8_w8a8`` at a dtype of :data:`DTYPES`, else None."""
     return linear if quantization == QUANTIZATION and dtype in DTYPES else None
+
+
+def layer_for(kind: str, dtype: str, quantization: str) -> Callable[..., Any] | None:
+    """``oasr_layer``'s answer: for ``LayerNorm`` under ``int8_w8a8`` at a dtype of
+    :data:`DTYPES`, :data:`oasr_scaled_mm.quantize.layer_norm` (the norm deferred for the linears
+    after it, which share one fused norm-and-quantize pass); else None."""
+    if kind != "LayerNorm" or linear_for(dtype, quantization) is None:
+        return None
+    from oasr_scaled_mm.quantize import layer_norm
+
+    return layer_norm

@@ -30,3 +30,14 @@ linear = layer_linear("oasr_scaled_mm_fp8.quantize", "fp8")
 def linear_for(dtype: str, quantization: str) -> Callable[..., Any] | None:
     """:func:`linear` for ``fp8_w8a8`` at a dtype of :data:`DTYPES`, else None."""
     return linear if quantization == QUANTIZATION and dtype in DTYPES else None
+
+
+def layer_for(kind: str, dtype: str, quantization: str) -> Callable[..., Any] | None:
+    """``oasr_layer``'s answer: for ``LayerNorm`` under ``fp8_w8a8`` at a dtype of
+    :data:`DTYPES`, :data:`oasr_scaled_mm_fp8.quantize.layer_norm` (the norm deferred for the
+    linears after it, which share one fused norm-and-quantize pass); else None."""
+    if kind != "LayerNorm" or linear_for(dtype, quantization) is None:
+        return None
+    from oasr_scaled_mm_fp8.quantize import layer_norm
+
+    return layer_norm

@@ -94,21 +94,24 @@ def select_quant_config(n: int, k: int, m: int, arch: str | None = None) -> Conf
     return oasr_core.select(FAMILY, OP_QUANT, DTYPE, (n, k), m, arch).config
 
 
-def unquantized(n: int, k: int, m: int, device: int) -> bool:
+def unquantized(n: int, k: int, m: int, device: int, *, normed: bool = False) -> bool:
     """Whether a quantized linear of width ``(N, K)`` at ``M`` rows on CUDA ``device`` runs in
     its activation dtype (``F.linear``): the tiers name ``Sentinel.UNQUANTIZED`` there, or no
     entry covers the shape and the untuned route (:func:`oasr_scaled_mm_fp8.untuned.fp8_wins`)
     does not predict the heuristic's fp8 tile plus the quantizer to beat bf16
-    (:func:`oasr_core.kit.scaled_ops.unquantized_route`, memoised per epoch)."""
+    (:func:`oasr_core.kit.scaled_ops.unquantized_route`, memoised per epoch). ``normed``: the
+    activation comes quantized by its layer norm (:class:`oasr_core.kit.normed.NormedRows`),
+    so the untuned route counts no quantizer; a tuning entry's verdict, measured with the
+    quantizer, stands."""
     from oasr_scaled_mm_fp8 import untuned
 
     def untuned_high(sel: Any) -> bool:
         return (sel.tier is Tier.HEURISTIC and sel.config is not None
-                and not untuned.fp8_wins(sel.lane, n, k, m))
+                and not untuned.fp8_wins(sel.lane, n, k, m, quantizer=not normed))
 
     return scaled_ops.unquantized_route(SERVING, FAMILY, OP_MM, DTYPE, n, k, m, device,
                                         untuned_high=untuned_high,
-                                        label="oasr_scaled_mm_fp8")
+                                        label="oasr_scaled_mm_fp8", variant=normed)
 
 
 def _check(op: str, a: Any, w: Any, a_scale: Any, w_scale: Any, bias: Any, out_dtype: Any,

@@ -18,6 +18,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from oasr_core.kit.normed import NormedRows, layer_norm_answer, quantize_after_norm, quantized_rows
 from oasr_core.kit.scaled_ops import add_residual, linear_in_dtype
 from oasr_core.kit.weights import QuantizedWeight, cached_weight
 
@@ -68,16 +69,41 @@ def quantized_linear(x: Any, layer: Any, activation: str | None = None, *,
     from oasr_scaled_mm_fp8 import ops
 
     n, k = layer.weight.shape
-    if x.is_cuda and ops.unquantized(n, k, x.numel() // k if k else 0, x.device.index):
+    normed = isinstance(x, NormedRows) and x.scheme == QUANTIZATION
+    if x.is_cuda and ops.unquantized(n, k, x.numel() // k if k else 0, x.device.index,
+                                     normed=normed):
         return linear_in_dtype(x, layer, activation, serving=ops.SERVING, residual=residual,
                                alpha=alpha)
     import torch
     from oasr_core.census.models import activate
 
     state = quantized_weight(layer)
-    q, a_scale = quantize_rows(x)
+    q, a_scale = quantized_rows(x, QUANTIZATION, quantize_rows)
     out_dtype = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
     y = ops.scaled_mm_fp8(q, state.weight, a_scale, state.scale, state.bias,
                           out_dtype=out_dtype)
     y = activate(y if y.dtype == x.dtype else y.to(x.dtype), activation)
     return y if residual is None else add_residual(y, residual, alpha)
+
+
+def norm_quantize_rows(x: Any, norm: Any) -> tuple[Any, Any] | None:
+    """The e4m3 rows of ``norm(x)`` (an ``nn.LayerNorm``) by the fused kernel
+    (:mod:`oasr_scaled_mm_fp8.quantize_kernel`), or None where it does not serve (the caller
+    runs the norm and :func:`quantize_rows` apart:
+    :func:`oasr_core.kit.normed.quantize_after_norm`).
+    It matches those two to the norm's rounding: the kernel's mean and variance are summed in
+    another order than torch's, which can move a row's normalized values by an ulp of their
+    dtype and so a quantized value by one step."""
+    from oasr_core.runtime import device_arch_of
+
+    from oasr_scaled_mm_fp8.quantize_kernel import norm_quantize_rows_cuda
+
+    return norm_quantize_rows_cuda(x, norm, device_arch_of(x.device.index))
+
+
+layer_norm = layer_norm_answer(QUANTIZATION, quantize_after_norm(
+    lambda x, norm: norm_quantize_rows(x, norm), lambda x: quantize_rows(x)))
+"""The family's ``oasr_layer("LayerNorm", dtype, "fp8_w8a8")`` answer: ``layer_norm(x, norm)``
+is a :class:`~oasr_core.kit.normed.NormedRows` the family's linears after the norm share
+(one fused norm-and-quantize kernel for all of them; torch's norm for those that run
+unquantized)."""

@@ -14,7 +14,12 @@ from __future__ import annotations
 
 from typing import Any
 
-from oasr_core.kit.helpers import quantize_rows_with, row_quantizer
+from oasr_core.kit.helpers import (
+    norm_quantize_rows_with,
+    norm_quantizer,
+    quantize_rows_with,
+    row_quantizer,
+)
 from oasr_core.kit.row_quantizer import RowFormat, jit_spec
 
 SYMBOL = "oasr_fp8_quantize_rows"
@@ -66,3 +71,19 @@ def quantize_rows_cuda(x: Any, arch: str) -> tuple[Any, Any] | None:
     import torch
 
     return quantize_rows_with(KERNEL, x, arch, torch.float8_e4m3fn)
+
+
+NORM_KERNEL = norm_quantizer(spec, SYMBOL,
+                             label="oasr_scaled_mm_fp8: the fused layer-norm quantizer")
+"""The loaded fused layer norm + quantizer per arch (None, warned once, where it cannot be
+loaded)."""
+
+
+def norm_quantize_rows_cuda(x: Any, norm: Any, arch: str) -> tuple[Any, Any] | None:
+    """The quantized rows of ``norm(x)`` (an ``nn.LayerNorm`` over the last dimension, its
+    parameters in ``x``'s dtype or absent) of contiguous fp16/bf16 CUDA rows in one pass, or
+    None when the kernel is unavailable or refused the call (a row longer than 16384, not a
+    multiple of 8, or misaligned)."""
+    import torch
+
+    return norm_quantize_rows_with(NORM_KERNEL, x, norm, arch, torch.float8_e4m3fn)

@@ -86,10 +86,11 @@ class RouteModel:
         """Predicted activation quantizer time."""
         return self.quantizer_launch_us + (3.0 * m * k + 4.0 * m) / self.quantizer_bytes_per_us
 
-    def fp8_wins(self, m: int, n: int, k: int) -> bool:
-        """Whether the quantized layer (quantizer + fp8 GEMM) is predicted to beat bf16."""
-        return (self.fp8_us(m, n, k) + self.quantizer_us(m, k)) * self.margin < \
-            self.bf16_us(m, n, k)
+    def fp8_wins(self, m: int, n: int, k: int, *, quantizer: bool = True) -> bool:
+        """Whether the quantized layer (quantizer + fp8 GEMM; without ``quantizer``, the GEMM
+        alone: the activation came quantized by its layer norm) is predicted to beat bf16."""
+        quant = self.quantizer_us(m, k) if quantizer else 0.0
+        return (self.fp8_us(m, n, k) + quant) * self.margin < self.bf16_us(m, n, k)
 
 
 MODELS = {LANE_SM90: RouteModel(bf16_launch_us=3.450, bf16_flops_per_us=7.328e8,
@@ -98,8 +99,9 @@ MODELS = {LANE_SM90: RouteModel(bf16_launch_us=3.450, bf16_flops_per_us=7.328e8,
 ``fp8_untuned_offline.py --fit`` reproduces these constants from it)."""
 
 
-def fp8_wins(lane: str | None, n: int, k: int, m: int) -> bool:
+def fp8_wins(lane: str | None, n: int, k: int, m: int, *, quantizer: bool = True) -> bool:
     """Whether an uncovered ``(N, K)`` layer at ``M`` rows runs fp8 on ``lane`` (True on a
-    lane without a fitted model: fp8, as before the route existed)."""
+    lane without a fitted model: fp8, as before the route existed); ``quantizer`` False: its
+    activation arrives quantized (the fused layer norm), only the GEMMs are compared."""
     model = MODELS.get(lane) if lane is not None else None
-    return True if model is None else model.fp8_wins(m, n, k)
+    return True if model is None else model.fp8_wins(m, n, k, quantizer=quantizer)

@@ -1,0 +1,153 @@
+"""A layer norm's output handed, deferred, to the linears after it (a W8A8 family's norm).
+
+A pre-norm encoder block runs ``h = norm(x)`` and hands ``h`` to linears only (the Conformer's
+feed-forward, attention Q/K/V and pointwise convolution; Whisper's Q/K/V and MLP). A quantized
+linear then quantizes ``h`` again per row: a second pass over the activation, once per linear.
+:class:`NormedRows` stands for ``h`` without computing it: each linear asks for the form it
+runs on, and each form is computed once per handle, whoever asks first:
+
+- :meth:`NormedRows.quantized`: the family's quantized rows ``(q, scale)``, from one fused
+  kernel reading ``x`` (layer norm, absmax, quantization; the family's
+  :func:`~oasr_core.kit.helpers.norm_quantize_rows_with`) where it applies, else the norm in
+  torch and the family's quantizer;
+- :meth:`NormedRows.dense`: ``h`` itself (``F.layer_norm``), for a linear whose route says
+  unquantized, or any consumer that is not the family's.
+
+So Q, K and V share one quantization, and a linear that runs unquantized pays the torch norm
+the model would have run anyway. A family answers ``oasr_layer("LayerNorm", dtype, scheme)``
+with a callable returning one (:func:`layer_norm_answer`); its quantized linear takes it in
+place of a tensor (:func:`dense`: everything else takes the tensor). Importing this module
+imports no torch.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+Quantize = Callable[["NormedRows"], tuple[Any, Any]]
+"""``(handle) -> (q, scale)``: a family's quantized rows of ``norm(x)``."""
+
+
+class NormedRows:
+    """``norm(x)`` for the linears after a layer norm (see the module docstring): ``x`` the
+    input rows ``[..., K]``, ``norm`` the ``nn.LayerNorm`` over ``K``, ``scheme`` the
+    quantization whose linears take :meth:`quantized`, ``quantize`` how it is computed."""
+
+    __slots__ = ("x", "norm", "scheme", "_quantize", "_dense", "_quantized")
+
+    def __init__(self, x: Any, norm: Any, scheme: str, quantize: Quantize) -> None:
+        self.x = x
+        self.norm = norm
+        self.scheme = scheme
+        self._quantize = quantize
+        self._dense: Any = None
+        self._quantized: tuple[Any, Any] | None = None
+
+    @property
+    def shape(self) -> Any:
+        return self.x.shape
+
+    @property
+    def dtype(self) -> Any:
+        return self.x.dtype
+
+    @property
+    def device(self) -> Any:
+        return self.x.device
+
+    @property
+    def is_cuda(self) -> bool:
+        return self.x.is_cuda
+
+    def numel(self) -> int:
+        return self.x.numel()
+
+    def dense(self) -> Any:
+        """``norm(x)`` as a tensor (torch's layer norm), computed once."""
+        if self._dense is None:
+            from torch.nn import functional as F
+
+            n = self.norm
+            self._dense = F.layer_norm(self.x, n.normalized_shape, n.weight, n.bias, n.eps)
+        return self._dense
+
+    def quantized(self) -> tuple[Any, Any]:
+        """The scheme's quantized rows ``(q [..., K], scale float32 [...])`` of ``norm(x)``,
+        computed once."""
+        if self._quantized is None:
+            self._quantized = self._quantize(self)
+        return self._quantized
+
+    def __repr__(self) -> str:
+        return (f"NormedRows({self.scheme}, x {tuple(self.x.shape)} {self.x.dtype}, "
+                f"computed: {', '.join(self.computed()) or 'nothing'})")
+
+    def computed(self) -> tuple[str, ...]:
+        """Which forms have been computed (``"dense"``, ``"quantized"``), for tests and
+        reports."""
+        return tuple(name for name, got in (("dense", self._dense), ("quantized",
+                                                                      self._quantized))
+                     if got is not None)
+
+
+def dense(x: Any) -> Any:
+    """``x`` as a tensor: a :class:`NormedRows`'s :meth:`~NormedRows.dense`, anything else
+    itself."""
+    return x.dense() if isinstance(x, NormedRows) else x
+
+
+def quantized_rows(x: Any, scheme: str, quantize_rows: Callable[[Any], tuple[Any, Any]]
+                   ) -> tuple[Any, Any]:
+    """The rows a ``scheme`` linear quantizes: a :class:`NormedRows` of ``scheme``'s own
+    (shared by every linear after its norm), else ``quantize_rows`` of the dense rows."""
+    if isinstance(x, NormedRows) and x.scheme == scheme:
+        return x.quantized()
+    return quantize_rows(dense(x))
+
+
+def fusable(x: Any, norm: Any) -> bool:
+    """Whether ``norm`` (an ``nn.LayerNorm``) over ``x`` is what the fused kernel computes: a
+    norm over the last dimension only, its weight and bias (if any) in ``x``'s dtype, fp16 or
+    bf16 contiguous CUDA rows, outside ``torch.compile`` tracing. The kernel may still refuse
+    a call (a row too long to hold in registers, a misaligned pointer); the caller then
+    normalizes and quantizes apart."""
+    import torch
+
+    return (x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and x.is_contiguous()
+            and x.dim() >= 1 and tuple(norm.normalized_shape) == (x.shape[-1],)
+            and all(p is None or (p.dtype == x.dtype and p.is_contiguous() and p.is_cuda)
+                    for p in (norm.weight, norm.bias))
+            and not torch.compiler.is_compiling())
+
+
+def quantize_after_norm(fused: Callable[[Any, Any], tuple[Any, Any] | None],
+                        quantize_rows: Callable[[Any], tuple[Any, Any]]) -> Quantize:
+    """A family's :data:`Quantize`: ``fused(x, norm)`` (its fused kernel, None where it cannot
+    serve) where :func:`fusable`, else ``quantize_rows(handle.dense())``."""
+
+    def quantize(rows: NormedRows) -> tuple[Any, Any]:
+        if fusable(rows.x, rows.norm):
+            got = fused(rows.x.detach(), rows.norm)
+            if got is not None:
+                return got
+        return quantize_rows(rows.dense())
+
+    return quantize
+
+
+def layer_norm_answer(scheme: str, quantize: Quantize) -> Callable[..., Any]:
+    """A family's answer to ``oasr_layer("LayerNorm", dtype, scheme)``: ``norm(x, layer,
+    activation=None)`` returning ``NormedRows(x, layer, scheme, quantize)`` (an activation
+    after a layer norm has no deferred form: it is applied in torch to the dense output)."""
+
+    def norm(x: Any, layer: Any, activation: str | None = None) -> Any:
+        if activation is not None:
+            from oasr_core.census.models import activate
+
+            return activate(layer(x), activation)
+        return NormedRows(x, layer, scheme, quantize)
+
+    norm.__doc__ = (f"``layer(x)`` deferred for the {scheme} linears after it "
+                    "(:class:`oasr_core.kit.normed.NormedRows`).")
+    return norm
