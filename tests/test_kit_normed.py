@@ -159,3 +159,19 @@ def test_the_fused_unit_refuses_what_it_does_not_hold_in_registers():
     assert "namespace oasr_fp8_quantize_norm" in src
     assert "const void* gamma, const void* beta, float eps" in src
     assert "__nv_cvt_float2_to_fp8x2" in src      # the family's own numerics
+
+
+def test_a_workload_can_leave_the_norm_to_torch():
+    from oasr_core.census.workloads import ReferenceFactory
+    from oasr_core.errors import ConfigurationError
+    from oasr_core.runtime import get_runtime
+
+    factory = ReferenceFactory("ConformerEncoder", get_runtime().pm)
+    small = {"d_model": 64, "heads": 2, "ffn_dim": 128, "layers": 1, "kernel_size": 7}
+    fused = factory(quantization="fp8_w8a8", dtype="bf16", **small)
+    apart = factory(quantization="fp8_w8a8", dtype="bf16", torch_layers=["LayerNorm"], **small)
+    assert "LayerNorm" in fused.layers[0].ff1.ops.layers
+    assert "LayerNorm" not in apart.layers[0].ff1.ops.layers
+    for bad in ("LayerNorm", ["BatchNorm1d"]):
+        with pytest.raises(ConfigurationError, match="torch_layers"):
+            factory(quantization="fp8_w8a8", dtype="bf16", torch_layers=bad, **small)

@@ -52,14 +52,16 @@
 #                    (--from-log --fresh) cmp'd, then benchmarks/fp8_vs_torch.py served from it
 #   gpu-tests-quant  the activation quantizers (the kit's one-pass row quantizer): `pytest -m gpu`
 #                    of both families' quantizer tests, every kernel path against each torch
-#                    definition (gpu_tests_quant.log); benchmarks/quantizer_bandwidth.py, bf16 and
+#                    definition, and the fused layer norm (tests/test_kit_normed_gpu.py)
+#                    (gpu_tests_quant.log); benchmarks/quantizer_bandwidth.py, bf16 and
 #                    fp16, cold, GB/s against the 4.8 TB/s bound (quantizer_bandwidth.md, .json);
 #                    when bench-fp8 ran on this machine, the fp8 untuned route replayed on its
 #                    fp8_vs_torch log and refitted (fp8_untuned_offline.md, .json); ~3 min
 #   e2e-fp8          benchmarks/e2e.py: the fp8 Conformer against its bf16 self, untuned (the
 #                    untuned route: the heuristic's tile where fp8 is predicted to beat bf16,
 #                    F.linear elsewhere; whole-space module) and, when bench-fp8 ran on this
-#                    machine, with its table as the user tier
+#                    machine, with its table as the user tier; a wide Conformer (d_model 1024)
+#                    with the fused layer norm and with torch's
 #   conv1d           the conv1d family: both sm90 modules prebuilt (sm90_conv1d, sm80_conv1d whole),
 #                    `pytest -m gpu plugins/oasr_conv1d` (gpu_tests_conv1d.log), the conv1d table
 #                    built from the conv censuses (conv1d.json, conv1d.jsonl) and its offline
@@ -227,7 +229,8 @@ phase_gpu_tests_quant() {
   el "GPU tests of the int8 and fp8 activation quantizers (every kernel path)"
   OASR_TUNE_SYSTEM_DB=off timeout 400 python3 -m pytest -m gpu \
     plugins/oasr_scaled_mm/tests/test_smm_quantize_gpu.py \
-    plugins/oasr_scaled_mm_fp8/tests/test_fp8_quantize_gpu.py -q -rs -p no:cacheprovider 2>&1 \
+    plugins/oasr_scaled_mm_fp8/tests/test_fp8_quantize_gpu.py tests/test_kit_normed_gpu.py \
+    -q -rs -p no:cacheprovider 2>&1 \
     | tee "$dir/gpu_tests_quant.log" | tail -8
   el "quantizer_bandwidth: both quantizers against the bandwidth bound"
   timeout 400 python3 benchmarks/quantizer_bandwidth.py --out-dir "$dir" --dtypes bf16,fp16 \
@@ -254,6 +257,13 @@ phase_e2e_fp8() {
   prebuild_fp8 "$dir"
   OASR_SCALED_MM_FP8_COMPILE_SET=all e2e_run "$dir" h200_e2e_conformer_fp8 \
     --workload conformer --batch 8 --frames 1024 --dtype bf16 --quantization fp8_w8a8
+  # A wide Conformer no table covers (d_model 1024, FFN 4096; M ~ 4080 rows a linear): the
+  # untuned route decides every layer; with the fused layer norm, then with torch's norm.
+  local wide=(--workload conformer --param d_model=1024 --param ffn_dim=4096 --param heads=16
+              --param layers=8 --batch 16 --frames 1024 --dtype bf16 --quantization fp8_w8a8)
+  OASR_SCALED_MM_FP8_COMPILE_SET=all e2e_run "$dir" h200_e2e_conformer_wide_fp8 "${wide[@]}"
+  OASR_SCALED_MM_FP8_COMPILE_SET=all e2e_run "$dir" h200_e2e_conformer_wide_fp8_torch_norm \
+    "${wide[@]}" --param 'torch_layers=["LayerNorm"]'
   if [ -f "$table" ]; then
     user=$(mktemp -d /tmp/oasr-fp8-user.XXXXXX)
     mkdir -p "$user/sm90" && cp "$table" "$user/sm90/scaled_mm_fp8.json"

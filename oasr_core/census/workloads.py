@@ -221,8 +221,10 @@ class ReferenceFactory:
     to ``oasr_linear`` for ``dtype`` and ``quantization`` (:func:`served_linear`).
     ``family_ops`` None takes that answer when there is one and torch's ``F.linear``
     otherwise; ``True`` requires an answer; ``False`` keeps full-precision linears in torch
-    (a quantized scheme is served by its plugin all the same). The census passes its
-    ``--dtype`` as ``dtype`` (:attr:`Workload.dtype_param`).
+    (a quantized scheme is served by its plugin all the same). ``torch_layers`` names layer
+    kinds of :data:`LAYER_KINDS` left to torch although a plugin serves them (``["LayerNorm"]``:
+    a W8A8 model without its fused norm, to measure what the fusion is worth). The census
+    passes its ``--dtype`` as ``dtype`` (:attr:`Workload.dtype_param`).
     """
 
     model: str
@@ -231,13 +233,19 @@ class ReferenceFactory:
     """The plugin manager asked for ``oasr_linear`` (None: no plugin)."""
 
     def __call__(self, *, family_ops: bool | None = None, quantization: str = "none",
-                 dtype: str = "fp16", **params: Any) -> Any:
+                 dtype: str = "fp16", torch_layers: Sequence[str] = (), **params: Any) -> Any:
+        unknown = sorted(set(torch_layers) - set(LAYER_KINDS))
+        if isinstance(torch_layers, str) or unknown:
+            raise ConfigurationError(f"torch_layers: {torch_layers!r} is not a list of layer "
+                                     f"kinds of {', '.join(LAYER_KINDS)}")
         linear, layers = None, {}
         if quantization != "none" or family_ops is not False:
             linear = served_linear(self.pm, dtype=dtype, quantization=quantization,
                                    required=family_ops is True)
         if family_ops is not False:
-            layers = served_layers(self.pm, dtype=dtype, quantization=quantization)
+            kinds = tuple(k for k in LAYER_KINDS if k not in torch_layers)
+            layers = served_layers(self.pm, dtype=dtype, quantization=quantization,
+                                   kinds=kinds)
         from oasr_core.census import models
 
         return getattr(models, self.model)(linear=linear, served=layers, **params)
