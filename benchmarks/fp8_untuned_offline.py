@@ -57,6 +57,10 @@ class Point:
     quantize_us: float
     bf16_us: float
     uncovered: bool
+    norm_quantize_us: float | None = None
+    """The fused layer norm + quantizer (a log with the benchmark's norm arms), else None."""
+    layer_norm_us: float | None = None
+    """torch's layer norm alone (the same logs)."""
 
     @property
     def fp8_us(self) -> float:
@@ -99,7 +103,9 @@ def read_points(rows: list[dict]) -> list[Point]:
         need = [got.get(name, {}).get("us") for name in (heur, "quantize", "bf16")]
         if all(v is not None for v in need):
             tier = next(iter(got.values())).get("tier")
-            points.append(Point(n, k, m, heur, *need, uncovered=tier == "heuristic"))
+            norm = [got.get(name, {}).get("us") for name in ("norm_quantize", "layer_norm")]
+            points.append(Point(n, k, m, heur, *need, uncovered=tier == "heuristic",
+                                norm_quantize_us=norm[0], layer_norm_us=norm[1]))
     return points
 
 
@@ -147,17 +153,45 @@ def fit(points: list[Point], margin: float | None = None) -> Any:
         [(2.0 * p.m * p.n * p.k, p.m * p.k + p.n * p.k + 2.0 * p.m * p.n, p.tile_us)
          for p in points], hbm)
     q_launch, q_bw = linear_fit([(3.0 * p.m * p.k + 4.0 * p.m, p.quantize_us) for p in points])
+    norm = {}
+    if has_norm_arms(points):
+        nq_launch, nq_bw = linear_fit([(3.0 * p.m * p.k + 4.0 * p.m, p.norm_quantize_us)
+                                       for p in points])
+        ln_launch, ln_bw = linear_fit([(4.0 * p.m * p.k, p.layer_norm_us) for p in points])
+        excess = sorted(p.norm_quantize_us - p.layer_norm_us for p in points
+                        if p.norm_quantize_us > p.layer_norm_us)
+        floor = (excess[(len(excess) - 1) // 2] + excess[len(excess) // 2]) / 2 if excess else 0.0
+        norm = dict(norm_quantizer_launch_us=nq_launch, norm_quantizer_bytes_per_us=nq_bw,
+                    layer_norm_launch_us=ln_launch, layer_norm_bytes_per_us=ln_bw,
+                    norm_extra_floor_us=floor)
     return untuned.RouteModel(
         bf16_launch_us=b_launch, bf16_flops_per_us=b_flops, fp8_launch_us=f_launch,
         fp8_flops_per_us=f_flops, quantizer_launch_us=q_launch, quantizer_bytes_per_us=q_bw,
-        hbm_bytes_per_us=hbm, margin=untuned.MARGIN if margin is None else margin)
+        hbm_bytes_per_us=hbm, margin=untuned.MARGIN if margin is None else margin, **norm)
+
+
+def has_norm_arms(points: list[Point]) -> bool:
+    """Whether every point has the fused norm and torch's norm timed."""
+    return bool(points) and all(p.norm_quantize_us is not None and p.layer_norm_us is not None
+                                for p in points)
+
+
+def normed_us(p: Point) -> tuple[float, float]:
+    """``(fp8, bf16)`` of the layer after a layer norm, the norm included: the tile plus the
+    fused norm + quantizer against torch's norm plus ``F.linear`` where the log timed them,
+    else the tile against ``F.linear`` (the norms taken as costing the same)."""
+    if p.norm_quantize_us is not None and p.layer_norm_us is not None:
+        return p.tile_us + p.norm_quantize_us, p.bf16_us + p.layer_norm_us
+    return p.tile_us, p.bf16_us
 
 
 def score(points: list[Point], fp8: list[bool], *, quantizer: bool = True) -> dict[str, Any]:
     """Geomean of bf16 / chosen, points slower than bf16, the worst ratio, fp8 picks (without
-    ``quantizer``, the fp8 layer is the tile alone: its activation came quantized)."""
-    ratios = [p.bf16_us / ((p.fp8_us if quantizer else p.tile_us) if pick else p.bf16_us)
-              for p, pick in zip(points, fp8, strict=True)]
+    ``quantizer``, the layer after a layer norm that quantizes: :func:`normed_us`)."""
+    ratios = []
+    for p, pick in zip(points, fp8, strict=True):
+        fp8_us, bf16_us = (p.fp8_us, p.bf16_us) if quantizer else normed_us(p)
+        ratios.append(bf16_us / (fp8_us if pick else bf16_us))
     if not ratios:
         return {"points": 0, "geomean": None, "slower": 0, "worst": None, "fp8": 0}
     return {"points": len(ratios),
@@ -243,9 +277,12 @@ def main(argv: list[str] | None = None) -> int:
         summary.setdefault("margins", {})[f"{margin:g}"] = got
         lines.append(f"| {margin:g} | {got['fp8']} | {got['geomean']:.3f}x | {got['slower']} | "
                      f"{got['worst']:.3f}x |")
-    lines += ["", "After a layer norm that quantizes (the fused norm-and-quantize kernel: the "
-              "norm's cost taken as torch's on both sides, so the GEMMs alone are compared; "
-              "the route's `quantizer=False`), all points:", "",
+    measured = has_norm_arms(points)
+    lines += ["", "After a layer norm that quantizes (the route's `quantizer=False`): " + (
+              "the tile plus the log's fused norm + quantizer against torch's norm plus "
+              "`F.linear`" if measured else "the log has no norm arms: the norm's cost taken "
+              "as torch's on both sides, so the GEMMs alone are compared") + ", all points:",
+              "",
               "| margin | fp8 picks | geomean vs bf16 | slower than bf16 | worst |",
               "|---:|---:|---:|---:|---:|"]
     for margin in MARGINS:
@@ -255,7 +292,8 @@ def main(argv: list[str] | None = None) -> int:
         summary.setdefault("normed margins", {})[f"{margin:g}"] = got
         lines.append(f"| {margin:g} | {got['fp8']} | {got['geomean']:.3f}x | {got['slower']} | "
                      f"{got['worst']:.3f}x |")
-    oracle = score(points, [p.tile_us < p.bf16_us for p in points], quantizer=False)
+    oracle = score(points, [normed_us(p)[0] < normed_us(p)[1] for p in points],
+                   quantizer=False)
     summary["normed oracle"] = oracle
     lines.append(f"| oracle | {oracle['fp8']} | {oracle['geomean']:.3f}x | {oracle['slower']} "
                  f"| {oracle['worst']:.3f}x |")

@@ -53,6 +53,54 @@ def test_the_committed_report_is_current(tmp_path):
         (RESULTS / "fp8_untuned_offline.json").read_text()
 
 
+NORM_FIELDS = ("norm_quantizer_launch_us", "norm_quantizer_bytes_per_us", "layer_norm_launch_us",
+               "layer_norm_bytes_per_us", "norm_extra_floor_us")
+
+
+@pytest.fixture(scope="module")
+def normed_points():
+    import json
+
+    offline = script("fp8_untuned_offline")
+    log = RESULTS / "h200_fp8_normed.jsonl"
+    return offline.read_points([json.loads(line) for line in log.read_text().splitlines()
+                                if line])
+
+
+def test_the_norm_constants_are_the_fit_of_the_log_with_norm_arms(normed_points):
+    import attrs
+    from oasr_scaled_mm_fp8 import untuned
+
+    offline = script("fp8_untuned_offline")
+    assert offline.has_norm_arms(normed_points) and len(normed_points) == 220
+    fitted = attrs.asdict(offline.fit(normed_points))
+    shipped = attrs.asdict(untuned.MODELS["sm90_fp8_wgmma"])
+    for name in NORM_FIELDS:
+        assert fitted[name] == pytest.approx(shipped[name], rel=2e-3), name
+
+
+def test_after_a_norm_the_route_leaves_no_point_slower_than_bf16(normed_points):
+    from oasr_scaled_mm_fp8 import untuned
+
+    offline = script("fp8_untuned_offline")
+    model = untuned.MODELS["sm90_fp8_wgmma"]
+    picks = [model.fp8_wins(p.m, p.n, p.k, quantizer=False) for p in normed_points]
+    got = offline.score(normed_points, picks, quantizer=False)
+    assert got["slower"] == 0 and got["fp8"] > 100 and got["geomean"] > 1.2
+    # Counting no norm cost at all (the fit's floor off) picks fp8 where it loses.
+    bare = [(model.fp8_us(p.m, p.n, p.k)) * model.margin < model.bf16_us(p.m, p.n, p.k)
+            for p in normed_points]
+    assert offline.score(normed_points, bare, quantizer=False)["slower"] > 0
+
+
+def test_the_committed_normed_report_is_current(tmp_path):
+    offline = script("fp8_untuned_offline")
+    out = tmp_path / "fp8_untuned_offline_normed.md"
+    assert offline.main([str(RESULTS / "h200_fp8_normed.jsonl"), "--out", str(out),
+                         "--fit"]) == 0
+    assert out.read_text() == (RESULTS / "fp8_untuned_offline_normed.md").read_text()
+
+
 def test_the_bandwidth_report_states_bytes_and_fractions():
     qb = script("quantizer_bandwidth")
 

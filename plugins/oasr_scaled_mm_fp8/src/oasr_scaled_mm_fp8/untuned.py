@@ -50,6 +50,21 @@ the one-pass row quantizer with several warps a row from K = 1032; 3.0 TB/s with
 row up to K = 4096; the one-block-per-row kernel before it fitted 2.2 TB/s). Refit it from a new
 ``fp8_vs_torch.py`` log (``fp8_untuned_offline.py --fit``); ``quantizer_bandwidth.py``'s
 fp8 GB/s x 1e3 is the same quantity at large M."""
+NORM_QUANTIZER_LAUNCH_US = 3.431
+"""The fused layer norm + quantizer's fixed cost per call on the H200, microseconds (fitted on
+``h200_fp8_normed.jsonl``'s ``norm_quantize`` arm, counting ``3 M K + 4 M`` bytes)."""
+NORM_QUANTIZER_BYTES_PER_US = 2.112e6
+"""The fused layer norm + quantizer's bandwidth on the H200, bytes per microsecond (fitted)."""
+LAYER_NORM_LAUNCH_US = 3.125
+"""torch's ``F.layer_norm``'s fixed cost per call on the H200, microseconds (fitted on the
+``layer_norm`` arm, counting the ``4 M K`` bytes of a 16-bit norm)."""
+LAYER_NORM_BYTES_PER_US = 2.086e6
+"""torch's ``F.layer_norm``'s bandwidth on the H200, bytes per microsecond (fitted)."""
+NORM_EXTRA_FLOOR_US = 0.884
+"""The least the fused norm is counted to add to torch's norm, microseconds: the median of its
+measured excess where it is slower (rows of K <= 1024 at M <= 1024, 0.4-1.5 us; torch's norm
+is not linear in bytes there, so the two linear fits above miss it and left two points of the
+log 0.94-0.98x bf16 at K 512, M 1024)."""
 MARGIN = 1.2
 """fp8 must be predicted this much faster than bf16: the smallest of 1.0, 1.05, 1.1, ...
 that leaves no point of the log slower than bf16 (1.0 leaves 15, worst 0.84x; 1.1 two; 1.15
@@ -71,6 +86,11 @@ class RouteModel:
     quantizer_bytes_per_us: float = QUANTIZER_BYTES_PER_US
     hbm_bytes_per_us: float = HBM_BYTES_PER_US
     margin: float = MARGIN
+    norm_quantizer_launch_us: float = NORM_QUANTIZER_LAUNCH_US
+    norm_quantizer_bytes_per_us: float = NORM_QUANTIZER_BYTES_PER_US
+    layer_norm_launch_us: float = LAYER_NORM_LAUNCH_US
+    layer_norm_bytes_per_us: float = LAYER_NORM_BYTES_PER_US
+    norm_extra_floor_us: float = NORM_EXTRA_FLOOR_US
 
     def bf16_us(self, m: int, n: int, k: int) -> float:
         """Predicted ``F.linear`` time in bf16."""
@@ -86,10 +106,21 @@ class RouteModel:
         """Predicted activation quantizer time."""
         return self.quantizer_launch_us + (3.0 * m * k + 4.0 * m) / self.quantizer_bytes_per_us
 
+    def norm_extra_us(self, m: int, k: int) -> float:
+        """What quantizing in the layer norm adds to the norm the model runs anyway: the fused
+        kernel's predicted time less torch's norm's, at least :data:`NORM_EXTRA_FLOOR_US`
+        (where the fused one is faster, at large rows, it writes one byte an element where the
+        norm writes two, and the floor keeps the rule conservative)."""
+        fused = self.norm_quantizer_launch_us + (3.0 * m * k + 4.0 * m) / \
+            self.norm_quantizer_bytes_per_us
+        torch_norm = self.layer_norm_launch_us + 4.0 * m * k / self.layer_norm_bytes_per_us
+        return max(self.norm_extra_floor_us, fused - torch_norm)
+
     def fp8_wins(self, m: int, n: int, k: int, *, quantizer: bool = True) -> bool:
         """Whether the quantized layer (quantizer + fp8 GEMM; without ``quantizer``, the GEMM
-        alone: the activation came quantized by its layer norm) is predicted to beat bf16."""
-        quant = self.quantizer_us(m, k) if quantizer else 0.0
+        and what the fused layer norm adds to the norm: the activation came quantized by it)
+        is predicted to beat bf16."""
+        quant = self.quantizer_us(m, k) if quantizer else self.norm_extra_us(m, k)
         return (self.fp8_us(m, n, k) + quant) * self.margin < self.bf16_us(m, n, k)
 
 
