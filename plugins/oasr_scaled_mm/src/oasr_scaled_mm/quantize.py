@@ -81,6 +81,10 @@ def quantized_linear(x: Any, layer: Any, activation: str | None = None, *,
 
     fp16/bf16 inputs get their own dtype from the kernel; an fp32 input (a CPU probe) is
     computed with a bf16 output and converted back.
+
+    ``x`` may be the family's :class:`~oasr_core.kit.normed.NormedRows` (its layer norm
+    deferred): the GEMM then takes the rows the fused norm quantized, shared with the other
+    linears after that norm, and the unquantized path its dense rows.
     """
     from oasr_scaled_mm import ops
 

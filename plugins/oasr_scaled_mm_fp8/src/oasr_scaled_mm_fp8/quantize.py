@@ -64,8 +64,12 @@ def quantized_linear(x: Any, layer: Any, activation: str | None = None, *,
     through the installed unquantized linear with the activation fused
     (:func:`oasr_core.kit.scaled_ops.linear_in_dtype`); with ``residual``, ``residual + alpha
     * layer(x)`` (fused there where the unquantized linear fuses it, else added in torch). The
-    output has ``x``'s dtype (an
-    fp32 input computes with a bf16 output)."""
+    output has ``x``'s dtype (an fp32 input computes with a bf16 output).
+
+    ``x`` may be the family's :class:`~oasr_core.kit.normed.NormedRows` (its layer norm
+    deferred): the GEMM then takes the rows the fused norm quantized, shared with the other
+    linears after that norm, and the unquantized path its dense rows.
+    """
     from oasr_scaled_mm_fp8 import ops
 
     n, k = layer.weight.shape
