@@ -85,6 +85,15 @@ def quantize_rows_with(kernel: HelperKernel, x: Any, arch: str, q_dtype: Any
     by a row quantizer ``kernel`` (C ABI ``(x, dtype 0 fp16 / 1 bf16, rows, k, q, scale,
     stream) -> status``) on the current stream, or None when it is unavailable or refused the
     call (the caller quantizes with torch)."""
+    return _rows_call(kernel, x, arch, q_dtype, lambda code, rows, k: (x.data_ptr(), code, rows,
+                                                                       k))
+
+
+def _rows_call(kernel: HelperKernel, x: Any, arch: str, q_dtype: Any,
+               leading: Callable[[int, int, int], tuple]) -> tuple[Any, Any] | None:
+    """Call a row kernel writing ``(q [..., K] of q_dtype, scale float32 [...])`` for the rows
+    of ``x``: its arguments ``leading(dtype code, rows, K)``, then ``q, scale, stream``; None
+    when it cannot load or returns a non-zero status."""
     import torch
 
     fn = kernel.get(arch)
@@ -98,7 +107,7 @@ def quantize_rows_with(kernel: HelperKernel, x: Any, arch: str, q_dtype: Any
         return q, scale
     stream = torch._C._cuda_getCurrentRawStream(x.device.index)
     code = 0 if x.dtype == torch.float16 else 1
-    status = fn(x.data_ptr(), code, rows, k, q.data_ptr(), scale.data_ptr(), stream)
+    status = fn(*leading(code, rows, k), q.data_ptr(), scale.data_ptr(), stream)
     return (q, scale) if status == 0 else None
 
 
@@ -125,23 +134,9 @@ def norm_quantize_rows_with(kernel: HelperKernel, x: Any, norm: Any, arch: str, 
     over ``K``, its parameters in ``x``'s dtype or absent) for contiguous fp16/bf16 CUDA rows,
     by the fused kernel on the current stream; None when it is unavailable or refused the
     call (:func:`oasr_core.kit.normed.quantize_after_norm` then runs them apart)."""
-    import torch
-
-    fn = kernel.get(arch)
-    if fn is None:
-        return None
-    k = x.shape[-1]
-    rows = x.numel() // k if k else 0
-    q = torch.empty(x.shape, dtype=q_dtype, device=x.device)
-    scale = torch.empty(x.shape[:-1], dtype=torch.float32, device=x.device)
-    if rows == 0:
-        return q, scale
     gamma, beta = (None if p is None else p.data_ptr() for p in (norm.weight, norm.bias))
-    stream = torch._C._cuda_getCurrentRawStream(x.device.index)
-    code = 0 if x.dtype == torch.float16 else 1
-    status = fn(x.data_ptr(), gamma, beta, float(norm.eps), code, rows, k, q.data_ptr(),
-                scale.data_ptr(), stream)
-    return (q, scale) if status == 0 else None
+    return _rows_call(kernel, x, arch, q_dtype, lambda code, rows, k: (
+        x.data_ptr(), gamma, beta, float(norm.eps), code, rows, k))
 
 
 def quantize_step(kernel: HelperKernel, x: Any, q: Any, scale: Any, index: int,
