@@ -136,6 +136,28 @@ def quantize_after_norm(fused: Callable[[Any, Any], tuple[Any, Any] | None],
     return quantize
 
 
+def fused_kernel(module: str) -> Callable[[Any, Any], tuple[Any, Any] | None]:
+    """A family's fused norm-and-quantize call ``(x, norm) -> (q, scale) | None``:
+    ``<module>.norm_quantize_rows_cuda(x, norm, arch)`` on ``x``'s device's arch (``module``
+    imported, and the function looked up, at call time); None where the kernel does not
+    serve (the caller runs the norm and the quantizer apart: :func:`quantize_after_norm`).
+
+    It matches those two to the norm's rounding: the kernel sums the mean and variance in
+    another order than torch, which can move a normalized value by an ulp of its dtype and so
+    a quantized value by one step."""
+    import importlib
+
+    def fused(x: Any, norm: Any) -> tuple[Any, Any] | None:
+        from oasr_core.runtime import device_arch_of
+
+        kernel = importlib.import_module(module)
+        return kernel.norm_quantize_rows_cuda(x, norm, device_arch_of(x.device.index))
+
+    fused.__doc__ = (f"The quantized rows of ``norm(x)`` by the fused kernel of ``{module}``, "
+                     "or None where it does not serve.")
+    return fused
+
+
 def layer_norm_answer(scheme: str, quantize: Quantize) -> Callable[..., Any]:
     """A family's answer to ``oasr_layer("LayerNorm", dtype, scheme)``: ``norm(x, layer,
     activation=None)`` returning ``NormedRows(x, layer, scheme, quantize)`` (an activation

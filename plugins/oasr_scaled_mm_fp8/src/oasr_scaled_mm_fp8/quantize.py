@@ -18,7 +18,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from oasr_core.kit.normed import NormedRows, layer_norm_answer, quantize_after_norm, quantized_rows
+from oasr_core.kit.normed import (
+    NormedRows,
+    fused_kernel,
+    layer_norm_answer,
+    quantize_after_norm,
+    quantized_rows,
+)
 from oasr_core.kit.scaled_ops import add_residual, linear_in_dtype
 from oasr_core.kit.weights import QuantizedWeight, cached_weight
 
@@ -90,24 +96,11 @@ def quantized_linear(x: Any, layer: Any, activation: str | None = None, *,
     return y if residual is None else add_residual(y, residual, alpha)
 
 
-def norm_quantize_rows(x: Any, norm: Any) -> tuple[Any, Any] | None:
-    """The e4m3 rows of ``norm(x)`` (an ``nn.LayerNorm``) by the fused kernel
-    (:mod:`oasr_scaled_mm_fp8.quantize_kernel`), or None where it does not serve (the caller
-    runs the norm and :func:`quantize_rows` apart:
-    :func:`oasr_core.kit.normed.quantize_after_norm`).
-    It matches those two to the norm's rounding: the kernel's mean and variance are summed in
-    another order than torch's, which can move a row's normalized values by an ulp of their
-    dtype and so a quantized value by one step."""
-    from oasr_core.runtime import device_arch_of
+norm_quantize_rows = fused_kernel("oasr_scaled_mm_fp8.quantize_kernel")
+"""``(x, norm) -> (q, scale) | None``: this family's fused layer norm and quantizer
+(:func:`oasr_core.kit.normed.fused_kernel`)."""
 
-    from oasr_scaled_mm_fp8.quantize_kernel import norm_quantize_rows_cuda
-
-    return norm_quantize_rows_cuda(x, norm, device_arch_of(x.device.index))
-
-
-layer_norm = layer_norm_answer(QUANTIZATION, quantize_after_norm(
-    lambda x, norm: norm_quantize_rows(x, norm), lambda x: quantize_rows(x)))
-"""The family's ``oasr_layer("LayerNorm", dtype, "fp8_w8a8")`` answer: ``layer_norm(x, norm)``
-is a :class:`~oasr_core.kit.normed.NormedRows` the family's linears after the norm share
-(one fused norm-and-quantize kernel for all of them; torch's norm for those that run
-unquantized)."""
+layer_norm = layer_norm_answer(QUANTIZATION, quantize_after_norm(norm_quantize_rows,
+                                                                 lambda x: quantize_rows(x)))
+"""``oasr_layer("LayerNorm", dtype, QUANTIZATION)``'s answer: the norm deferred for the linears
+after it (:func:`oasr_core.kit.normed.layer_norm_answer`)."""
