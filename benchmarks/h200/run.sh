@@ -52,7 +52,7 @@
 #                    (--from-log --fresh) cmp'd, then benchmarks/fp8_vs_torch.py served from it
 #   gpu-tests-quant  the activation quantizers (the kit's one-pass row quantizer): `pytest -m gpu`
 #                    of both families' quantizer tests, every kernel path against each torch
-#                    definition, and the fused layer norm (tests/test_kit_normed_gpu.py)
+#                    definition, and the fused layer norm (tests/test_integration_normed_gpu.py)
 #                    (gpu_tests_quant.log); benchmarks/quantizer_bandwidth.py, bf16 and
 #                    fp16, cold, GB/s against the 4.8 TB/s bound (quantizer_bandwidth.md, .json);
 #                    when bench-fp8 ran on this machine, the fp8 untuned route replayed on its
@@ -229,7 +229,7 @@ phase_gpu_tests_quant() {
   el "GPU tests of the int8 and fp8 activation quantizers (every kernel path)"
   OASR_TUNE_SYSTEM_DB=off timeout 400 python3 -m pytest -m gpu \
     plugins/oasr_scaled_mm/tests/test_smm_quantize_gpu.py \
-    plugins/oasr_scaled_mm_fp8/tests/test_fp8_quantize_gpu.py tests/test_kit_normed_gpu.py \
+    plugins/oasr_scaled_mm_fp8/tests/test_fp8_quantize_gpu.py tests/test_integration_normed_gpu.py \
     -q -rs -p no:cacheprovider 2>&1 \
     | tee "$dir/gpu_tests_quant.log" | tail -8
   el "quantizer_bandwidth: both quantizers against the bandwidth bound"
