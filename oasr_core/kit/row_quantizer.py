@@ -229,6 +229,19 @@ __device__ __forceinline__ void store_row(uint8_t* q, float* scale, int64_t row,
   }
 }
 
+// blocks[i]: the blocks of kernels[i] one SM holds at kThreads threads (1 where the query
+// fails). The kernels' tables call it once per dtype, on the first call.
+inline void query_resident(const void* const* kernels, int n, int* blocks) {
+  for (int i = 0; i < n; ++i) {
+    if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&blocks[i], kernels[i], kThreads, 0) !=
+            cudaSuccess ||
+        blocks[i] < 1) {
+      cudaGetLastError();
+      blocks[i] = 1;
+    }
+  }
+}
+
 // The grid for `units` rows or row groups of `per_block` each: enough blocks for every unit,
 // at most what the device holds at once (the kernels stride over the rest).
 inline unsigned grid_of(int64_t units, int64_t per_block, int resident, int dev) {
@@ -375,14 +388,7 @@ inline const int* resident_blocks() {
         reinterpret_cast<const void*>(block_rows<T, 8, 3>),
         reinterpret_cast<const void*>(stream_rows<T, true>)};
     Table t{};
-    for (int i = 0; i < kKernels; ++i) {
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&t.blocks[i], kernels[i], kThreads, 0) !=
-              cudaSuccess ||
-          t.blocks[i] < 1) {
-        cudaGetLastError();
-        t.blocks[i] = 1;
-      }
-    }
+    query_resident(kernels, kKernels, t.blocks);
     return t;
   }();
   return table.blocks;
@@ -627,14 +633,7 @@ inline const int* norm_resident_blocks() {
         reinterpret_cast<const void*>(norm_block_rows<T, 4, 3>),
         reinterpret_cast<const void*>(norm_block_rows<T, 8, 3>)};
     Table t{};
-    for (int i = 0; i < kNormKernels; ++i) {
-      if (cudaOccupancyMaxActiveBlocksPerMultiprocessor(&t.blocks[i], kernels[i], kThreads, 0) !=
-              cudaSuccess ||
-          t.blocks[i] < 1) {
-        cudaGetLastError();
-        t.blocks[i] = 1;
-      }
-    }
+    query_resident(kernels, kNormKernels, t.blocks);
     return t;
   }();
   return table.blocks;

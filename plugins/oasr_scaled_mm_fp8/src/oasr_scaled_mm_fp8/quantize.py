@@ -100,6 +100,7 @@ norm_quantize_rows = fused_kernel("oasr_scaled_mm_fp8.quantize_kernel")
 """``(x, norm) -> (q, scale) | None``: this family's fused layer norm and quantizer
 (:func:`oasr_core.kit.normed.fused_kernel`)."""
 
+# quantize_rows is looked up at call time (the census recorder and tests rebind it).
 layer_norm = layer_norm_answer(QUANTIZATION, quantize_after_norm(norm_quantize_rows,
                                                                  lambda x: quantize_rows(x)))
 """``oasr_layer("LayerNorm", dtype, QUANTIZATION)``'s answer: the norm deferred for the linears
