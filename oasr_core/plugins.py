@@ -30,10 +30,6 @@ from typing import Any
 
 import pluggy
 
-# The record type pluggy's own loader stores, so list_plugin_distinfo() is uniform (pytest
-# reads the same pair the same way).
-from pluggy._manager import DistFacade
-
 from oasr_core import hookspecs
 from oasr_core.errors import ConfigurationError, PluginError, PluginLoadError
 from oasr_core.types import PluginLoadFailure
@@ -97,21 +93,37 @@ class OasrPluginManager(pluggy.PluginManager):
         self.verbose = verbose
         self.failures: list[PluginLoadFailure] = []
         self._reported: set[str] = set()
+        # Which installed distribution provided each entry-point plugin, by plugin name. The
+        # host keeps this map itself (pluggy's own record of it is private and changes between
+        # releases); plugins registered in-process have no entry.
+        self._distributions: dict[str, importlib.metadata.Distribution] = {}
 
     def get_canonical_name(self, plugin: object) -> str:
         """A readable default name (module or class name) for a plugin registered directly."""
         name = getattr(plugin, "__name__", None) or type(plugin).__name__
-        if name in self._name2plugin:
+        if self.has_plugin(name):
             return f"{name}@{id(plugin):x}"
         return name
 
     def distribution(self, plugin_name: str) -> str:
         """``"name version"`` of the distribution that provided ``plugin_name``, or ``"?"``."""
-        plugin = self.get_plugin(plugin_name)
-        for p, dist in self.list_plugin_distinfo():
-            if p is plugin:
-                return f"{dist.project_name} {dist.version}"
-        return "?"
+        if self.get_plugin(plugin_name) is None:
+            return "?"
+        return describe_distribution(self._distributions.get(plugin_name))
+
+    def plugin_distributions(self) -> list[tuple[str, importlib.metadata.Distribution]]:
+        """``(plugin name, distribution)`` of every registered entry-point plugin, in load order."""
+        return [(name, dist) for name, dist in self._distributions.items()
+                if self.get_plugin(name) is not None]
+
+    def unregister(self, plugin: object | None = None, name: str | None = None) -> Any:
+        """Unregister a plugin (pluggy's call) and forget the distribution it came from."""
+        if name is None and plugin is not None:
+            name = self.get_name(plugin)
+        removed = super().unregister(plugin, name)
+        if name is not None:
+            self._distributions.pop(name, None)
+        return removed
 
     def report(
         self,
@@ -203,7 +215,7 @@ class OasrPluginManager(pluggy.PluginManager):
             self._load_failure(ep.name, dist, PluginError(unknown), "is invalid")
             return 0
         if ep.dist is not None:
-            self._plugin_distinfo.append((plugin, DistFacade(ep.dist)))
+            self._distributions[ep.name] = ep.dist
         return 1
 
     def _load_failure(self, name: str, dist: str, exc: BaseException, what: str) -> None:

@@ -94,8 +94,8 @@ def test_entry_point_plugin_is_attributed_to_its_distribution(
                       modules={"good_hooks": family_module("good")})
     pm = make_plugin_manager()
     assert pm.distribution("good") == "oasr-good 1.2"
-    assert [d.project_name for p, d in pm.list_plugin_distinfo() if p is pm.get_plugin("good")
-            ] == ["oasr-good"]
+    assert [d.metadata["Name"] for name, d in pm.plugin_distributions() if name == "good"] == [
+        "oasr-good"]
     assert Registry.from_plugin_manager(pm).provider("family", "good") == Provider(
         "good", "oasr-good", "1.2")
     assert not [m for m in _messages(caplog) if "good" in m]
@@ -287,3 +287,30 @@ def test_importing_oasr_core_loads_no_plugin_and_no_torch(tmp_path: Path) -> Non
     assert (json.loads(quiet.stdout), quiet.stderr, marker.exists()) == ([], "", False)
     control = _python(imports + "oasr_core.plugins.make_plugin_manager()", tmp_path)
     assert marker.exists() and "loud" in control.stderr, "the probe plugin must be loadable"
+
+
+def test_the_host_uses_no_private_pluggy_name() -> None:
+    """Only pluggy's public API: no ``pluggy._*`` module and no private manager attribute.
+
+    The private names are read from the installed pluggy, so the check follows its releases
+    (this module passes under pluggy 1.5.0, the lowest allowed, and the newest release).
+    """
+    import ast
+    import pathlib
+
+    import pluggy
+
+    import oasr_core
+
+    private = {name for name in dir(pluggy.PluginManager("x"))
+               if name.startswith("_") and not name.startswith("__")}
+    root = pathlib.Path(oasr_core.__file__).parent
+    found = []
+    for path in sorted(root.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            if isinstance(node, ast.ImportFrom) and (node.module or "").startswith("pluggy._"):
+                found.append(f"{path.name}:{node.lineno} imports {node.module}")
+            elif isinstance(node, ast.Attribute) and node.attr in private:
+                found.append(f"{path.name}:{node.lineno} uses {node.attr}")
+    assert private, "pluggy's manager has no private attribute to check against"
+    assert found == []
