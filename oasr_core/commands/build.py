@@ -18,17 +18,72 @@ from __future__ import annotations
 import json
 from pathlib import Path
 
+import attrs
 import click
 
+from oasr_core import build
+from oasr_core.bench import BenchOptions
+from oasr_core.build import BuildOptions
 from oasr_core.cli import CliState, completer, handle_errors
+from oasr_core.commands.logs import read_checked
 from oasr_core.errors import ConfigurationError
+from oasr_core.progress import ProgressMode
 from oasr_core.types import ARCH_RE
 
 
-def _options(**kw):
-    from oasr_core.build import BuildOptions
+@attrs.frozen(kw_only=True)
+class BuildRequest:
+    """One ``oasr tune build``: where its points come from (a census, ``--widths``, or a log),
+    where its entries go, and the build's knobs as one :class:`~oasr_core.build.BuildOptions`.
 
-    return BuildOptions(**kw)
+    Each field is the option of the same name (``--census`` is ``censuses``, ``--from-log``
+    ``from_logs``, ``--log`` ``log_path``, ``--checkpoint`` ``checkpoint_path``, ``--json``
+    ``as_json``); :meth:`from_cli` makes one from the parsed options.
+    """
+
+    family: str | None = None
+    censuses: tuple[Path, ...] = attrs.field(default=(), converter=tuple)
+    widths: str | None = None
+    m_ladder: str | None = None
+    op: str | None = None
+    dtype: str | None = None
+    alpha: float = 0.0
+    working_set_bytes: int | None = None
+    from_logs: tuple[Path, ...] = attrs.field(default=(), converter=tuple)
+    out: str = "user"
+    arch: str | None = attrs.field(default=None)
+    lane: str | None = None
+    log_path: Path | None = None
+    checkpoint_path: Path | None = None
+    seed: int = 0
+    progress: bool | None = None
+    as_json: bool = False
+    options: BuildOptions = attrs.field(factory=BuildOptions)
+
+    @arch.validator
+    def _check_arch(self, _attribute: attrs.Attribute, value: str | None) -> None:
+        if value is not None and not ARCH_RE.match(value):
+            raise ConfigurationError(f"--arch {value!r} is not an arch family like sm90")
+
+    @classmethod
+    def from_cli(cls, params: dict) -> BuildRequest:
+        """The request of ``build_cmd``'s parsed options: the knobs go into ``options``
+        (``--no-fill`` as ``fill=False``, ``--no-resume`` as ``resume=False``; a live build
+        without ``--effort`` at the ``default`` level, a replay at none)."""
+        params = dict(params)
+        knobs = {name: params.pop(name) for name in KNOBS}
+        knobs["fill"] = not params.pop("no_fill")
+        knobs["resume"] = not params.pop("no_resume")
+        if not params["from_logs"]:
+            knobs["effort"] = knobs["effort"] or "default"
+        return cls(**params, options=BuildOptions(**knobs))
+
+
+KNOBS = ("min_speedup", "noise_k", "tie", "cover_eps", "uniform_share", "prefer_sentinels",
+         "top_k", "max_units", "prune", "max_points", "thin", "exact_dtype", "budget_s",
+         "fresh", "effort")
+"""The options that :meth:`BuildRequest.from_cli` passes to :class:`BuildOptions` under
+their own names."""
 
 
 @click.command("build", epilog="""\b
@@ -115,45 +170,31 @@ BOUND (* = every larger size), e.g. 128:ws_64x16x128 *:torch.""")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable summary.")
 @click.pass_context
 @handle_errors
-def build_cmd(ctx: click.Context, family, censuses, widths, m_ladder, op, dtype, alpha,
-              working_set_bytes, from_logs, out, arch, lane, log_path, checkpoint_path, fresh,
-              no_resume, min_speedup, noise_k, tie, cover_eps, uniform_share, prefer_sentinels,
-              effort, top_k, max_units, prune, max_points, thin, no_fill, exact_dtype,
-              budget_s, seed, progress, as_json) -> None:
+def build_cmd(ctx: click.Context, **params) -> None:
     """Measure each signature of a census and write its tuning entries (locked merge)."""
-    from oasr_core import build
-    from oasr_core.progress import ProgressMode
-
-    state = ctx.find_object(CliState)
-    if arch is not None and not ARCH_RE.match(arch):
-        raise ConfigurationError(f"--arch {arch!r} is not an arch family like sm90")
-    options = _options(min_speedup=min_speedup, noise_k=noise_k, tie=tie, cover_eps=cover_eps,
-                       uniform_share=uniform_share,
-                       prefer_sentinels=prefer_sentinels, top_k=top_k, max_units=max_units,
-                       prune=prune,
-                       max_points=max_points, thin=thin, fill=not no_fill,
-                       exact_dtype=exact_dtype, budget_s=budget_s, fresh=fresh,
-                       resume=not no_resume,
-                       effort=effort if from_logs else (effort or "default"))
-    show = ProgressMode.choose(progress)
-    rt = state.runtime()
-    if from_logs:
-        if censuses or widths:
-            raise ConfigurationError("--from-log replays a log: it takes no --census/--widths")
-        from oasr_core.commands.logs import read_checked
-
-        _runs, arms = read_checked(list(from_logs))
-        families = [family] if family else sorted({str(r.get("family")) for r in arms})
-        _check_out(out, families, "log")
-        _note_live_only(ctx)
-        results = [build.build_from_log(list(from_logs), registry=rt.registry, out=out,
-                                        family=name, arch=arch, options=options,
-                                        progress=show) for name in families]
+    request = BuildRequest.from_cli(params)
+    show = ProgressMode.choose(request.progress)
+    rt = ctx.find_object(CliState).runtime()
+    if request.from_logs:
+        results = _replay(ctx, rt, request, show)
     else:
-        results = _live(rt, build, options, family, censuses, widths, m_ladder, op, dtype,
-                        alpha, working_set_bytes, out, arch, lane, log_path, checkpoint_path,
-                        seed, show)
-    _report(results, as_json, replay=bool(from_logs))
+        results = _live(rt, request, show)
+    _report(results, request.as_json, replay=bool(request.from_logs))
+
+
+def _replay(ctx: click.Context, rt, request: BuildRequest, show) -> list:
+    """``--from-log``: rebuild every family the log holds (or ``--family``), no GPU."""
+    if request.censuses or request.widths:
+        raise ConfigurationError("--from-log replays a log: it takes no --census/--widths")
+    _runs, arms = read_checked(list(request.from_logs))
+    families = ([request.family] if request.family
+                else sorted({str(r.get("family")) for r in arms}))
+    _check_out(request.out, families, "log")
+    _note_live_only(ctx)
+    return [build.build_from_log(list(request.from_logs), registry=rt.registry,
+                                 out=request.out, family=name, arch=request.arch,
+                                 options=request.options, progress=show)
+            for name in families]
 
 
 LIVE_ONLY = ("thin", "max_points", "no_fill", "budget_s", "seed", "top_k", "max_units", "prune",
@@ -182,12 +223,12 @@ def _check_out(out: str, families: list[str], what: str) -> None:
                                  "user, system or a directory")
 
 
-def _census_families(rt, build, family, censuses) -> tuple[list[str], list[str]]:
+def _census_families(rt, request: BuildRequest) -> tuple[list[str], list[str]]:
     """The families a census build measures (``--family``, else every installed family the
     census holds points of), and the families of the census no plugin provides."""
-    if family is not None:
-        return [family], []
-    named, unnamed = build.census_families(censuses)
+    if request.family is not None:
+        return [request.family], []
+    named, unnamed = build.census_families(request.censuses)
     if unnamed:
         raise ConfigurationError("--family is required: the census has points that do not "
                                  "name their family")
@@ -199,38 +240,34 @@ def _census_families(rt, build, family, censuses) -> tuple[list[str], list[str]]
     return installed, [name for name in named if name not in installed]
 
 
-def _live(rt, build, options, family, censuses, widths, m_ladder, op, dtype, alpha,
-          working_set_bytes, out, arch, lane, log_path, checkpoint_path, seed, show):
-    import attrs
-
-    from oasr_core.bench import BenchOptions
-
-    if bool(censuses) == bool(widths):
+def _live(rt, request: BuildRequest, show) -> list:
+    """A census or ``--widths`` build measured on this GPU, one result per family."""
+    if bool(request.censuses) == bool(request.widths):
         raise ConfigurationError("give either --census FILE (repeatable) or --widths with "
                                  "--m-ladder")
     missing: list[str] = []
-    if widths:
-        if family is None:
+    if request.widths:
+        if request.family is None:
             raise ConfigurationError("--family is required to measure --widths "
                                      "(e.g. --family gemm)")
-        if not m_ladder:
+        if not request.m_ladder:
             raise ConfigurationError("--widths needs --m-ladder (e.g. 16,64,256,1024)")
-        fam = rt.registry.family(family)
-        plans = [(fam, build.census_from_widths(fam, widths, m_ladder, op=op, dtype=dtype,
-                                                alpha=alpha,
-                                                working_set_bytes=working_set_bytes))]
+        fam = rt.registry.family(request.family)
+        plans = [(fam, build.census_from_widths(
+            fam, request.widths, request.m_ladder, op=request.op, dtype=request.dtype,
+            alpha=request.alpha, working_set_bytes=request.working_set_bytes))]
     else:
-        names, missing = _census_families(rt, build, family, censuses)
-        if lane is not None and len(names) > 1:
+        names, missing = _census_families(rt, request)
+        if request.lane is not None and len(names) > 1:
             raise ConfigurationError(f"--lane names a lane of one family; the census holds "
                                      f"{', '.join(names)}: pass --family too")
-        _check_out(out, names, "census")
+        _check_out(request.out, names, "census")
         plans = []
         for name in names:
             fam = rt.registry.family(name)
-            census = build.read_censuses(censuses, fam)
-            if working_set_bytes is not None:
-                census = attrs.evolve(census, working_set_bytes=working_set_bytes)
+            census = build.read_censuses(request.censuses, fam)
+            if request.working_set_bytes is not None:
+                census = attrs.evolve(census, working_set_bytes=request.working_set_bytes)
             plans.append((fam, census))
     for fam, census in plans:
         if not census.points:
@@ -239,23 +276,25 @@ def _live(rt, build, options, family, censuses, widths, m_ladder, op, dtype, alp
     if device is None:
         raise ConfigurationError("no CUDA device: measuring needs a GPU; rebuild from a "
                                  "measurement log with --from-log instead")
-    if arch is not None and arch != device:
-        raise ConfigurationError(f"--arch {arch} but this GPU is {device}")
+    if request.arch is not None and request.arch != device:
+        raise ConfigurationError(f"--arch {request.arch} but this GPU is {device}")
     arch = device
     lanes = []
     for fam, _census in plans:
-        chosen = rt.registry.lane(lane) if lane else rt.registry.active_lane(fam.name, arch)
+        chosen = (rt.registry.lane(request.lane) if request.lane
+                  else rt.registry.active_lane(fam.name, arch))
         if chosen is None or chosen.family != fam.name or arch not in chosen.arch_families:
             raise ConfigurationError(f"no lane of family {fam.name} runs on {arch}"
-                                     + (f" as {lane!r}" if lane else ""))
+                                     + (f" as {request.lane!r}" if request.lane else ""))
         lanes.append(chosen)
     for name in missing:
         click.echo(f"note: census points of family {name} skipped: no installed plugin "
                    "provides it", err=True)
     return [build.build_live(census, family=fam, lane=chosen, arch=arch,
-                             out=build.resolve_out(out, arch, fam), options=options,
-                             log_path=log_path, checkpoint_path=checkpoint_path,
-                             bench_options=BenchOptions(seed=seed), progress=show)
+                             out=build.resolve_out(request.out, arch, fam),
+                             options=request.options, log_path=request.log_path,
+                             checkpoint_path=request.checkpoint_path,
+                             bench_options=BenchOptions(seed=request.seed), progress=show)
             for (fam, census), chosen in zip(plans, lanes, strict=True)]
 
 
