@@ -48,7 +48,6 @@ Usage (H200; the JIT cache prebuilt, e.g. ``oasr tune prebuild --family scaled_m
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import shutil
 import sys
@@ -56,6 +55,8 @@ import tempfile
 import time
 from pathlib import Path
 from typing import Any
+
+from oasr_core.census import shapeset
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 
@@ -88,9 +89,9 @@ def census_widths(paths: tuple[Path, ...]) -> list[tuple[int, int]]:
     """The (N, K) of every scaled_mm_fp8 point of the censuses, in first-seen order."""
     seen: dict[tuple[int, int], None] = {}
     for path in paths:
-        for p in json.loads(path.read_text())["points"]:
-            if p["family"] == "scaled_mm_fp8":
-                seen[(p["dims"]["N"], p["dims"]["K"])] = None
+        for p in shapeset.load(path).points:
+            if p.family == "scaled_mm_fp8":
+                seen[(p.dims["N"], p.dims["K"])] = None
     return list(seen)
 
 

@@ -16,9 +16,9 @@ import pytest
 from oasr_core import build, hookimpl
 from oasr_core.census.probe import _exact_points
 from oasr_core.census.recorder import Call
+from oasr_core.census.shapeset import ShapeSetError
 from oasr_core.census.workloads import builtin_workloads
 from oasr_core.database import read_tuning_file
-from oasr_core.errors import ConfigurationError
 from oasr_core.measurements import read_logs
 from oasr_core.registry import Registry
 from oasr_core.testing import (
@@ -42,7 +42,7 @@ def family(bench=None):
 
 def census_file(tmp_path, points):
     path = tmp_path / "census.json"
-    rows = [{"family": FAKE_FAMILY, "op": FAKE_OP, "dtype": "fp16", "N": 512, "K": 256,
+    rows = [{"family": FAKE_FAMILY, "op": FAKE_OP, "dtype": "fp16", "dims": {"N": 512, "K": 256},
              "M": m, "batch": b, "calls": 1.0, "weight": 1.0, **({"point": pt} if pt else {})}
             for m, b, pt in points]
     path.write_text(json.dumps({"schema_version": 1, "points": rows}))
@@ -132,11 +132,12 @@ def test_a_batched_exact_point_is_kept_and_a_bad_point_is_one_line(tmp_path):
     census = build.read_censuses([census_file(tmp_path, [(12000, 8, "8x3000")])], family())
     assert len(census.points) == 1
     bad = tmp_path / "bad.json"
-    bad.write_text(json.dumps({"points": [{"op": FAKE_OP, "dtype": "fp16", "N": 512, "K": 256,
-                                           "M": 8, "point": 3}]}))
+    bad.write_text(json.dumps({"schema_version": 1, "points": [
+        {"family": FAKE_FAMILY, "op": FAKE_OP, "dtype": "fp16", "dims": {"N": 512, "K": 256},
+         "M": 8, "point": 3}]}))
 
 
-    with pytest.raises(ConfigurationError, match=r"points\[0\]\.point"):
+    with pytest.raises(ShapeSetError, match=r"bad\.json: malformed ShapeSet: .*points\.point"):
         build.read_censuses([bad], family())
 
 

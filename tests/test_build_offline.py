@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import math
 import os
+import re
 import signal
 import subprocess
 import sys
@@ -216,27 +217,56 @@ def test_budget_stops_starting_new_signatures(tmp_path):
     assert result.skipped == (other.key,) and "budget of 10 s spent" in result.messages[0]
 
 
+def _shapeset_file(path, points, **top):
+    doc = {"schema_version": 1, **top, "points": [
+        {"family": "fake", "op": "fake", "dtype": "fp16", "dims": {"N": 512, "K": 256},
+         "M": 416, **p} for p in points]}
+    path.write_text(json.dumps(doc))
+    return path
+
+
 def test_census_json_reader(tmp_path):
     fam = fake_family_record()
-    path = tmp_path / "census.json"
-    path.write_text(json.dumps({"version": 3, "working_set_bytes": 123, "points": [
-        {"op": "fake", "dtype": "float16", "N": 512, "K": 256, "M": 416, "calls": 2.0,
-         "weight": 0.5, "must": True, "eager_fraction": 0.25},
-        {"op": "fake", "dtype": "bfloat16", "dims": {"N": 512, "K": 256}, "M": 416,
-         "weight": 0.25},
-        {"op": "other", "dtype": "fp16", "N": 1, "K": 1, "M": 1},
-        {"op": "fake", "dtype": "int8", "N": 1, "K": 1, "M": 1}]}))
+    path = _shapeset_file(tmp_path / "census.json", [
+        {"dtype": "float16", "calls": 2.0, "weight": 0.5, "must": True, "eager_fraction": 0.25},
+        {"dtype": "bfloat16", "weight": 0.25},
+        {"op": "other", "dims": {"N": 1, "K": 1}, "M": 1},
+        {"dtype": "int8", "dims": {"N": 1, "K": 1}, "M": 1},
+        {"family": "gemm"}], working_set_bytes=123)
     census = build.read_census(path, fam)
     assert census.working_set_bytes == 123 and len(census.points) == 2
-    assert len(census.skipped) == 2
+    assert len(census.skipped) == 3
     sig, = build.plan(census, fam, fill=False)
     assert sig.key == KEY and sig.dtype == "fp16" and sig.census_max == 416
     point, = sig.points
-    assert (point.weight, point.calls, point.must) == (0.75, 3.0, True)
-    assert point.alpha == pytest.approx(0.5 / 3.0)
-    path.write_text(json.dumps({"points": [{"op": "fake", "dtype": "fp16", "N": 512, "M": 4}]}))
-    with pytest.raises(oasr_core.errors.ConfigurationError, match=r"points\[0\]: missing dim 'K'"):
+    assert (point.weight, point.calls, point.must) == (0.75, 2.0, True)
+    assert point.alpha == pytest.approx(0.25)
+    _shapeset_file(path, [{"dims": {"N": 512}, "M": 4}])
+    with pytest.raises(oasr_core.errors.ConfigurationError,
+                       match=r"census\.json: point fake\|op=fake\|dt=fp16\|N=512 M=4: "
+                             r"missing dim 'K'"):
         build.read_census(path, fam)
+
+
+@pytest.mark.parametrize(("doc", "message"), [
+    ({"schema_version": 2, "points": []},
+     r"s\.json: ShapeSet schema_version 2 was written by a newer oasr \(this one reads up to "
+     r"1\)"),
+    ({"points": [{"op": "fake", "dtype": "fp16", "N": 512, "K": 256, "M": 4}]},
+     r"s\.json: no valid schema_version; not an oasr ShapeSet"),
+    ({"schema_version": 1, "points": [{"family": "fake", "op": "fake", "dtype": "fp16",
+                                       "N": 512, "K": 256, "M": 4}]},
+     r"s\.json: malformed ShapeSet: required field missing @ \$\.points\.dims"),
+])
+def test_tune_build_reads_the_census_as_a_shapeset_and_refuses_others_in_one_line(
+        tmp_path, cli_runner, doc, message):
+    path = tmp_path / "s.json"
+    path.write_text(json.dumps(doc))
+    result = cli_runner("tune", "build", "--census", path, "--family", "gemm",
+                        "--out", tmp_path / "t.json")
+    assert result.exit_code == 2
+    line, = result.output.strip().splitlines()
+    assert re.match(r"error: .*" + message, line), line
 
 
 def test_plan_adds_fill_points_and_thins_dense_censuses():

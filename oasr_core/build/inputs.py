@@ -1,24 +1,13 @@
 """What a build measures: census input, and the per-signature plan of points.
 
-**Census JSON** (the ShapeSet ``oasr tune census`` writes; read tolerantly)::
-
-    {"schema_version": 1,                  # or "version"; any integer is accepted
-     "working_set_bytes": 123456789,       # the served model's weight bytes (0/absent: unknown)
-     "points": [{"op": "gemm", "dtype": "float16",          # fp16/float16/half, bf16/bfloat16
-                 "N": 512, "K": 256,                        # each family dim, or "dims": {...}
-                 "M": 416, "batch": 1, "calls": 3.0, "weight": 0.12,
-                 "must": true, "eager_fraction": 0.0}, ...]}
-
-Required per point: ``op``, ``dtype``, ``M`` (or ``m``) and every static dim of the family
-(top-level fields or a ``dims`` object). Optional: ``batch`` (1), ``calls`` (1),
-``weight`` (= calls), ``must`` (false), ``eager_fraction`` (0; also ``alpha``), ``family``,
-and for a family with exact points ``point`` (``"8x3000"``: the census writes one only for a
-fixed-window workload). Other fields (``keys``, top-level ``signatures``, ``provenance``)
-are ignored.
-This is the ShapeSet of :mod:`oasr_core.census` (schema_version 1).
-Points of another family or op, of a dtype the family does not serve, or with ``batch`` > 1
-for a family without a batch dim are skipped and counted. Without a census, ``--widths``
-and ``--m-ladder`` make one (:func:`census_from_widths`).
+**Census.** The build reads the ShapeSet ``oasr tune census`` writes, through the one reader
+of :mod:`oasr_core.census.shapeset` (:func:`~oasr_core.census.shapeset.load_all`: validated,
+migrated, a newer ``schema_version`` refused, several files merged). :func:`census_of` takes
+the points of one family from it, normalised for the build: dtype spellings folded
+(``float16`` -> ``fp16``), dims in the family's key order, an exact ``point`` kept only for a
+family with exact points. Points of another op, of a dtype the family does not serve, or with
+``batch`` > 1 for a family without a batch dim are skipped and counted. Without a census,
+``--widths`` and ``--m-ladder`` make one (:func:`census_from_widths`).
 
 **Plan.** Points group into signatures (op, key dtype, static dims): fp16 and bf16 share a
 ``dt=half`` key unless the build keys by exact dtype, measured in the dtype carrying more
@@ -32,12 +21,13 @@ from __future__ import annotations
 
 import math
 import os
-from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from collections.abc import Iterable, Sequence
 
 import attrs
 
 from oasr_core import shapes
+from oasr_core.census import shapeset
+from oasr_core.census.shapeset import ShapePoint, ShapeSet
 from oasr_core.database import signature_key
 from oasr_core.errors import ConfigurationError
 from oasr_core.types import Family, Problem
@@ -51,47 +41,13 @@ DTYPE_BYTES = {"fp16": 2, "bf16": 2, "int8": 1, "float8_e4m3fn": 1, "fp8": 1, "f
 
 
 @attrs.frozen
-class ShapePoint:
-    """One census point of the family, normalised."""
-
-    op: str
-    dtype: str
-    dims: tuple[int, ...]
-    m: int
-    calls: float = 1.0
-    weight: float = 1.0
-    must: bool = False
-    eager_fraction: float = 0.0
-    point: str | None = None
-    """The exact point (exact-point families only)."""
-
-
-@attrs.frozen
 class Census:
-    """The family's census points, the weight working set, and what was skipped."""
+    """The census points of one family (the ShapeSet's :class:`ShapePoint`, normalised: see
+    the module docstring), the weight working set, and what was skipped."""
 
     points: tuple[ShapePoint, ...] = attrs.field(converter=tuple)
     working_set_bytes: int | None = None
     skipped: tuple[str, ...] = attrs.field(default=(), converter=tuple)
-
-
-def _bad(origin: str, where: str, message: str) -> ConfigurationError:
-    return ConfigurationError(f"{origin}: {where}: {message}")
-
-
-def _int(value: Any, origin: str, where: str) -> int:
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or value != int(value):
-        raise _bad(origin, where, f"{value!r} is not an integer")
-    return int(value)
-
-
-def _num(value: Any, origin: str, where: str, default: float) -> float:
-    if value is None:
-        return default
-    if isinstance(value, bool) or not isinstance(value, (int, float)) or not math.isfinite(
-            value) or value < 0:
-        raise _bad(origin, where, f"{value!r} is not a non-negative number")
-    return float(value)
 
 
 def normalise_dtype(dtype: str) -> str:
@@ -99,91 +55,54 @@ def normalise_dtype(dtype: str) -> str:
     return DTYPE_ALIASES.get(str(dtype).lower(), str(dtype).lower())
 
 
-def _read_raw(path: str | os.PathLike[str]) -> dict[str, Any]:
-    from oasr_core.database.codec import read_document
-
-    origin = str(path)
-    raw = read_document(path, error=ConfigurationError)
-    if not isinstance(raw, dict) or not isinstance(raw.get("points"), list):
-        raise ConfigurationError(f"{origin}: expected an object with a 'points' list")
-    return raw
-
-
-def census_families(paths: Iterable[str | os.PathLike[str]]) -> tuple[list[str], int]:
-    """The family names the census files' points carry, sorted, and how many points name
-    none (an older census format: the build then needs ``--family``)."""
-    names: set[str] = set()
-    unnamed = 0
-    for path in paths:
-        for p in _read_raw(path)["points"]:
-            family = p.get("family") if isinstance(p, dict) else None
-            if isinstance(family, str) and family:
-                names.add(family)
-            else:
-                unnamed += 1
-    return sorted(names), unnamed
+def census_families(paths: Iterable[str | os.PathLike[str]]) -> list[str]:
+    """The family names the points of the ShapeSet files at ``paths`` carry, sorted."""
+    return sorted({p.family for p in shapeset.load_all(list(paths)).points})
 
 
 def read_census(path: str | os.PathLike[str], family: Family) -> Census:
-    """The points of ``family`` in the census JSON at ``path`` (format: module docstring)."""
-    origin = str(path)
-    raw = _read_raw(path)
-    version = raw.get("schema_version", raw.get("version"))
-    if version is not None:
-        _int(version, origin, "schema_version")
-    ws = raw.get("working_set_bytes")
-    working_set = None if ws in (None, 0) else _int(ws, origin, "working_set_bytes")
+    """The points of ``family`` in the ShapeSet file at ``path``."""
+    return read_censuses([path], family)
+
+
+def read_censuses(paths: Iterable[str | os.PathLike[str]], family: Family) -> Census:
+    """The points of ``family`` in the ShapeSet files at ``paths``, merged
+    (:func:`oasr_core.census.shapeset.load_all`)."""
+    paths = list(paths)
+    return census_of(shapeset.load_all(paths), family, origin=", ".join(map(str, paths)))
+
+
+def census_of(shapes: ShapeSet, family: Family, *, origin: str = "<census>") -> Census:
+    """The points of ``family`` in ``shapes``, normalised for the build (module docstring);
+    ``origin`` names the file(s) in the one-line error for a point missing a dim."""
     points, skipped = [], {}
-    for i, p in enumerate(raw["points"]):
-        where = f"points[{i}]"
-        if not isinstance(p, dict):
-            raise _bad(origin, where, "not an object")
+    for p in shapes.points:
         why = _skip_reason(p, family)
         if why is not None:
             skipped[why] = skipped.get(why, 0) + 1
             continue
-        points.append(_point(p, family, origin, where))
+        missing = [d for d in family.dims if d not in p.dims]
+        if missing:
+            raise ConfigurationError(
+                f"{origin}: point {p.signature} M={p.m}: missing dim {missing[0]!r} (family "
+                f"{family.name} is keyed by {', '.join(family.dims)})")
+        points.append(attrs.evolve(p, dtype=normalise_dtype(p.dtype),
+                                   dims={d: p.dims[d] for d in family.dims},
+                                   point=p.point if family.exact_points else None))
     notes = [f"{n} census point(s) skipped: {why}" for why, n in sorted(skipped.items())]
-    return Census(points, working_set, notes)
+    return Census(points, shapes.working_set_bytes or None, notes)
 
 
-def _skip_reason(p: Mapping[str, Any], family: Family) -> str | None:
-    if p.get("family") not in (None, family.name):
-        return f"family {p['family']}"
-    if p.get("op") not in family.ops:
-        return f"op {p.get('op')!r} is not an op of {family.name}"
-    if normalise_dtype(p.get("dtype", "")) not in family.dtypes:
-        return f"dtype {p.get('dtype')!r} is not served by {family.name}"
-    if "batch" not in family.dims and p.get("batch", 1) not in (1, None) and not (
-            family.exact_points and p.get("point")):
+def _skip_reason(p: ShapePoint, family: Family) -> str | None:
+    if p.family != family.name:
+        return f"family {p.family}"
+    if p.op not in family.ops:
+        return f"op {p.op!r} is not an op of {family.name}"
+    if normalise_dtype(p.dtype) not in family.dtypes:
+        return f"dtype {p.dtype!r} is not served by {family.name}"
+    if "batch" not in family.dims and p.batch != 1 and not (family.exact_points and p.point):
         return "batched (batch > 1) calls are keyed without the batch count"
     return None
-
-
-def _point(p: Mapping[str, Any], family: Family, origin: str, where: str) -> ShapePoint:
-    dims_src = p.get("dims") if isinstance(p.get("dims"), dict) else p
-    dims = []
-    for d in family.dims:
-        if d not in dims_src:
-            raise _bad(origin, where, f"missing dim {d!r} (family {family.name} is keyed by "
-                       f"{', '.join(family.dims)})")
-        dims.append(_int(dims_src[d], origin, f"{where}.{d}"))
-    m = p.get("M", p.get("m"))
-    if m is None:
-        raise _bad(origin, where, "missing M")
-    m = _int(m, origin, f"{where}.M")
-    if m < 1:
-        raise _bad(origin, f"{where}.M", f"{m} is not positive")
-    calls = _num(p.get("calls"), origin, f"{where}.calls", 1.0)
-    eager = _num(p.get("eager_fraction", p.get("alpha")), origin, f"{where}.eager_fraction",
-                 0.0)
-    point = p.get("point") if family.exact_points else None
-    if point is not None and (not isinstance(point, str) or not point or "|" in point):
-        raise _bad(origin, f"{where}.point", f"{point!r} is not an exact point like '1x3000'")
-    return ShapePoint(op=p["op"], dtype=normalise_dtype(p["dtype"]), dims=tuple(dims), m=m,
-                      calls=calls, weight=_num(p.get("weight"), origin, f"{where}.weight", calls),
-                      must=bool(p.get("must", False)), eager_fraction=min(eager, 1.0),
-                      point=point)
 
 
 def _int_list(text: str, what: str) -> list[int]:
@@ -224,39 +143,31 @@ def census_from_widths(family: Family, widths: str, m_ladder: str, *, op: str | 
         raise ConfigurationError("--widths: no width given (expected e.g. '512,256;2048,512')")
     if working_set_bytes is None:
         working_set_bytes = sum(math.prod(d) * DTYPE_BYTES.get(dtype, 2) for d in set(sigs))
-    points = [ShapePoint(op, dtype, d, m, eager_fraction=alpha) for d in sigs for m in ms]
+    points = [ShapePoint(family=family.name, op=op, dtype=dtype,
+                         dims=dict(zip(family.dims, d, strict=True)), m=m, calls=1.0,
+                         weight=1.0, eager_fraction=alpha) for d in sigs for m in ms]
     return Census(points, working_set_bytes)
 
 
 def merge_censuses(censuses: Sequence[Census]) -> Census:
-    """One census: calls and weights add per (op, dtype, dims, M), must ORs, alpha averages."""
-    merged: dict[tuple, ShapePoint] = {}
-    for census in censuses:
-        for p in census.points:
-            key = (p.op, p.dtype, p.dims, p.m, p.point)
-            merged[key] = _fold(merged.get(key), p)
-    sets = [c.working_set_bytes for c in censuses if c.working_set_bytes is not None]
-    return Census(sorted(merged.values(),
-                         key=lambda p: (p.op, p.dims, p.dtype, p.m, p.point or "")),
-                  max(sets) if sets else None, [s for c in censuses for s in c.skipped])
+    """One census: the points merged as :func:`oasr_core.census.shapeset.merge` merges
+    ShapeSets (calls and weights add, ``must`` ors, the eager fraction is calls-weighted)."""
+    merged = shapeset.merge([ShapeSet(points=c.points, working_set_bytes=c.working_set_bytes
+                                      or 0) for c in censuses])
+    return Census(merged.points, merged.working_set_bytes or None,
+                  [s for c in censuses for s in c.skipped])
 
 
-def _fold(into: Any, p: Any) -> Any:
+def _fold(into: PlannedPoint | None, p: PlannedPoint) -> PlannedPoint:
     """``into`` with ``p`` folded in: calls-weighted alpha, summed calls and weight."""
     if into is None:
         return p
     calls = into.calls + p.calls
-    alpha = ((into.calls * _alpha(into) + p.calls * _alpha(p)) / calls) if calls else max(
-        _alpha(into), _alpha(p))
-    fields = {"calls": calls, "weight": into.weight + p.weight, "must": into.must or p.must}
-    if hasattr(into, "points"):
-        fields["points"] = tuple(dict.fromkeys((*into.points, *p.points)))
-    fields["eager_fraction" if hasattr(into, "eager_fraction") else "alpha"] = alpha
-    return attrs.evolve(into, **fields)
-
-
-def _alpha(p: Any) -> float:
-    return p.eager_fraction if hasattr(p, "eager_fraction") else p.alpha
+    alpha = ((into.calls * into.alpha + p.calls * p.alpha) / calls) if calls else max(
+        into.alpha, p.alpha)
+    return attrs.evolve(into, calls=calls, weight=into.weight + p.weight,
+                        must=into.must or p.must, alpha=alpha,
+                        points=tuple(dict.fromkeys((*into.points, *p.points))))
 
 
 @attrs.frozen
@@ -325,7 +236,8 @@ def plan(census: Census, family: Family, *, max_points: int = 24, thin: bool = F
     matters), each with its census points (thinned with ``thin``) and fill points."""
     groups: dict[tuple, list[ShapePoint]] = {}
     for p in census.points:
-        groups.setdefault((p.op, key_dtype(family, p.dtype, exact_dtype), p.dims), []).append(p)
+        dims = tuple(p.dims[d] for d in family.dims)
+        groups.setdefault((p.op, key_dtype(family, p.dtype, exact_dtype), dims), []).append(p)
     out = []
     for (op, kdt, dims), pts in groups.items():
         per_dtype: dict[str, float] = {}
@@ -367,8 +279,3 @@ def _with_fill(points: list[PlannedPoint], room: int) -> list[PlannedPoint]:
     extra = [PlannedPoint(m, w, alpha=min(logs, key=lambda la: abs(la[0] - math.log(m)))[1],
                           fill=True) for m in fills]
     return sorted(points + extra, key=lambda p: p.m)
-
-
-def read_censuses(paths: Iterable[str | os.PathLike[str]], family: Family) -> Census:
-    """:func:`read_census` of every path, merged."""
-    return merge_censuses([read_census(p, family) for p in paths])

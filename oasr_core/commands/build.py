@@ -24,6 +24,8 @@ import click
 from oasr_core import build
 from oasr_core.bench import BenchOptions
 from oasr_core.build import BuildOptions
+from oasr_core.census import shapeset
+from oasr_core.census.shapeset import ShapeSet
 from oasr_core.cli import CliState, completer, handle_errors
 from oasr_core.commands.logs import read_checked
 from oasr_core.errors import ConfigurationError
@@ -223,15 +225,12 @@ def _check_out(out: str, families: list[str], what: str) -> None:
                                  "user, system or a directory")
 
 
-def _census_families(rt, request: BuildRequest) -> tuple[list[str], list[str]]:
+def _census_families(rt, request: BuildRequest, shapes: ShapeSet) -> tuple[list[str], list[str]]:
     """The families a census build measures (``--family``, else every installed family the
     census holds points of), and the families of the census no plugin provides."""
     if request.family is not None:
         return [request.family], []
-    named, unnamed = build.census_families(request.censuses)
-    if unnamed:
-        raise ConfigurationError("--family is required: the census has points that do not "
-                                 "name their family")
+    named = sorted({p.family for p in shapes.points})
     installed = [name for name in named if name in rt.registry.families]
     if not installed:
         raise ConfigurationError(f"the census holds no point of an installed family (it "
@@ -257,7 +256,8 @@ def _live(rt, request: BuildRequest, show) -> list:
             fam, request.widths, request.m_ladder, op=request.op, dtype=request.dtype,
             alpha=request.alpha, working_set_bytes=request.working_set_bytes))]
     else:
-        names, missing = _census_families(rt, request)
+        shapes = shapeset.load_all(request.censuses)
+        names, missing = _census_families(rt, request, shapes)
         if request.lane is not None and len(names) > 1:
             raise ConfigurationError(f"--lane names a lane of one family; the census holds "
                                      f"{', '.join(names)}: pass --family too")
@@ -265,7 +265,7 @@ def _live(rt, request: BuildRequest, show) -> list:
         plans = []
         for name in names:
             fam = rt.registry.family(name)
-            census = build.read_censuses(request.censuses, fam)
+            census = build.census_of(shapes, fam, origin=", ".join(map(str, request.censuses)))
             if request.working_set_bytes is not None:
                 census = attrs.evolve(census, working_set_bytes=request.working_set_bytes)
             plans.append((fam, census))

@@ -112,12 +112,13 @@ def _time_us(name, config, problem):
 
 
 def _census(tmp_path):
-    rows = [{"family": "conv1d", "op": "conv1d_silu", "dtype": "fp16", "Cin": 256, "Cout": 256,
-             "k": 31, "stride": 1, "pad": 15, "dil": 1, "groups": 256, "M": b * t,
+    dw = {"Cin": 256, "Cout": 256, "k": 31, "stride": 1, "pad": 15, "dil": 1, "groups": 256}
+    dense = {"Cin": 80, "Cout": 512, "k": 3, "stride": 1, "pad": 1, "dil": 1, "groups": 1}
+    rows = [{"family": "conv1d", "op": "conv1d_silu", "dtype": "fp16", "dims": dw, "M": b * t,
              "calls": 16.0, "weight": 1.0} for b, t in ((1, 64), (8, 256), (32, 1024))]
-    rows += [{"family": "conv1d", "op": "conv1d_gelu", "dtype": "fp16", "Cin": 80, "Cout": 512,
-              "k": 3, "stride": 1, "pad": 1, "dil": 1, "groups": 1, "M": b * 3000,
-              "calls": 1.0, "weight": 1.0, "point": f"{b}x3000"} for b in (1, 8)]
+    rows += [{"family": "conv1d", "op": "conv1d_gelu", "dtype": "fp16", "dims": dense,
+              "M": b * 3000, "calls": 1.0, "weight": 1.0, "point": f"{b}x3000"}
+             for b in (1, 8)]
     path = tmp_path / "census.json"
     path.write_text(json.dumps({"schema_version": 1, "points": rows}))
     return path
