@@ -11,6 +11,8 @@ import json
 import os
 import shutil
 import stat
+import subprocess
+import sys
 
 import pytest
 
@@ -98,20 +100,126 @@ def test_a_swapped_library_is_refused(built):
         jit.load(spec, build_missing=False)
 
 
-def test_a_manifest_without_the_hash_gets_it_on_first_load_of_a_private_cache(built):
+@pytest.mark.parametrize("recorded", ["absent", None, 123, "not-a-hash"])
+def test_a_manifest_without_the_hash_is_never_trusted_on_first_load(built, recorded):
+    """The hash is recorded by the build, never at a first load: a truncated library whose
+    manifest records none is not opened (dlopen of it is a SIGBUS): refused without a
+    build, relinked with one."""
+    spec, root, library = built
+    manifest_path = library.parent / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    if recorded == "absent":
+        del manifest[trust.HASH_FIELD]
+    else:
+        manifest[trust.HASH_FIELD] = recorded
+    manifest_path.write_text(json.dumps(manifest))
+    data = library.read_bytes()
+    library.write_bytes(data[: len(data) // 2])
+    with pytest.raises(JitBuildError, match="not built"):
+        jit.load(spec, build_missing=False)
+    assert manifest_path.read_text() == json.dumps(manifest)  # nothing recorded
+    with pytest.warns(jit.NotPrebuiltWarning):
+        module = jit.load(spec)
+    assert module.function("adv_value")() == 7
+    assert json.loads(manifest_path.read_text())[trust.HASH_FIELD] == trust.file_sha256(library)
+
+
+def test_a_truncated_library_never_signals_in_a_fresh_process(built, tmp_path):
+    """The trial's SIGBUS reproduction, in a subprocess: it exits with a one-line refusal."""
     spec, root, library = built
     manifest_path = library.parent / "manifest.json"
     manifest = json.loads(manifest_path.read_text())
     del manifest[trust.HASH_FIELD]
     manifest_path.write_text(json.dumps(manifest))
-    os.chmod(library.parent, 0o777)  # not private: refused, nothing recorded
-    with pytest.raises(JitBuildError, match="writable by"):
-        jit.load(spec, build_missing=False)
-    assert trust.HASH_FIELD not in json.loads(manifest_path.read_text())
-    os.chmod(library.parent, 0o755)
+    data = library.read_bytes()
+    library.write_bytes(data[: len(data) // 2])
+    code = ("from oasr_core import jit\n"
+            f"u = jit.TranslationUnit('adv', {UNIT.source!r}, ('adv_value',))\n"
+            "s = jit.JitSpec(name='t_adv', arch='90a', cutlass=False, units=(u,))\n"
+            "try:\n    jit.load(s, build_missing=False)\n"
+            "except Exception as e:\n    print('refused:', type(e).__name__, e)\n")
+    proc = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True,
+                          env={**os.environ, "OASR_JIT_DIR": str(root)}, timeout=120)
+    assert proc.returncode == 0, proc.stderr
+    assert proc.stdout.startswith("refused:") and "not built" in proc.stdout
+
+
+def test_a_damaged_library_is_rebuilt(built):
+    spec, _, library = built
+    data = library.read_bytes()
+    library.write_bytes(data[: len(data) // 2])
+    with pytest.warns(jit.NotPrebuiltWarning, match="damaged"):
+        assert jit.load(spec).function("adv_value")() == 7
+    assert jit.build(spec).status is jit.BuildStatus.CACHED
+
+
+def test_a_damaged_object_is_compiled_again(built):
+    """A truncated cached object (or one without its recorded hash) is compiled again, not
+    linked into a failing build on every run."""
+    spec, root, library = built
+    objects = sorted((root / "obj").glob("*/*.o"))
+    assert objects
+    for obj in objects:
+        with open(obj, "r+b") as handle:
+            handle.truncate(100)
+    shutil.rmtree(library.parent)
+    result = jit.build(spec, jobs=1)
+    assert result.status is jit.BuildStatus.BUILT, result.error
+    assert all(u.compiled for u in result.units.values())
     assert jit.load(spec, build_missing=False).function("adv_value")() == 7
-    recorded = json.loads(manifest_path.read_text())[trust.HASH_FIELD]
-    assert recorded == trust.file_sha256(library)
+
+
+@pytest.mark.parametrize("units", [[], {}, {"adv": []}, {"adv": {"status": "linked"}},
+                                   {"adv": {"status": 3, "exports": []}}])
+def test_a_malformed_manifest_is_an_incomplete_build(built, units):
+    spec, root, library = built
+    manifest_path = library.parent / "manifest.json"
+    manifest = json.loads(manifest_path.read_text())
+    manifest["units"] = units
+    manifest_path.write_text(json.dumps(manifest))
+    with pytest.raises(JitBuildError, match="not built"):
+        jit.load(spec, build_missing=False)
+    with pytest.warns(jit.NotPrebuiltWarning):
+        assert jit.load(spec).function("adv_value")() == 7
+
+
+@pytest.mark.parametrize("text", ["[]", '{"units": [1]}', "[" * 5000 + "]" * 5000, ""])
+def test_doctor_reports_a_malformed_manifest_in_one_line(built, text):
+    from click.testing import CliRunner
+
+    from oasr_core.cli import main
+
+    spec, root, library = built
+    (library.parent / "manifest.json").write_text(text)
+    result = CliRunner().invoke(main, ["doctor", "--arch", "sm90"])
+    assert result.exception is None or isinstance(result.exception, SystemExit), \
+        result.exception
+    assert "Traceback" not in result.output
+    assert "1 damaged modules" in result.output
+
+
+def test_a_cache_built_under_umask_002_loads(tmp_path, monkeypatch):
+    """What oasr itself writes passes its own trust check whatever the umask."""
+    spec = jit.JitSpec(name="t_adv", arch="90a", cutlass=False, units=(UNIT,))
+    monkeypatch.setenv("OASR_JIT_DIR", str(tmp_path / "jit-umask"))
+    old = os.umask(0o002)
+    try:
+        assert jit.build(spec, jobs=1).status is jit.BuildStatus.BUILT
+    finally:
+        os.umask(old)
+    assert jit.load(spec, build_missing=False).function("adv_value")() == 7
+    for place in (tmp_path / "jit-umask").rglob("*"):
+        assert not os.stat(place).st_mode & stat.S_IWOTH, place
+
+
+def test_a_private_group_may_write_but_a_shared_group_may_not(built, monkeypatch):
+    spec, root, library = built
+    os.chmod(library.parent, 0o775)
+    monkeypatch.setattr(trust, "private_group", lambda gid: True)
+    assert jit.load(spec, build_missing=False).function("adv_value")() == 7
+    monkeypatch.setattr(trust, "private_group", lambda gid: False)
+    with pytest.raises(JitBuildError, match="writable by its group"):
+        jit.load(spec, build_missing=False)
 
 
 def test_each_library_is_hashed_once_per_process(built, monkeypatch):

@@ -28,8 +28,9 @@ def run(tiers, monkeypatch, tmp_path):
 def _manifest(root, name, key, arch, statuses):
     path = root / "lib" / name / key / "manifest.json"
     path.parent.mkdir(parents=True)
-    path.write_text(json.dumps({"name": name, "arch": arch, "units": {
-        f"u{i}": {"status": s} for i, s in enumerate(statuses)}}))
+    path.write_text(json.dumps({
+        "schema_version": 1, "name": name, "arch": arch, "library_sha256": "0" * 64,
+        "units": {f"u{i}": {"status": s, "exports": []} for i, s in enumerate(statuses)}}))
 
 
 def test_doctor_without_gpu_names_what_to_pass(run):

@@ -69,11 +69,14 @@ def toolchain_facts() -> dict[str, Any]:
 def cache_facts(root: Path, families: list[str]) -> dict[str, Any]:
     """What the JIT cache at ``root`` holds: per family and arch, modules and linked / failed
     units (from the modules' manifests), and the object and failure-marker counts."""
+    from oasr_core.jit import cache
+
     per: dict[tuple[str, str], Counter] = {}
+    damaged = 0
     for manifest in sorted(root.glob("lib/*/*/manifest.json")):
-        try:
-            doc = json.loads(manifest.read_text())
-        except (OSError, ValueError):
+        doc = cache.read_json(manifest)  # the one reader: size and depth limits
+        if doc is None or cache.manifest_problem(doc) is not None:
+            damaged += 1  # rebuilt when its module is next built or loaded
             continue
         name = str(doc.get("name", manifest.parent.parent.name))
         family = max((f for f in families if name == f or name.startswith(f + "_")),
@@ -85,7 +88,7 @@ def cache_facts(root: Path, families: list[str]) -> dict[str, Any]:
     objects = sum(1 for _ in root.glob("obj/*/*.o")) if root.is_dir() else 0
     markers = sum(1 for _ in root.glob("obj/*/*.failed.json")) if root.is_dir() else 0
     return {"dir": str(root), "exists": root.is_dir(), "objects": objects,
-            "failure_markers": markers,
+            "failure_markers": markers, "damaged_manifests": damaged,
             "families": [{"family": f, "arch": a, **dict(c)} for (f, a), c in sorted(per.items())]}
 
 
@@ -156,7 +159,9 @@ def render(doc: dict[str, Any]) -> list[str]:
                      + (f" ({env['error']})" if isinstance(env, dict) else ""))
     lines.append(f"JIT cache {cache['dir']}" + ("" if cache["exists"] else " (empty)")
                  + (f": {cache['objects']} objects, {cache['failure_markers']} failed"
-                    if cache["exists"] else ""))
+                    if cache["exists"] else "")
+                 + (f", {cache['damaged_manifests']} damaged modules (rebuilt when next built "
+                    "or loaded)" if cache.get("damaged_manifests") else ""))
     for row in cache["families"]:
         failed = f", {row.get('failed', 0)} failed" if row.get("failed") else ""
         lines.append(f"  {row['family']:<12} {row['arch']:<5} {row.get('modules', 0)} modules, "

@@ -214,6 +214,9 @@ def _cached(p: Plan, root: Path, retry_failed: bool, started: float) -> ModuleBu
     manifest = cache.read_manifest(root, p.spec.name, p.key)
     if manifest is None:
         return None
+    path = cache.library_path(root, p.spec.name, p.key)
+    if trust.content_problem(path, manifest) is not None:
+        return None  # a damaged library: linked again
     recorded = manifest.get("units", {})
     if retry_failed and any(u.get("status") == "failed" for u in recorded.values()):
         return None
@@ -225,7 +228,6 @@ def _cached(p: Plan, root: Path, retry_failed: bool, started: float) -> ModuleBu
             status=BuildStatus.FAILED if failed else BuildStatus.CACHED, key=pu.key,
             error=entry.get("error") if failed else None,
         )
-    path = cache.library_path(root, p.spec.name, p.key)
     return _report(p, path, BuildStatus.CACHED, units, started)
 
 
@@ -233,9 +235,20 @@ def _pending_units(p: Plan, root: Path, retry_failed: bool) -> int:
     keys = {u.key for u in p.units}
     return sum(
         1 for k in keys
-        if not cache.object_path(root, k).is_file()
+        if not object_intact(root, k)
         and (retry_failed or not cache.failure_path(root, k).is_file())
     )
+
+
+def object_intact(root: Path, key: str) -> bool:
+    """Whether the cached object of ``key`` is there with the sha256 its compile recorded
+    (a truncated or altered object, or one without a recorded hash, is compiled again)."""
+    obj = cache.object_path(root, key)
+    try:
+        recorded = cache.object_hash_path(root, key).read_text().strip()
+        return obj.is_file() and trust.cached_sha256(obj) == recorded
+    except (OSError, UnicodeDecodeError):
+        return False
 
 
 def _compile_units(
@@ -264,11 +277,11 @@ def _compile(
 ) -> UnitStatus:
     obj = cache.object_path(root, pu.key)
     marker = cache.failure_path(root, pu.key)
-    found = _remembered(obj, marker, pu.key, retry_failed)
+    found = _remembered(root, pu.key, retry_failed)
     if found is not None:
         return found
     with cache.locked(obj.with_suffix(".lock"), f"unit {pu.unit.name} ({pu.key})"):
-        found = _remembered(obj, marker, pu.key, retry_failed)
+        found = _remembered(root, pu.key, retry_failed)
         if found is not None:
             return found
         source = cache.source_path(root, pu.key)
@@ -281,7 +294,9 @@ def _compile(
                 proc = _run(command)
                 seconds = time.perf_counter() - started
             if proc.returncode == 0 and tmp.stat().st_size > 0:
+                digest = trust.file_sha256(tmp)
                 os.replace(tmp, obj)
+                cache.atomic_write(cache.object_hash_path(root, pu.key), digest + "\n")
                 marker.unlink(missing_ok=True)
                 return UnitStatus(BuildStatus.BUILT, pu.key, seconds, compiled=True)
         finally:
@@ -304,11 +319,11 @@ def _run(command: list[str]) -> subprocess.CompletedProcess[str]:
         raise ToolchainError(f"cannot run {command[0]}: {exc}; check OASR_NVCC/CUDA_HOME") from exc
 
 
-def _remembered(obj: Path, marker: Path, key: str, retry_failed: bool) -> UnitStatus | None:
-    if obj.is_file():
+def _remembered(root: Path, key: str, retry_failed: bool) -> UnitStatus | None:
+    if object_intact(root, key):
         return UnitStatus(BuildStatus.CACHED, key)
     if not retry_failed:
-        recorded = cache.read_json(marker)
+        recorded = cache.read_json(cache.failure_path(root, key))
         if recorded is not None:
             return UnitStatus(BuildStatus.FAILED, key, error=str(recorded.get("error", "")))
     return None

@@ -4,6 +4,8 @@ Layout under :func:`cache_dir`::
 
     obj/<key[:2]>/<key>.cu            the text a unit compiled (for reading errors and reruns)
     obj/<key[:2]>/<key>.o             its object
+    obj/<key[:2]>/<key>.o.sha256      the object's sha256, written after it (a missing or
+                                      different hash means a damaged object: recompiled)
     obj/<key[:2]>/<key>.failed.json   or why it failed to compile (not retried unless asked)
     lib/<name>/<key>/<name>.so        a module's library
     lib/<name>/<key>/manifest.json    what it holds; written last, so it marks a complete module
@@ -12,7 +14,9 @@ Every file is written to a temporary name in its own directory and moved into pl
 ``os.replace``, so a reader (another process, or a GPU machine the cache was copied to) sees a
 file whole or not at all, and a library another process has loaded is never truncated.
 Builders of one object or one module exclude each other with a ``filelock.FileLock`` beside it;
-the lock dies with its process, so a killed build never leaves a stale one.
+the lock dies with its process, so a killed build never leaves a stale one. Directories are
+made without group or other write permission whatever the umask (:func:`make_dirs`), so the
+loader's trust check (:mod:`oasr_core.jit.trust`) accepts what oasr itself wrote.
 """
 
 from __future__ import annotations
@@ -20,6 +24,7 @@ from __future__ import annotations
 import contextlib
 import json
 import os
+import stat
 from collections.abc import Iterator
 from pathlib import Path
 from typing import Any
@@ -67,6 +72,32 @@ def failure_path(root: Path, key: str) -> Path:
     return root / "obj" / key[:2] / f"{key}.failed.json"
 
 
+def object_hash_path(root: Path, key: str) -> Path:
+    """The recorded sha256 of the object of the unit with object key ``key``."""
+    return root / "obj" / key[:2] / f"{key}.o.sha256"
+
+
+def make_dirs(path: Path) -> None:
+    """Create directory ``path`` and its missing parents, each without group or other write
+    permission (``chmod go-w`` after ``mkdir``, so a umask of 002 does not make the cache
+    look shared to the loader's trust check). Existing directories are left as they are."""
+    missing = []
+    here = Path(path)
+    while not here.is_dir():
+        missing.append(here)
+        if here.parent == here:
+            break
+        here = here.parent
+    for directory in reversed(missing):
+        try:
+            directory.mkdir()
+        except FileExistsError:
+            continue
+        mode = stat.S_IMODE(os.stat(directory).st_mode)
+        if mode & (stat.S_IWGRP | stat.S_IWOTH):
+            os.chmod(directory, mode & ~(stat.S_IWGRP | stat.S_IWOTH))
+
+
 def library_path(root: Path, name: str, key: str) -> Path:
     """The shared library of module ``name`` with module key ``key``."""
     return root / "lib" / name / key / f"{name}.so"
@@ -80,10 +111,15 @@ def manifest_path(root: Path, name: str, key: str) -> Path:
 def atomic_write(path: Path, data: bytes | str, *, mode: int = 0o644) -> None:
     """Write ``data`` to ``path`` atomically (:func:`oasr_core.files.atomic_write`; no fsync:
     a lost cache file is rebuilt)."""
+    make_dirs(path.parent)
     files.atomic_write(path, data, mode=mode, fsync=False)
 
 
-temp_path = files.temp_beside
+def temp_path(final: Path) -> Path:
+    """A fresh file beside ``final`` for a tool to write (:func:`oasr_core.files.temp_beside`),
+    its directory made private (:func:`make_dirs`)."""
+    make_dirs(final.parent)
+    return files.temp_beside(final)
 
 
 def write_json(path: Path, document: dict[str, Any]) -> None:
@@ -107,9 +143,39 @@ def read_json(path: Path) -> dict[str, Any] | None:
     return document if isinstance(document, dict) else None
 
 
+def manifest_problem(manifest: Any) -> str | None:
+    """Why ``manifest`` is not one a complete build wrote (None when it is): an object with
+    an integer ``schema_version``, the library's sha256, and ``units`` mapping each unit name
+    to an object with a ``status`` of ``linked`` or ``failed`` and a list of ``exports``."""
+    from oasr_core.jit import trust
+
+    if not isinstance(manifest, dict):
+        return f"it is {type(manifest).__name__}, not an object"
+    version = manifest.get("schema_version")
+    if not isinstance(version, int) or isinstance(version, bool):
+        return f"schema_version is {version!r}"
+    recorded = manifest.get(trust.HASH_FIELD)
+    if not isinstance(recorded, str) or not trust.SHA256_HEX.fullmatch(recorded):
+        return f"it records no library sha256 ({trust.HASH_FIELD})"
+    units = manifest.get("units")
+    if not isinstance(units, dict) or not units:
+        return "units is not a non-empty object"
+    for unit_name, unit in units.items():
+        if not isinstance(unit, dict) or unit.get("status") not in ("linked", "failed"):
+            return f"unit {unit_name!r} is not a record with status linked or failed"
+        exports = unit.get("exports")
+        if not isinstance(exports, list) or not all(isinstance(e, str) for e in exports):
+            return f"unit {unit_name!r} has no list of exports"
+        if not isinstance(unit.get("error"), (str, type(None))):
+            return f"unit {unit_name!r} has a malformed error"
+    return None
+
+
 def read_manifest(root: Path, name: str, key: str) -> dict[str, Any] | None:
     """The manifest of a complete module (its library present too), or None.
 
+    A manifest that is unreadable or malformed (:func:`manifest_problem`, one from before
+    builds recorded the library's hash included) counts as missing: the module is rebuilt.
     Raises :class:`JitBuildError` for a manifest written by a newer oasr.
     """
     path = manifest_path(root, name, key)
@@ -117,18 +183,21 @@ def read_manifest(root: Path, name: str, key: str) -> dict[str, Any] | None:
     if manifest is None or not library_path(root, name, key).is_file():
         return None
     version = manifest.get("schema_version")
-    if not isinstance(version, int) or version > MANIFEST_SCHEMA_VERSION:
+    if isinstance(version, int) and not isinstance(version, bool) \
+            and version > MANIFEST_SCHEMA_VERSION:
         raise JitBuildError(
             f"{path} has schema_version {version!r}, newer than this oasr understands "
             f"({MANIFEST_SCHEMA_VERSION}); upgrade oasr or use another OASR_JIT_DIR"
         )
+    if manifest_problem(manifest) is not None:
+        return None
     return manifest
 
 
 @contextlib.contextmanager
 def locked(path: Path, what: str) -> Iterator[None]:
     """Hold the file lock ``path`` (created with its directory) while building ``what``."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    make_dirs(path.parent)
     lock = filelock.FileLock(str(path), timeout=LOCK_TIMEOUT_S)
     try:
         lock.acquire()

@@ -78,16 +78,25 @@ def load(spec: JitSpec, *, build_missing: bool = True, jobs: int | None = None) 
     """
     p = plan(spec)
     root = cache.cache_dir()
+    path = cache.library_path(root, spec.name, p.key)
     manifest = cache.read_manifest(root, spec.name, p.key)
+    damage = None if manifest is None else trust.content_problem(path, manifest)
+    if damage is not None:
+        manifest = None  # a damaged library is never opened: rebuilt, or refused
     if manifest is None:
         if not build_missing:
+            if damage is not None:
+                raise JitBuildError(
+                    f"refusing to load {path}: {damage}; run `oasr tune prebuild` to rebuild "
+                    "it")
             raise JitBuildError(
                 f"module {spec.name} (key {p.key}, arch {spec.arch}) is not built in {root}; "
                 "run `oasr tune prebuild` (or copy a prebuilt OASR_JIT_DIR made with the same "
                 "toolchain)"
             )
+        what = f"was damaged ({damage})" if damage else "was not prebuilt"
         warnings.warn(
-            f"module {spec.name} was not prebuilt; building it now (run `oasr tune prebuild`)",
+            f"module {spec.name} {what}; building it now (run `oasr tune prebuild`)",
             NotPrebuiltWarning, stacklevel=2,
         )
         result = build_plan(p, jobs=jobs)
@@ -100,8 +109,7 @@ def load(spec: JitSpec, *, build_missing: bool = True, jobs: int | None = None) 
         manifest = cache.read_manifest(root, spec.name, p.key)
         if manifest is None:
             raise JitBuildError(f"module {spec.name} was built but its manifest is missing")
-    path = cache.library_path(root, spec.name, p.key)
-    trust.check_library(path, root, manifest, cache.manifest_path(root, spec.name, p.key))
+    trust.check_library(path, root, manifest)
     try:
         cdll = ctypes.CDLL(str(path))
     except OSError as exc:
