@@ -17,6 +17,15 @@ Operator switches, read when a manager is built:
     plugin that does not load, :class:`~oasr_core.errors.PluginError` for the rest).
 ``OASR_TRACE_PLUGINS=1``
     log every hook call at DEBUG level (pluggy tracing).
+
+Names in the ``oasr-<name>`` namespace: the distribution named ``oasr-<name>`` (compared as
+:pep:`503` normalises names, so ``oasr-scaled-mm`` for ``scaled_mm``) owns the entry-point
+name, family name and lanes of family ``<name>`` (:func:`namespace_owner`). An environment
+holds one distribution per name (installing another replaces it), so no package installed
+later can take such a name over, whatever it calls itself. When several distributions
+declare one entry-point name, the namespace owner's is loaded, else the first by
+distribution name; the others are skipped with one warning naming them all (an error under
+``OASR_STRICT_PLUGINS=1``).
 """
 
 from __future__ import annotations
@@ -25,6 +34,7 @@ import difflib
 import importlib.metadata
 import logging
 import os
+import re
 from collections.abc import Collection, Iterable
 from typing import Any
 
@@ -65,6 +75,17 @@ def who(plugin: str, distribution: str) -> str:
     """How messages name a plugin: ``plugin 'gemm' (oasr-gemm 0.1.0)``."""
     where = "registered in-process" if distribution == "?" else distribution
     return f"plugin {plugin!r} ({where})"
+
+
+def normalized(name: str) -> str:
+    """``name`` as :pep:`503` compares distribution names (``Scaled_MM`` -> ``scaled-mm``)."""
+    return re.sub(r"[-_.]+", "-", name).lower()
+
+
+def namespace_owner(name: str, distribution: str | None) -> bool:
+    """Whether ``distribution`` is ``oasr-<name>``, the one distribution that owns ``name``
+    (an entry-point, family or lane-family name; see the module docstring)."""
+    return distribution is not None and normalized(distribution) == "oasr-" + normalized(name)
 
 
 def _dist_name(ep: importlib.metadata.EntryPoint) -> str:
@@ -167,8 +188,7 @@ class OasrPluginManager(pluggy.PluginManager):
             if self.get_plugin(name) is not None:
                 continue
             if len(eps) > 1:
-                self._entry_point_conflict(name, eps)
-                continue
+                eps = self._entry_point_conflict(name, eps)
             loaded += self._load_one(eps[0])
         return loaded
 
@@ -187,17 +207,28 @@ class OasrPluginManager(pluggy.PluginManager):
             raise ConfigurationError(message)
         self.report(message)
 
-    def _entry_point_conflict(self, name: str, eps: list[importlib.metadata.EntryPoint]) -> None:
-        dists = sorted(describe_distribution(ep.dist) for ep in eps)
+    def _entry_point_conflict(
+        self, name: str, eps: list[importlib.metadata.EntryPoint]
+    ) -> list[importlib.metadata.EntryPoint]:
+        """Order the entry points sharing ``name``: the namespace owner's first, then by
+        distribution name; report the others (skipped) in one line naming every one."""
+        eps = sorted(eps, key=lambda ep: (not namespace_owner(name, _dist_name(ep)),
+                                          _dist_name(ep)))
+        kept = describe_distribution(eps[0].dist)
+        others = [describe_distribution(ep.dist) for ep in eps[1:]]
+        why = (f"it is the {name!r} namespace owner" if namespace_owner(name, _dist_name(eps[0]))
+               else "it sorts first by distribution name")
         message = (
-            f"plugin name {name!r} is provided by {' and '.join(dists)}; none of them is "
-            "loaded. Uninstall all but one, and please report the conflict to the plugin authors"
+            f"plugin name {name!r} is provided by {kept} and {' and '.join(others)}; {kept} is "
+            f"loaded ({why}) and {' and '.join(others)} skipped. Please report the conflict to "
+            "the plugin authors"
         )
         if self.strict:
             raise PluginLoadError(message)
-        for dist in dists:
+        for dist in others:
             self.failures.append(PluginLoadFailure(name, dist, message, "duplicate"))
         self.report(message, level=logging.ERROR)
+        return eps
 
     def _load_one(self, ep: importlib.metadata.EntryPoint) -> int:
         dist = describe_distribution(ep.dist)

@@ -4,18 +4,22 @@
 every record is attributed to the plugin and distribution that returned it, and one broken
 plugin costs only its own records.
 
-Name ownership is deterministic and never silent. When several plugins register one family
-name, its **owner** is, in this order: the plugin whose entry-point name is the family's name
-(``gemm = "oasr_gemm.hooks"`` owns ``gemm``), then the first by (distribution name, plugin
-name); in-process plugins, which have no distribution, sort before installed ones. A lane
-name registered several times goes to the registration from the distribution (or in-process
-plugin) that owns the lane's family, then to a lane of a family whose owner follows the
-naming rule above, then by (distribution name, plugin name). A plugin registering one name
-twice keeps its first record. Every refused registration is reported in one line naming the
-owner and the refused provider (an error under ``strict``), and the owner keeps working: a
-third-party package cannot disable a family or lane by reusing its name. Among the lanes
-``default_on`` an arch, the family owner's lane is the default; other claims are refused the
-same way.
+Name ownership is deterministic and never silent, and a package installed later cannot take
+a name over. When several plugins register one family name, its **owner** is, in this order:
+the distribution named ``oasr-<family>`` (:func:`oasr_core.plugins.namespace_owner`: an
+environment holds one distribution per name, so no other package can be it), then the plugin
+whose entry-point name is the family's name (``gemm = "oasr_gemm.hooks"``), then the first by
+(distribution name, plugin name); in-process plugins, which have no distribution, sort before
+installed ones. A lane name registered several times goes to the registration from the
+distribution (or in-process plugin) that owns the lane's family, then to a lane of a family
+owned by its namespace distribution, then of a family named by its own entry point, then by
+(distribution name, plugin name). So a third party that registers its own family with a lane
+named like ``sm90_wgmma`` cannot take that lane from ``oasr-gemm``, whatever its distribution
+is called. A plugin registering one name twice keeps its first record. Every refused
+registration is reported in one line naming the owner and the refused provider (an error
+under ``strict``), and the owner keeps working: a third-party package cannot disable a
+family or lane by reusing its name. Among the lanes ``default_on`` an arch, the family
+owner's lane is the default; other claims are refused the same way.
 """
 
 from __future__ import annotations
@@ -29,7 +33,7 @@ from typing import Any, Literal
 import attrs
 
 from oasr_core.errors import PluginError, UnknownFamilyError
-from oasr_core.plugins import OasrPluginManager, who
+from oasr_core.plugins import OasrPluginManager, namespace_owner, who
 from oasr_core.types import Family, Lane, PluginLoadFailure
 
 Kind = Literal["family", "lane"]
@@ -143,11 +147,13 @@ def _rank(kind: Kind, record: Any, provider: Provider,
     """Sort key of one registration of a name: lowest owns it (see the module docstring)."""
     order = (provider.distribution or "", provider.plugin)
     if kind == "family":
-        return (provider.plugin != record.name, *order)
+        return (not namespace_owner(record.name, provider.distribution),
+                provider.plugin != record.name, *order)
     owner = owners.get(record.family)
     own = owner is not None and same_source(owner, provider)
+    namespaced = owner is not None and namespace_owner(record.family, owner.distribution)
     canonical = owner is not None and owner.plugin == record.family
-    return (not own, not canonical, *order)
+    return (not own, not namespaced, not canonical, *order)
 
 
 def _conflict(kind: Kind, name: str, owner: Provider, refused: Provider) -> str:

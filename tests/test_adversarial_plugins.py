@@ -97,3 +97,59 @@ def test_status_and_strict_mode(site):
     strict = oasr(site, *SELECT, OASR_STRICT_PLUGINS="1")
     assert strict.returncode == 2 and "Traceback" not in strict.stderr
     assert len(strict.stderr.strip().splitlines()) == 1
+
+
+CROSS_LANE = """
+    import attrs
+    from oasr_core import hookimpl
+    from oasr_core.types import Family
+
+    @hookimpl
+    def oasr_register_families():
+        return [Family(name="aaa", ops=("x",), dims=("N",), dtypes=("fp16",))]
+
+    @hookimpl
+    def oasr_register_lanes():
+        from oasr_gemm import hooks
+        real = next(l for l in hooks.oasr_register_lanes() if l.name == "sm90_wgmma")
+        c = real.config_space[0]
+        return [attrs.evolve(real, family="aaa", config_space=(c,), default_config=c.id,
+                             default_on=("sm90",))]
+"""
+
+
+@pytest.fixture(scope="module")
+def hijack_site(tmp_path_factory):
+    """Distributions sorting before oasr-gemm that reuse its entry-point name (``gemm``) and,
+    from a family of their own, its lane name (``sm90_wgmma``)."""
+    root = tmp_path_factory.mktemp("hijack-site")
+    make_distribution(root, "aaa-ep-gemm", entry_points={"gemm": "rel_ep_gemm"},
+                      modules={"rel_ep_gemm": "x = 1\n"})
+    make_distribution(root, "aaa-cross", entry_points={"aaa": "rel_cross"},
+                      modules={"rel_cross": CROSS_LANE})
+    return root
+
+
+def test_a_namesake_entry_point_cannot_disable_a_family(hijack_site):
+    proc = oasr(hijack_site, *SELECT)
+    assert "Traceback" not in proc.stderr
+    sel = json_out(proc)
+    assert sel["tier"] == "system" and sel["lane"] == "sm90_wgmma"
+    lines = [x for x in proc.stderr.splitlines() if "plugin name 'gemm'" in x]
+    assert len(lines) == 1 and "aaa-ep-gemm" in lines[0] and "oasr-gemm" in lines[0]
+    assert "namespace owner" in lines[0]
+
+
+def test_another_familys_lane_cannot_take_a_lane_name(hijack_site):
+    proc = oasr(hijack_site, *SELECT)
+    sel = json_out(proc)
+    assert sel["config"] == "ws_64x16x128_c1x1_swap", sel
+    lines = [x for x in proc.stderr.splitlines() if "lane 'sm90_wgmma' is registered by" in x]
+    assert len(lines) == 1 and "aaa-cross" in lines[0] and "oasr-gemm" in lines[0]
+
+
+def test_strict_mode_refuses_a_name_conflict(hijack_site):
+    strict = oasr(hijack_site, *SELECT, OASR_STRICT_PLUGINS="1")
+    assert strict.returncode == 2 and "Traceback" not in strict.stderr
+    lines = strict.stderr.strip().splitlines()
+    assert len(lines) == 1 and "aaa-ep-gemm" in lines[0] and "oasr-gemm" in lines[0]
