@@ -389,15 +389,35 @@ def test_diff_lists_added_removed_and_changed_signatures():
                other: database.Entry(points={}, regions=((None, A),))},
               configs={A: kit.configs()[A]})
     lines = database.diff_files(a, b)
-    assert lines == [
+    removed = [f"- configs.{cid}: " for cid in sorted(set(a.configs) - set(b.configs))]
+    assert [line for line in lines if not line.startswith("- configs.")] == [
         f"- {gone}: else {C}",
         f"~ {KEY}: <=512 {A}, <=2152 {B}, else torch -> <=640 {A}, else torch",
         f"+ {other}: else {A}",
         "configs: 3 -> 1 (-2); 2 added, removed or changed",
     ]
+    assert [line.partition(": ")[0] + ": " for line in lines
+            if line.startswith("- configs.")] == removed
     assert database.diff_files(a, a) == []
     notes_only = _file({KEY: kit.example_entry(notes=("re-measured",))}, configs=a.configs)
-    assert database.diff_files(_file(), notes_only)[0] == f"~ {KEY}: same choices; notes"
+    lines = database.diff_files(_file(), notes_only)
+    assert lines[0] == f"~ {KEY}: same choices; notes"
+    assert lines[1].startswith("  ") and "re-measured" in lines[1], lines
+
+
+def test_diff_names_every_differing_field_down_to_the_model_evidence():
+    """Two files that choose alike but differ in one held-out figure of the cost model (what
+    a replay under another BLAS kernel once produced) diff to that figure, not to nothing."""
+    model = {"kind": "oasr-cost-model", "evidence": {"held_out": {"group": {
+        "regret_geomean": 0.149, "regret_p95": 0.52872}}}}
+    changed = copy.deepcopy(model)
+    changed["evidence"]["held_out"]["group"]["regret_geomean"] = 0.14626
+    a, b = _file(model=model), _file(model=changed)
+    assert database.diff_files(a, b) == [
+        "~ model.evidence.held_out.group.regret_geomean: 0.149 -> 0.14626",
+        "configs: 3 -> 3 (+0); 0 added, removed or changed"]
+    stamped = _file(model=model, provenance={"tool": "x", "runs": ["r1", "r2"]})
+    assert database.diff_files(a, stamped)[0] == '+ provenance.runs: ["r1", "r2"]'
 
 
 # --- the shared converter -----------------------------------------------------------------

@@ -43,6 +43,7 @@ import attrs
 
 from oasr_core.arch import ArchProfile
 from oasr_core.cost_model.features import CostFeatures, FeatureSource, features_of
+from oasr_core.cost_model.exact import normal_equations, solve
 from oasr_core.cost_model.model import Coeffs, CostModel
 from oasr_core.cost_model.structure import DEFAULT_KNOBS, Knobs, geometry, tile_cost
 from oasr_core.errors import PluginError
@@ -192,25 +193,25 @@ def design(rows: Iterable[LogRow], profile: ArchProfile, knobs: Knobs = DEFAULT_
     return out
 
 
-def _ridge(x: Any, y: Any, w: Any, prior: Any, strength: float) -> Any:
+def _ridge(x: Any, y: Any, w: Any, prior: Sequence[float], strength: float) -> list[float]:
     """Weighted least squares ``sum w (y - x theta)^2`` plus a ridge toward ``prior``.
 
     The ridge is measured in rows: moving coefficient j by ``d`` costs ``strength`` times what
     ``d`` costs on an average row (``mean(w x_j^2) d^2``), so ``strength=2`` is two rows'
     worth of belief in the prior whatever the coefficient's share of the time. A coefficient
     no row exercises stays at its prior. Kept within a factor of 10 of the prior.
-    """
-    import numpy as np
 
-    scale = np.maximum((w[:, None] * x * x).mean(axis=0), 1e-12 / prior**2)
-    d = np.diag(scale)
-    lhs = x.T @ (w[:, None] * x) + strength * d
-    rhs = x.T @ (w * y) + strength * d @ prior
-    try:
-        theta = np.linalg.solve(lhs, rhs)
-    except np.linalg.LinAlgError:
-        theta = np.linalg.lstsq(lhs, rhs, rcond=None)[0]
-    return np.clip(theta, prior / 10.0, prior * 10.0)
+    Summed and solved with :mod:`.exact`, so the coefficients (and every held-out figure
+    computed from them) are the same bits whatever BLAS kernel numpy runs.
+    """
+    columns = [x[:, j] for j in range(x.shape[1])]
+    gram, rhs = normal_equations(columns, y, w)
+    for j, p in enumerate(prior):
+        scale = max(gram[j][j] / len(y), 1e-12 / p**2)
+        gram[j][j] += strength * scale
+        rhs[j] += strength * scale * p
+    theta = solve(gram, rhs) or list(prior)
+    return [min(max(t, p / 10.0), p * 10.0) for t, p in zip(theta, prior, strict=True)]
 
 
 def fit(rows: Sequence[DesignRow], profile: ArchProfile, *, knobs: Knobs = DEFAULT_KNOBS,
@@ -238,7 +239,7 @@ def fit(rows: Sequence[DesignRow], profile: ArchProfile, *, knobs: Knobs = DEFAU
         x = np.array([[r.x1 * r.a0, r.x2 * r.b0, r.x3] for r in rs])
         y = np.array([r.row.t_us - r.offset for r in rs])
         w = np.array([1.0 / r.row.t_us**2 for r in rs])
-        s = _ridge(x, y, w, np.ones(3), group_prior)
+        s = _ridge(x, y, w, [1.0, 1.0, 1.0], group_prior)
         groups[name] = Coeffs(a=float(s[0]), b=float(s[1]), rho=float(s[2]), rows=len(rs))
     configs: dict[str, Coeffs] = {}
     for cid, rs in by_config.items():
@@ -247,7 +248,7 @@ def fit(rows: Sequence[DesignRow], profile: ArchProfile, *, knobs: Knobs = DEFAU
         g = groups[rs[0].row.features.group]
         a0 = statistics.median(r.a0 for r in rs)
         b0 = statistics.median(r.b0 for r in rs)
-        prior = np.array([a0 * g.a, b0 * g.b, g.rho])
+        prior = [a0 * g.a, b0 * g.b, g.rho]
         x = np.array([[r.x1, r.x2, r.x3] for r in rs])
         y = np.array([r.row.t_us - r.offset for r in rs])
         w = np.array([1.0 / r.row.t_us**2 for r in rs])

@@ -173,19 +173,22 @@ def fit_fallbacks(rows: Iterable[LogRow], profile: ArchProfile, *, min_rows: int
 
 def _nnls(a: Any, b: Any) -> list[float]:
     """``argmin |a c - b|`` over ``c >= 0``, exactly: the best of the unconstrained fits on
-    every subset of the columns whose solution is non-negative (four columns: 15 subsets)."""
+    every subset of the columns whose solution is non-negative (four columns: 15 subsets).
+    Solved and summed with :mod:`.exact`, so the same bits whatever BLAS kernel numpy runs."""
     import itertools
 
-    import numpy as np
+    from oasr_core.cost_model.exact import combine, lstsq, total
 
     cols = a.shape[1]
-    best, best_res = [0.0] * cols, float(b @ b)
+    best, best_res = [0.0] * cols, total(b * b)
     for size in range(1, cols + 1):
         for subset in itertools.combinations(range(cols), size):
-            sol = np.linalg.lstsq(a[:, subset], b, rcond=None)[0]
-            if (sol < 0).any():
+            columns = [a[:, j] for j in subset]
+            sol = lstsq(columns, b)
+            if sol is None or any(v < 0 for v in sol):
                 continue
-            res = float(((a[:, subset] @ sol - b) ** 2).sum())
+            r = combine(columns, sol) - b
+            res = total(r * r)
             if res < best_res - 1e-12:
                 best = [0.0] * cols
                 for i, v in zip(subset, sol, strict=True):
