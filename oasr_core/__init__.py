@@ -8,6 +8,8 @@ Engine-facing API:
 - :func:`select` — the config (and tier) serving one call shape; one dict lookup when memoised;
 - :func:`reload` — start a new epoch: tuning files are re-read, selections resolved anew;
 - :func:`tuning_report` — tier counts, loaded and stale files;
+- :func:`route` — send an uncompiled model's ``Linear`` and ``Conv1d`` layers through oasr's
+  ops (``torch.compile(model, backend="oasr")`` is the compiled path: :mod:`oasr_core.compile`);
 - :func:`autotune` — a context manager measuring, inside it, every call shape with no result;
 - :class:`TuningConfig` and :class:`Tuner` — what an engine holds to prewarm the user tier
   and check coverage before it captures graphs.
@@ -27,10 +29,11 @@ __version__ = "0.1.0"
 
 _LAZY = {"autotune": "oasr_core.autotuning.session", "TuningConfig": "oasr_core.tuner",
          "Tuner": "oasr_core.tuner", "reload": "oasr_core.runtime",
-         "select": "oasr_core.selection", "tuning_report": "oasr_core.report"}
+         "select": "oasr_core.selection", "tuning_report": "oasr_core.report",
+         "route": "oasr_core.routing"}
 
-__all__ = ["__version__", "TuningConfig", "Tuner", "autotune", "hookimpl", "reload", "select",
-           "tuning_report"]
+__all__ = ["__version__", "TuningConfig", "Tuner", "autotune", "hookimpl", "reload", "route",
+           "select", "tuning_report"]
 
 
 def __getattr__(name: str) -> Any:

@@ -44,6 +44,7 @@ if TYPE_CHECKING:
     from torch import Tensor, nn
 
     from oasr_core.census.workloads import Workload
+    from oasr_core.compile.patterns import Pattern
     from oasr_core.types import Config, Family, Lane, Problem
 
 hookspec = pluggy.HookspecMarker("oasr")
@@ -395,6 +396,50 @@ def oasr_layer(kind: str, dtype: str, quantization: str) -> Callable[..., Tensor
                                              dilation=layer.dilation[0], groups=layer.groups)
 
             return conv
+    """
+
+
+@hookspec
+def oasr_compile_patterns(quantization: str) -> Iterable[Pattern] | None:
+    """Declare the graph sites a family's ops serve inside ``torch.compile(backend="oasr")``.
+
+    **When:** the core calls this when the oasr compile backend
+    (:func:`oasr_core.compile.backend`) builds its post-grad pass, once per backend
+    instance, after every entry point has loaded; first with the scheme the user asked for
+    (``quantization="fp8_w8a8"``), then with ``"none"`` (a layer the scheme does not
+    quantize stays full precision). The core finds the sites (linears with their bias,
+    activation and residual epilogue; 1-D convolutions with their activation) and names no
+    family.
+
+    :param quantization: ``"none"``, or a scheme a family lists in ``Family.quantizations``.
+
+    **Returns:** an iterable of :class:`oasr_core.compile.Pattern` instances (possibly empty;
+    ``None``: nothing). Each names a ``kind`` of site (``"linear"``, ``"conv1d"``) and a
+    ``serve(site)`` callable returning a :class:`oasr_core.compile.Served` call of one of
+    the family's torch custom ops, or None to leave the site to Inductor. ``serve`` must
+    decide with ``site.serves(family, op, dims)`` (the tiers' choice at that shape, what the
+    op itself would run), so that an untuned shape stays Inductor's. Import torch and the
+    ops inside ``serve`` (or the pattern's module), never in the hooks module. A record that
+    is not a ``Pattern``, or an implementation that raises, is skipped with one warning.
+
+    **firstresult:** no; every implementation is called and all patterns are kept, in
+    plugin order (the first pattern that serves a site takes it).
+
+    **Example:**
+
+    .. code-block:: python
+
+        from oasr_core import hookimpl
+
+        @hookimpl
+        def oasr_compile_patterns(quantization):
+            if quantization != "none":
+                return None
+            from oasr_core.compile import Pattern
+            from my_gemm import compiled
+
+            return [Pattern(name="my_gemm.linear", family="my_gemm", kind="linear",
+                            serve=compiled.serve_linear)]
     """
 
 

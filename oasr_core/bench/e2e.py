@@ -5,7 +5,8 @@ What a user runs to see whether oasr makes *their* model faster (``oasr tune ben
 
 * **oasr**: every linear layer through the plugins' linear for the dtype and quantization
   (``oasr_linear``; a reference workload builds it so itself, any other model has its
-  ``nn.Linear`` modules' forwards routed to that linear);
+  ``nn.Linear`` and ``nn.Conv1d`` layers routed to the plugins' ops by
+  :func:`oasr_core.route`);
 * **torch**: the same model with plain ``F.linear`` at the same dtype, unquantized (the
   baseline of an int8-quantized model is that model in fp16), loaded with the oasr model's
   state dict so both hold the same weights.
@@ -29,7 +30,6 @@ their torch path.
 
 from __future__ import annotations
 
-import functools
 import math
 import platform
 import time
@@ -247,31 +247,13 @@ def check_scheme(registry: Any, dtype: str, quantization: str) -> None:
                                  f"{quantization}; offered: {describe(choices)}")
 
 
-def _served_forward(linear: Callable[..., Any], layer: Any, x: Any) -> Any:
-    return linear(x, layer)
-
-
-def route_linears(model: Any, linear: Callable[..., Any]) -> int:
-    """Send every ``nn.Linear`` of ``model`` through ``linear(x, layer)``; returns how many.
-
-    The forward is replaced on each instance, so the state dict is unchanged.
-    """
-    from torch import nn
-
-    count = 0
-    for module in model.modules():
-        if isinstance(module, nn.Linear):
-            module.forward = functools.partial(_served_forward, linear, module)
-            count += 1
-    return count
-
-
 def build_pair(workload: Any, pm: Any, options: E2EOptions) -> tuple[Any, Any, str]:
     """``(oasr model, torch model, baseline description)`` on the options' device and dtype,
     the torch model holding the oasr model's state dict."""
     import torch
 
-    from oasr_core.census.workloads import ReferenceFactory, served_linear
+    from oasr_core.census.workloads import ReferenceFactory
+    from oasr_core.routing import route
 
     params = dict(workload.params)
     params.update(options.params)
@@ -283,12 +265,11 @@ def build_pair(workload: Any, pm: Any, options: E2EOptions) -> tuple[Any, Any, s
         oasr = workload.factory(family_ops=True, quantization=options.quantization, **params)
         twin = workload.factory(family_ops=False, quantization="none", **params)
     else:
-        linear = served_linear(pm, dtype=options.dtype, quantization=options.quantization,
-                               required=True)
         oasr, twin = workload.factory(**params), workload.factory(**params)
-        if route_linears(oasr, linear) == 0:
+        if not any(route(oasr, dtype=options.dtype, quantization=options.quantization,
+                         pm=pm).values()):
             raise ConfigurationError(f"model {workload.description or workload.name!r} has "
-                                     "no nn.Linear layer for oasr's ops to serve")
+                                     "no nn.Linear or nn.Conv1d layer for oasr's ops to serve")
     dtype = getattr(torch, _TORCH_DTYPES[options.compute_dtype])
     oasr = oasr.to(device=options.device, dtype=dtype).eval()
     twin = twin.to(device=options.device, dtype=dtype).eval()

@@ -145,13 +145,20 @@ def takes_residual(linear: Linear) -> bool:
 _FOLDED = "_oasr_folded"
 
 
-def folded_conv(conv: nn.Conv1d, norm: nn.BatchNorm1d) -> nn.Conv1d:
+def folded_conv(conv: nn.Conv1d, norm: nn.BatchNorm1d) -> Any:
     """``conv`` with the eval-mode ``norm`` after it folded into its weight and bias.
 
-    Folded once and kept on ``norm`` (outside the state dict), made again when a parameter
-    or running statistic changes (their versions are the key). Computed in fp32, stored in
-    the convolution's dtype and device.
+    Eagerly, folded once and kept on ``norm`` (outside the state dict), made again when a
+    parameter or running statistic changes (their versions are the key). Computed in fp32,
+    stored in the convolution's dtype and device.
+
+    While ``torch.compile`` traces, the fold is written into the graph instead (a few
+    pointwise ops on the weight, :class:`FoldedConv`): a cache keyed by tensor ids and
+    versions would make Dynamo guard on them and recompile for every layer until it hits
+    its recompile limit.
     """
+    if torch.compiler.is_compiling():
+        return FoldedConv(conv, *_fold(conv, norm))
     tensors = [conv.weight, conv.bias, norm.weight, norm.bias, norm.running_mean,
                norm.running_var]
     key = tuple((id(t), t._version, t.dtype, t.device) if t is not None else None
@@ -160,17 +167,37 @@ def folded_conv(conv: nn.Conv1d, norm: nn.BatchNorm1d) -> nn.Conv1d:
     if cached is not None and cached[0] == key:
         return cached[1]
     with torch.no_grad():
-        scale = norm.weight.float() / torch.sqrt(norm.running_var.float() + norm.eps)
-        bias = conv.bias.float() if conv.bias is not None else torch.zeros_like(scale)
+        weight, bias = _fold(conv, norm)
         fused = nn.Conv1d(conv.in_channels, conv.out_channels, conv.kernel_size,
                           stride=conv.stride, padding=conv.padding, dilation=conv.dilation,
                           groups=conv.groups, bias=True, device=conv.weight.device,
                           dtype=conv.weight.dtype).eval()
-        fused.weight.copy_(conv.weight.float() * scale.view(-1, 1, 1))
-        fused.bias.copy_((bias - norm.running_mean.float()) * scale + norm.bias.float())
+        fused.weight.copy_(weight)
+        fused.bias.copy_(bias)
         fused.requires_grad_(False)
     object.__setattr__(norm, _FOLDED, (key, fused))
     return fused
+
+
+def _fold(conv: nn.Conv1d, norm: nn.BatchNorm1d) -> tuple[torch.Tensor, torch.Tensor]:
+    """The folded weight and bias, computed in fp32, in the convolution's dtype."""
+    scale = norm.weight.float() / torch.sqrt(norm.running_var.float() + norm.eps)
+    bias = conv.bias.float() if conv.bias is not None else torch.zeros_like(scale)
+    dtype = conv.weight.dtype
+    weight = (conv.weight.float() * scale.view(-1, 1, 1)).to(dtype)
+    return weight, ((bias - norm.running_mean.float()) * scale + norm.bias.float()).to(dtype)
+
+
+class FoldedConv:
+    """What a served conv reads of a Conv1d (its geometry) with a folded weight and bias:
+    the traced form of :func:`folded_conv`."""
+
+    def __init__(self, conv: nn.Conv1d, weight: torch.Tensor, bias: torch.Tensor) -> None:
+        self.weight, self.bias = weight, bias
+        self.stride, self.padding, self.dilation = conv.stride, conv.padding, conv.dilation
+        self.groups, self.padding_mode = conv.groups, conv.padding_mode
+        self.in_channels, self.out_channels = conv.in_channels, conv.out_channels
+        self.kernel_size = conv.kernel_size
 
 
 def sinusoids(positions: torch.Tensor, channels: int) -> torch.Tensor:

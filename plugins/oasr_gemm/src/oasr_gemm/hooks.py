@@ -54,3 +54,10 @@ def oasr_linear(dtype, quantization):
     from oasr_gemm import linear
 
     return linear.linear_for(dtype, quantization)
+
+
+@hookimpl
+def oasr_compile_patterns(quantization):
+    from oasr_gemm import compiled
+
+    return compiled.patterns_for(quantization)

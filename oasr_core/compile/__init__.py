@@ -1,0 +1,118 @@
+"""oasr inside ``torch.compile``: the ``"oasr"`` backend and its options.
+
+``torch.compile(model, backend="oasr")`` (torch's ``torch_dynamo_backends`` entry point,
+declared by this distribution) runs Inductor with the post-grad pass of
+:mod:`oasr_core.compile.graph_pass`: linears (with their bias, activation and residual
+epilogue) and 1-D convolutions go to the families' custom ops where the tiers (user,
+system, cost model) choose oasr's kernel at that node's shape; every other node is
+Inductor's to fuse, and an untuned shape stays as Inductor would run it. The families
+declare what they serve through the ``oasr_compile_patterns`` hook; the core names none.
+
+With options, the same backend is one call::
+
+    import oasr_core.compile as oc
+    compiled = torch.compile(model, backend=oc.backend(quantization="none"))
+
+``backend(record=True)`` also collects every GEMM/conv site of each compiled graph as the
+family would call it (``.recorded``; ``oasr tune census --compile`` writes a ShapeSet of
+them), and ``rewrite=False`` only records.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oasr_core.compile.patterns import CONV1D, LINEAR, Pattern, Served, Site, Slot
+
+__all__ = ["CONV1D", "LINEAR", "OasrBackend", "Pattern", "Served", "Site", "Slot", "backend",
+           "oasr_backend"]
+
+
+class OasrBackend:
+    """A ``torch.compile`` backend: Inductor (``compile_fx``) with oasr's post-grad pass.
+
+    ``quantization``: a scheme the W8A8 families serve (``"fp8_w8a8"``), whose patterns are
+    asked first; ``arch``: the arch family to choose for (default: the current CUDA
+    device's; without one nothing is rewritten, as oasr's ops would serve torch anyway);
+    ``record``: collect the sites' family op shapes in :attr:`recorded`; ``rewrite``: False
+    to only record; ``deploy_dtype``: the dtype an fp32 graph stands for (a census compiled
+    on a CPU for an fp16 deployment). :attr:`rewritten` counts the sites rewritten, by (family, op).
+    """
+
+    def __init__(self, *, quantization: str = "none", arch: str | None = None,
+                 record: bool = False, rewrite: bool = True,
+                 deploy_dtype: str | None = None) -> None:
+        from oasr_core.compile.graph_pass import Recorded
+
+        self.quantization = quantization
+        self.arch = arch
+        self.recorded = Recorded() if record else None
+        self.rewrite = rewrite
+        self.deploy_dtype = deploy_dtype
+        self._pass: Any = None
+
+    @property
+    def graph_pass(self) -> Any:
+        """The post-grad pass (built on first use: it loads the plugins)."""
+        if self._pass is None:
+            from oasr_core.compile.graph_pass import OasrPass
+            from oasr_core.compile.patterns import collect_patterns
+            from oasr_core.runtime import get_runtime
+
+            rt = get_runtime()
+            arch = self.arch if self.arch is not None else rt.device_arch()
+            self._pass = OasrPass(collect_patterns(rt.pm, self.quantization), arch=arch,
+                                  quantization=self.quantization, rewrite=self.rewrite,
+                                  record=self.recorded, deploy_dtype=self.deploy_dtype,
+                                  fingerprint=lambda: tiers_fingerprint(arch))
+        return self._pass
+
+    @property
+    def rewritten(self) -> dict[tuple[str, str], int]:
+        """Sites rewritten so far, by (family, op)."""
+        return dict(self._pass.rewritten) if self._pass is not None else {}
+
+    def __call__(self, gm: Any, example_inputs: Any) -> Any:
+        from torch._inductor.compile_fx import compile_fx
+
+        return compile_fx(gm, example_inputs,
+                          config_patches={"post_grad_custom_post_pass": self.graph_pass})
+
+
+def backend(*, quantization: str = "none", arch: str | None = None, record: bool = False,
+            rewrite: bool = True, deploy_dtype: str | None = None) -> OasrBackend:
+    """The oasr backend with options, for ``torch.compile(model, backend=backend(...))``
+    (see :class:`OasrBackend`)."""
+    return OasrBackend(quantization=quantization, arch=arch, record=record, rewrite=rewrite,
+                       deploy_dtype=deploy_dtype)
+
+
+_DEFAULT: OasrBackend | None = None
+
+
+def oasr_backend(gm: Any, example_inputs: Any) -> Any:
+    """The backend torch finds as ``backend="oasr"`` (default options)."""
+    global _DEFAULT
+    if _DEFAULT is None:
+        _DEFAULT = OasrBackend()
+    return _DEFAULT(gm, example_inputs)
+
+
+def tiers_fingerprint(arch: str | None) -> str:
+    """The tier files in force on ``arch``, by path, size and modification time: part of
+    the compiled graph's cache key, so a changed table compiles anew."""
+    from oasr_core.runtime import get_runtime
+
+    if arch is None:
+        return "no-arch"
+    rt = get_runtime()
+    parts = []
+    for name in sorted(rt.registry.families):
+        tiers = rt.tiers(rt.registry.family(name), arch)
+        for path in (tiers.user_path, tiers.system_path):
+            try:
+                st = path.stat() if path is not None else None
+            except OSError:
+                st = None
+            parts.append(f"{name}:{path}:{st.st_size if st else 0}:{st.st_mtime_ns if st else 0}")
+    return "|".join(parts)

@@ -1,0 +1,476 @@
+"""The post-grad pass of the oasr compile backend: linears and 1-D convolutions of an
+Inductor graph rewritten into the families' custom ops where the tiers choose oasr.
+
+Inductor runs it as ``post_grad_custom_post_pass`` (the hook vLLM's compilation passes use),
+on the ATen graph after Inductor's own post-grad passes and before lowering, so every node
+it leaves alone is fused and scheduled by Inductor as usual.
+
+What it finds (:mod:`oasr_core.compile.patterns` says what families declare):
+
+* a **linear**: ``mm(a, permute(w, [1, 0]))`` or ``addmm(bias, a, permute(w, [1, 0]))``
+  (``nn.Linear`` and ``F.linear`` after decomposition) with a 2-D weight, seen through the
+  row views around it; then, each step only where the previous value has no other user, the
+  bias add Inductor split off (``add(mm, bias)``), an activation (``relu``; SiLU as Inductor
+  decomposes it, ``x / (1 + exp(-x))`` or ``x * sigmoid(x)``, with its fp32 casts), or a
+  residual add (``r + y``, ``r + alpha * y``);
+* a **1-D convolution**: ``aten.convolution`` with a 3-D weight, not transposed, and the
+  activation after it. torch code writes it channels-first, ``[B, C, T]``; the families'
+  conv kernels are channels-last. The pass hands the op the transposed input where that is
+  free (the input is a transposed channels-last tensor, as ``conv(x.transpose(1, 2))``
+  makes it) or cheap (a copy Inductor can fold into the producing pointwise kernel, or one
+  at most a quarter of the output's size); otherwise the convolution stays Inductor's. The
+  op's output reaches its consumers as the transposed view, so no consumer changes.
+
+For each site the pass asks the patterns, most fused epilogue first, and rewrites the first
+that serves; a pattern serves only where the tiers choose one of its family's configs at
+the site's shape (:meth:`Site.serves`). Static shapes bake that choice into the graph;
+a dynamic row count leaves it to the op, which chooses per call by M region.
+
+With a recorder, every site's family op and shape is recorded as the family would call it
+(whether or not the tiers serve it): ``oasr tune census --compile`` builds its ShapeSet from
+that. Node metadata (fake values) is refreshed downstream of each rewrite so later decisions
+see the layouts the rewritten graph produces.
+"""
+
+from __future__ import annotations
+
+import hashlib
+from collections import Counter
+from collections.abc import Callable, Sequence
+from pathlib import Path
+from typing import Any
+
+import torch
+from torch._inductor.custom_graph_pass import CustomGraphPass
+
+from oasr_core.compile.patterns import CONV1D, LINEAR, Pattern, Served, Site, Slot
+
+aten = torch.ops.aten
+prims = torch.ops.prims
+
+_VIEWS = frozenset({aten.view.default, aten.reshape.default, aten._unsafe_view.default})
+_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
+_CONV_DIMS = ("Cin", "Cout", "k", "stride", "pad", "dil", "groups")
+_EXTERN = frozenset({aten.mm.default, aten.addmm.default, aten.bmm.default,
+                     aten.convolution.default})
+
+
+def _val(node: Any) -> Any:
+    return node.meta.get("val") if isinstance(node, torch.fx.Node) else None
+
+
+def _static(*values: Any) -> bool:
+    return all(type(v) is int for v in values)
+
+
+def _sole_user(node: Any) -> Any:
+    users = list(node.users) if isinstance(node, torch.fx.Node) else []
+    return users[0] if len(users) == 1 else None
+
+
+def _is(node: Any, *targets: Any) -> bool:
+    return isinstance(node, torch.fx.Node) and node.op == "call_function" and \
+        node.target in targets
+
+
+# -- epilogue matchers: each returns (end node, value) or None ----------------------------
+
+def _through_views(node: Any, width: Any) -> Any:
+    """Follow single-user row views that keep the last dim ``width``."""
+    while True:
+        user = _sole_user(node)
+        val = _val(user)
+        if not (_is(user, *_VIEWS) and val is not None and val.shape[-1] == width):
+            return node
+        node = user
+
+
+def _match_bias(node: Any, width: Any) -> tuple[Any, Any] | None:
+    add = _sole_user(node)
+    if not _is(add, aten.add.Tensor) or add.kwargs.get("alpha", 1) != 1 or len(add.args) != 2:
+        return None
+    other = add.args[1] if add.args[0] is node else add.args[0]
+    val = _val(other)
+    if val is None or val.dim() != 1 or val.shape[0] != width or val.dtype != _val(node).dtype:
+        return None
+    return add, other
+
+
+def _match_activation(node: Any) -> tuple[Any, str] | None:
+    user = _sole_user(node)
+    if _is(user, aten.relu.default):
+        return user, "relu"
+    src = node
+    if _is(user, prims.convert_element_type.default) and user.args[1] == torch.float32:
+        src = user
+    users = set(src.users)
+    dtype = _val(node).dtype
+    end = None
+    if len(users) == 2:
+        neg = next((u for u in users if _is(u, aten.neg.default)), None)
+        div = next((u for u in users if _is(u, aten.div.Tensor)), None)
+        if neg is not None and div is not None and div.args[0] is src:
+            exp = _sole_user(neg)
+            add = _sole_user(exp) if _is(exp, aten.exp.default) else None
+            if _is(add, aten.add.Tensor) and add.args[1] == 1 and div.args[1] is add and \
+                    _sole_user(add) is div:
+                end = div
+        sig = next((u for u in users if _is(u, aten.sigmoid.default)), None)
+        mul = next((u for u in users if _is(u, aten.mul.Tensor)), None)
+        if sig is not None and mul is not None and _sole_user(sig) is mul and \
+                set(mul.args) == {src, sig}:
+            end = mul
+    if end is None:
+        return None
+    back = _sole_user(end)
+    if src is not node:
+        if not (_is(back, prims.convert_element_type.default) and back.args[1] == dtype):
+            return None
+        end = back
+    return end, "silu"
+
+
+def _match_residual(node: Any) -> tuple[Any, Any, float] | None:
+    """``r + y``, ``r + alpha * y``, ``add(r, y, alpha=a)`` after ``node`` (y)."""
+    alpha, y = 1.0, node
+    user = _sole_user(node)
+    if _is(user, aten.mul.Tensor) and len(user.args) == 2:
+        scale = user.args[1] if user.args[0] is node else user.args[0]
+        if isinstance(scale, (int, float)) and not isinstance(scale, bool):
+            alpha, y, user = float(scale), user, _sole_user(user)
+    if not _is(user, aten.add.Tensor) or len(user.args) != 2:
+        return None
+    if user.args[1] is y:
+        residual = user.args[0]
+        alpha *= float(user.kwargs.get("alpha", 1))
+    elif user.args[0] is y and user.kwargs.get("alpha", 1) == 1:
+        residual = user.args[1]
+    else:
+        return None
+    rv, yv = _val(residual), _val(node)
+    if rv is None or residual is node or tuple(rv.shape) != tuple(yv.shape) or \
+            rv.dtype != yv.dtype:
+        return None
+    return user, residual, alpha
+
+
+# -- the pass -----------------------------------------------------------------------------
+
+class Recorded(Counter):
+    """Family op shapes a pass saw: ``(family, op, dtype, dims, m, point) -> sites``."""
+
+
+class OasrPass(CustomGraphPass):
+    """The post-grad pass (see the module docstring).
+
+    ``patterns`` come from ``oasr_compile_patterns``; ``arch`` is the arch family choices
+    are made for (None: the current CUDA device's; nothing is rewritten without one);
+    ``rewrite`` False only records; ``record`` collects every site's family op shape;
+    ``deploy_dtype`` names the dtype an fp32 graph stands for (a census compiled on a CPU
+    for an fp16 deployment).
+    """
+
+    def __init__(self, patterns: Sequence[Pattern], *, arch: str | None = None,
+                 quantization: str = "none", rewrite: bool = True,
+                 record: Recorded | None = None, fingerprint: Callable[[], str] | None = None,
+                 deploy_dtype: str | None = None) -> None:
+        self.patterns = tuple(patterns)
+        self.arch = arch
+        self.quantization = quantization
+        self.rewrite = rewrite
+        self.record = record
+        self.fingerprint = fingerprint
+        self.deploy_dtype = deploy_dtype
+        self.rewritten: Counter = Counter()
+        """``(family, op) -> sites rewritten`` over every graph this pass saw."""
+
+    def uuid(self) -> Any:
+        """Inductor's cache key part: this module's source, the options and the tiers in
+        force (a changed tuning file compiles anew); None (no caching) while recording, so
+        every graph is seen."""
+        if self.record is not None:
+            return None
+        h = hashlib.sha256(Path(__file__).read_bytes())
+        h.update(repr((self.arch, self.quantization, self.rewrite,
+                       [(p.name, p.family, p.kind) for p in self.patterns])).encode())
+        if self.fingerprint is not None:
+            h.update(self.fingerprint().encode())
+        return h.hexdigest()
+
+    def __call__(self, graph: torch.fx.Graph) -> None:
+        from torch._guards import detect_fake_mode
+
+        fake = detect_fake_mode([_val(n) for n in graph.nodes if n.op == "placeholder"])
+        rewriter = _Rewriter(self, graph, fake)
+        rewriter.run()
+        if rewriter.changed:
+            graph.eliminate_dead_code()
+            graph.lint()
+
+
+class _Rewriter:
+    def __init__(self, owner: OasrPass, graph: torch.fx.Graph, fake: Any) -> None:
+        self.owner, self.graph, self.fake = owner, graph, fake
+        self.dirty: set[Any] = set()
+        self.changed = False
+        self.probing, self.probed = False, None
+        self.by_kind = {LINEAR: [p for p in owner.patterns if p.kind == LINEAR],
+                        CONV1D: [p for p in owner.patterns if p.kind == CONV1D]}
+
+    def run(self) -> None:
+        for node in list(self.graph.nodes):
+            if node.op != "call_function" or not node.users:
+                continue
+            if any(a in self.dirty for a in node.all_input_nodes):
+                self.refresh(node)
+            if node.target in (aten.mm.default, aten.addmm.default):
+                self.linear(node)
+            elif node.target is aten.convolution.default:
+                self.conv(node)
+
+    # -- metadata ---------------------------------------------------------------------------
+
+    def refresh(self, node: Any) -> None:
+        """Recompute ``node``'s fake value from its inputs' (a layout changed upstream)."""
+        args, kwargs = torch.fx.node.map_arg((node.args, node.kwargs), _val)
+        try:
+            with self.fake:
+                node.meta["val"] = node.target(*args, **kwargs)
+        except Exception:  # an op fake propagation cannot redo keeps its old value
+            return
+        self.dirty.add(node)
+
+    def emit(self, target: Any, *args: Any) -> Any:
+        node = self.graph.call_function(target, args)
+        vals = torch.fx.node.map_arg(args, _val)
+        with self.fake:
+            node.meta["val"] = target(*vals)
+        self.dirty.add(node)
+        return node
+
+    # -- decisions --------------------------------------------------------------------------
+
+    def tiers_serve(self, family: str, op: str, dims: tuple[int, ...], site: Site) -> bool:
+        if self.probing:
+            self.probed = (family, op, site.dtype, tuple(dims), site.m, site.point)
+            return True
+        if not self.owner.rewrite:
+            return False
+        return tiers_choose(family, op, site.dtype, dims, site.m, site.arch, site.point)
+
+    def offer(self, kind: str, sites: Sequence[Site]) -> tuple[Site, Served] | None:
+        """The first (site, call) a pattern serves, most fused site first; with a recorder,
+        the op the family would call at the most fused site it takes is recorded first."""
+        patterns = self.by_kind[kind]
+        record = self.owner.record
+        if record is not None:
+            self.probing, self.probed = True, None
+            try:
+                if any(p.serve(s) is not None for s in sites for p in patterns) and \
+                        self.probed is not None and self.probed[4] is not None:
+                    record[self.probed] += 1
+            finally:
+                self.probing = False
+        for site in sites:
+            for pattern in patterns:
+                served = pattern.serve(site)
+                if served is not None:
+                    return site, served
+        return None
+
+    def site(self, kind: str, dtype: Any, m: Any, dims: Sequence[tuple[str, int]],
+             **fields: Any) -> Site:
+        name = _DTYPES.get(dtype, str(dtype))
+        if name == "fp32" and self.owner.deploy_dtype is not None:
+            name = self.owner.deploy_dtype
+        return Site(kind=kind, dtype=name,
+                    m=m if _static(m) else None, dims=tuple(dims), arch=self.owner.arch,
+                    quantization=self.owner.quantization, tiers_serve=self.tiers_serve,
+                    **fields)
+
+    # -- linears ----------------------------------------------------------------------------
+
+    def linear(self, node: Any) -> None:
+        if node.target is aten.addmm.default:
+            if node.kwargs.get("beta", 1) != 1 or node.kwargs.get("alpha", 1) != 1:
+                return
+            bias, a, b = node.args[:3]
+        else:
+            bias, (a, b) = None, node.args[:2]
+        if _is(b, aten.permute.default) and list(b.args[1]) == [1, 0]:
+            w = b.args[0]
+        elif _is(b, aten.t.default):
+            w = b.args[0]
+        else:
+            return
+        av, wv, ov = _val(a), _val(w), _val(node)
+        if av is None or wv is None or ov is None or wv.dim() != 2 or av.dim() != 2 or \
+                not wv.is_contiguous() or av.dtype != wv.dtype:
+            return
+        n, k = wv.shape
+        m = av.shape[0]
+        if not _static(n, k):
+            return
+        if bias is not None:
+            bv = _val(bias)
+            if bv is None or bv.dim() != 1 or bv.dtype != wv.dtype:
+                return
+        end = _through_views(node, n)
+        if bias is None:
+            got = _match_bias(end, n)
+            if got is not None:
+                end, bias = got[0], got[1]
+                end = _through_views(end, n)
+        dims = (("N", n), ("K", k))
+        has_bias = bias is not None
+        options: list[tuple[Site, Any, dict[Slot, Any]]] = []
+        act = _match_activation(end)
+        if act is not None:
+            options.append((self.site(LINEAR, av.dtype, m, dims, bias=has_bias,
+                                      activation=act[1]), act[0], {}))
+        res = _match_residual(end)
+        if res is not None:
+            options.append((self.site(LINEAR, av.dtype, m, dims, bias=has_bias, residual=True,
+                                      alpha=res[2]), res[0], {Slot.RESIDUAL: res[1]}))
+        options.append((self.site(LINEAR, av.dtype, m, dims, bias=has_bias), end, {}))
+        got = self.offer(LINEAR, [o[0] for o in options])
+        if got is None or not self.owner.rewrite:
+            return
+        site, served = got
+        _, last, extra = next(o for o in options if o[0] is site)
+        with self.graph.inserting_before(last):
+            fill = {Slot.X: a, Slot.WEIGHT: w, Slot.BIAS: bias, Slot.ALPHA: site.alpha,
+                    Slot.ACTIVATION: site.activation}
+            if Slot.RESIDUAL in extra:
+                fill[Slot.RESIDUAL] = self.emit(aten.reshape.default, extra[Slot.RESIDUAL],
+                                                [-1, n])
+            out = self.emit(served.target, *(fill[x] if isinstance(x, Slot) else x
+                                             for x in served.args))
+            shape = _val(last).shape
+            if tuple(_val(out).shape) != tuple(shape):
+                view = self.view_args(last, node)
+                if view is None:
+                    return
+                out = self.emit(aten.reshape.default, out, view)
+        self.replace(last, out, served)
+
+    def view_args(self, last: Any, product: Any) -> Any:
+        """A shape argument for the rows' original shape: the first row view's."""
+        node = product
+        while node is not last:
+            node = _sole_user(node)
+            if node is None:
+                return None
+            if _is(node, *_VIEWS):
+                return node.args[1]
+        shape = _val(last).shape
+        return list(shape) if _static(*shape) else None
+
+    def replace(self, last: Any, out: Any, served: Served) -> None:
+        last.replace_all_uses_with(out)
+        self.changed = True
+        self.owner.rewritten[(served.family, served.op)] += 1
+
+    # -- convolutions -----------------------------------------------------------------------
+
+    def conv(self, node: Any) -> None:
+        x, w, bias, stride, padding, dilation, transposed, output_padding, groups = node.args
+        xv, wv, ov = _val(x), _val(w), _val(node)
+        if xv is None or wv is None or ov is None or transposed or wv.dim() != 3 or \
+                xv.dim() != 3 or len(stride) != 1 or len(padding) != 1 or len(dilation) != 1:
+            return
+        batch, cin, t_in = xv.shape
+        cout, _, kw = wv.shape
+        t_out = ov.shape[2]
+        if not _static(cin, cout, kw):
+            return
+        values = (cin, cout, kw, stride[0], padding[0], dilation[0], groups)
+        dims = tuple(zip(_CONV_DIMS, values, strict=True))
+        static = _static(batch, t_in, t_out)
+        m = batch * t_out if static else None
+        point = f"{batch}x{t_in}" if static else None
+        options: list[tuple[Site, Any]] = []
+        act = _match_activation(node)
+        has_bias = bias is not None
+        if act is not None:
+            options.append((self.site(CONV1D, xv.dtype, m, dims, bias=has_bias,
+                                      activation=act[1], point=point), act[0]))
+        options.append((self.site(CONV1D, xv.dtype, m, dims, bias=has_bias, point=point),
+                        node))
+        got = self.offer(CONV1D, [o[0] for o in options])
+        if got is None or not self.owner.rewrite:
+            return
+        site, served = got
+        last = next(o[1] for o in options if o[0] is site)
+        with self.graph.inserting_before(last):
+            xcl = self.emit(aten.permute.default, x, [0, 2, 1])
+            if not _val(xcl).is_contiguous():
+                if not self.cheap_copy(x, xv, ov):
+                    self.graph.erase_node(xcl)
+                    return
+                xcl = self.emit(aten.clone.default, xcl)
+                xcl.kwargs = {"memory_format": torch.contiguous_format}
+                with self.fake:
+                    xcl.meta["val"] = _val(xcl.args[0]).clone(
+                        memory_format=torch.contiguous_format)
+            fill = {Slot.X: xcl, Slot.WEIGHT: w, Slot.BIAS: bias,
+                    Slot.ACTIVATION: site.activation}
+            out = self.emit(served.target, *(fill[a] if isinstance(a, Slot) else a
+                                             for a in served.args))
+            out = self.emit(aten.permute.default, out, [0, 2, 1])
+        self.replace(last, out, served)
+
+    def cheap_copy(self, x: Any, xv: Any, ov: Any) -> bool:
+        """Whether a channels-last copy of ``x`` costs less than the conv kernel saves: a
+        pointwise producer with no other user (Inductor writes the copy in its kernel), or
+        an input at most a quarter of the output's elements."""
+        fused = x.op == "call_function" and len(x.users) == 1 and x.target not in _EXTERN \
+            and x.target not in _VIEWS and not str(x.target).startswith("oasr")
+        if fused:
+            return True
+        try:
+            return 4 * xv.numel() <= ov.numel()
+        except Exception:  # a symbolic size: no copy
+            return False
+
+
+def tiers_choose(family: str, op: str, dtype: str, dims: Sequence[int], m: int | None,
+                 arch: str | None, point: str | None) -> bool:
+    """Whether the tiers serve ``op`` of ``family`` with one of its configs (not torch):
+    :func:`oasr_core.select` at a static ``m``; for a dynamic one, whether a user or system
+    entry of the signature names a config in some region (the op chooses per call)."""
+    from oasr_core.errors import OasrError
+
+    if arch is None:
+        return False
+    try:
+        if m is not None:
+            from oasr_core.selection import select
+
+            return select(family, op, dtype, tuple(dims), m, arch, point=point).config \
+                is not None
+        return _entry_names_config(family, op, dtype, tuple(dims), arch)
+    except OasrError:
+        return False
+
+
+def _entry_names_config(family: str, op: str, dtype: str, dims: tuple[int, ...],
+                        arch: str) -> bool:
+    from oasr_core.database import signature_key
+    from oasr_core.runtime import get_runtime
+    from oasr_core.types import Sentinel
+
+    rt = get_runtime()
+    fam = rt.registry.family(family)
+    if op not in fam.ops or dtype not in fam.dtypes:
+        return False
+    tiers = rt.tiers(fam, arch)
+    for tf in (tiers.user, tiers.system):
+        if tf is None:
+            continue
+        for dt in fam.key_dtypes(dtype):
+            entry = tf.entries.get(signature_key(fam, op, dt, dims))
+            if entry is not None and any(Sentinel.parse(c) is None for c in entry.choices()):
+                return True
+    return False
+

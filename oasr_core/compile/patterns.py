@@ -1,0 +1,149 @@
+"""What families declare to the compile pass: patterns, the sites they are offered, and the
+call that serves a site.
+
+The core finds the *sites* in a post-grad FX graph (:mod:`oasr_core.compile.graph_pass`): a
+linear (``mm``/``addmm`` of a 2-D weight read transposed, with its bias, the activation and
+the residual add after it) or a 1-D convolution (``aten.convolution`` with a 3-D weight, and
+the activation after it). It names no family: a family answers ``oasr_compile_patterns``
+with :class:`Pattern` records, each a ``kind`` of site and a ``serve`` callable that looks
+at a :class:`Site` (shape, dtype, epilogue) and returns a :class:`Served` call of one of its
+custom ops, or None to leave the site to Inductor. ``serve`` decides through
+:meth:`Site.tiers_serve`, which asks the tiers exactly as the op would at run time, so a
+site is rewritten only where oasr's kernel is the tiers' choice at that shape.
+"""
+
+from __future__ import annotations
+
+import enum
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import attrs
+
+LINEAR = "linear"
+CONV1D = "conv1d"
+KINDS = (LINEAR, CONV1D)
+"""The kinds of site the pass finds."""
+
+
+class Slot(enum.Enum):
+    """A value of the site that a :class:`Served` call takes as an argument: the core puts
+    the graph node (or constant) in its place."""
+
+    X = "x"
+    """The activation: ``[M, K]`` rows for a linear; channels-last ``[B, T, Cin]`` for a
+    convolution (the core transposes torch's ``[B, Cin, T]`` and back, see
+    :class:`Served`)."""
+    WEIGHT = "weight"
+    """torch's weight: ``[N, K]`` for a linear, ``[Cout, Cin / groups, k]`` for a conv."""
+    BIAS = "bias"
+    """The bias (``[N]`` / ``[Cout]``), or None."""
+    RESIDUAL = "residual"
+    """The residual a linear's output is added to, as ``[M, N]`` rows."""
+    ALPHA = "alpha"
+    """The residual add's scale of the linear's output (a float)."""
+    ACTIVATION = "activation"
+    """The activation's name (a str)."""
+
+
+@attrs.frozen
+class Site:
+    """One candidate for a family's op: a linear or a 1-D convolution, with one choice of
+    how much of the epilogue after it to take.
+
+    The pass offers a node several sites, the most fused first (bias + activation, or bias
+    + residual; then bias alone; then the bare product), and takes the first a pattern
+    serves. ``m`` is None when the rows depend on a dynamic (marked) dimension: the op then
+    chooses per call, by the tiers' M regions.
+    """
+
+    kind: str
+    dtype: str
+    """``fp16``, ``bf16``, ``fp32`` (the activation's dtype)."""
+    m: int | None
+    """Rows of the product: ``M`` of a linear, ``B * T_out`` of a conv (None: dynamic)."""
+    dims: tuple[tuple[str, int], ...]
+    """``N``, ``K`` of a linear; ``Cin, Cout, k, stride, pad, dil, groups`` of a conv."""
+    bias: bool
+    activation: str | None = None
+    residual: bool = False
+    alpha: float = 1.0
+    point: str | None = None
+    """A conv's exact point ``<B>x<T>`` (None when dynamic, or for a linear)."""
+    arch: str | None = None
+    """The arch family the choice is made for (``sm90``); None: no GPU, nothing rewritten
+    unless the backend's ``arch`` option names one."""
+    quantization: str = "none"
+    tiers_serve: Callable[[str, str, Sequence[int], Site], bool] = attrs.field(
+        default=None, repr=False, eq=False)
+    """The pass's decision helper; call :meth:`serves`."""
+
+    def dim(self, name: str) -> int:
+        """The value of dim ``name``."""
+        return dict(self.dims)[name]
+
+    def serves(self, family: str, op: str, dims: Sequence[int]) -> bool:
+        """Whether the tiers serve ``op`` of ``family`` at this site with a config of the
+        family (not torch): the op's own choice at the site's static shape, or, for a
+        dynamic ``m``, a user or system entry of the signature naming a config in some M
+        region (the op then serves by region at run time)."""
+        return self.arch is not None and self.tiers_serve(family, op, tuple(dims), self)
+
+
+@attrs.frozen
+class Served:
+    """How a family serves a site: ``target`` (a torch custom op overload) called with
+    ``args`` (values, or :class:`Slot` members the core fills in).
+
+    ``channels_last``: the op takes and returns ``[B, T, C]`` (a convolution); the core
+    hands it the transposed input (a copy only where that is cheap, see the pass) and gives
+    its consumers the transposed view of its output, so no consumer changes.
+    """
+
+    target: Any
+    args: tuple[Any, ...]
+    family: str
+    op: str
+    channels_last: bool = False
+
+
+@attrs.frozen
+class Pattern:
+    """A family's declaration: it serves sites of ``kind`` through ``serve``."""
+
+    name: str
+    family: str
+    kind: str = attrs.field(validator=attrs.validators.in_(KINDS))
+    serve: Callable[[Site], Served | None] = attrs.field(repr=False)
+    description: str = ""
+
+
+def collect_patterns(pm: Any, quantization: str = "none") -> tuple[Pattern, ...]:
+    """Every pattern the plugins declare for ``quantization`` (``oasr_compile_patterns``),
+    in plugin order; a quantized scheme's patterns first, then full precision's (a layer a
+    scheme does not quantize stays full precision). Answers that are not :class:`Pattern`
+    records are dropped with one warning naming the plugin."""
+    import warnings
+
+    from oasr_core.errors import OasrWarning
+
+    out: list[Pattern] = []
+    schemes = dict.fromkeys((quantization, "none"))
+    for scheme in schemes:
+        for impl in pm.hook.oasr_compile_patterns.get_hookimpls():
+            try:
+                given = {"quantization": scheme}
+                got = impl.function(**{a: given[a] for a in impl.argnames if a in given})
+            except Exception as exc:  # a broken plugin never takes the compile down
+                warnings.warn(f"oasr compile: plugin {impl.plugin_name} raised "
+                              f"{type(exc).__name__} in oasr_compile_patterns: {exc}; its "
+                              "patterns are skipped", OasrWarning, stacklevel=2)
+                continue
+            for pattern in got or ():
+                if isinstance(pattern, Pattern):
+                    out.append(pattern)
+                else:
+                    warnings.warn(f"oasr compile: plugin {impl.plugin_name} answered "
+                                  f"{type(pattern).__name__} in oasr_compile_patterns, not "
+                                  "a Pattern; skipped", OasrWarning, stacklevel=2)
+    return tuple(out)

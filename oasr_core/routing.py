@@ -1,0 +1,88 @@
+"""Route an uncompiled model's layers to oasr's ops: :func:`route`.
+
+For a model that is not compiled (run eagerly, or captured in CUDA graphs by an engine), one
+call sends each ``nn.Linear`` through the plugins' linear for the dtype and scheme
+(``oasr_linear``: a family's GEMM op, or a W8A8 family's quantized linear) and each
+``nn.Conv1d`` through the plugins' conv (``oasr_layer("Conv1d")``), with no change to the
+model's code. The forward is replaced on each instance, so the state dict, the parameters
+and ``model(...)`` are unchanged; :func:`unroute` puts the modules' own forwards back.
+
+A ``Conv1d`` gets torch's channels-first ``[B, C, T]``; the conv kernels are channels-last.
+Where the input is a transposed channels-last tensor (``conv(x.transpose(1, 2))``, how
+speech encoders call their convolutions) the routed forward hands the op the channels-last
+data with no copy and returns the transposed view of its output; any other input (a
+contiguous ``[B, C, T]``, whose copy would cost what the kernel saves), padding modes other
+than zeros, and grouped convs neither dense nor depthwise run the module's own forward.
+Whatever the ops do not serve at run time (an untuned shape, a CPU tensor, autograd) takes
+their torch path, so routing never makes a model slower than torch where the tiers say so.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from oasr_core.errors import ConfigurationError
+
+_ROUTED = "_oasr_routed"
+
+
+def _linear_forward(linear: Any, layer: Any, x: Any) -> Any:
+    return linear(x, layer)
+
+
+def _conv_forward(conv: Any, layer: Any, x: Any) -> Any:
+    xt = x.transpose(1, 2) if x.dim() == 3 else None
+    if xt is None or not xt.is_contiguous():
+        return type(layer).forward(layer, x)
+    return conv(xt, layer).transpose(1, 2)
+
+
+def route(model: Any, *, dtype: str = "fp16", quantization: str = "none",
+          linear: bool = True, conv1d: bool = True, pm: Any = None) -> dict[str, int]:
+    """Send ``model``'s ``nn.Linear`` and ``nn.Conv1d`` layers through oasr's ops.
+
+    ``dtype`` is the activation dtype the model runs in (``fp16``, ``bf16``);
+    ``quantization`` a scheme a W8A8 family serves (``"int8_w8a8"``, ``"fp8_w8a8"``) or
+    ``"none"``. Returns how many layers of each kind were routed (``{"Linear": n,
+    "Conv1d": m}``). A scheme no installed plugin serves raises
+    :class:`~oasr_core.errors.ConfigurationError`; a kind no plugin serves is left to torch.
+    Routing twice re-routes (the latest answer serves).
+    """
+    from torch import nn
+
+    from oasr_core.census.workloads import served_layers, served_linear
+    from oasr_core.runtime import get_runtime
+
+    pm = pm if pm is not None else get_runtime().pm
+    lin = served_linear(pm, dtype=dtype, quantization=quantization) if linear else None
+    if linear and lin is None:
+        raise ConfigurationError(f"route: no installed plugin serves {dtype} linear layers "
+                                 "(hook oasr_linear); install a GEMM family plugin")
+    conv = served_layers(pm, dtype=dtype, quantization=quantization,
+                         kinds=("Conv1d",)).get("Conv1d") if conv1d else None
+    counts = {"Linear": 0, "Conv1d": 0}
+    for module in model.modules():
+        if lin is not None and isinstance(module, nn.Linear):
+            module.forward = functools.partial(_linear_forward, lin, module)
+            counts["Linear"] += 1
+        elif conv is not None and isinstance(module, nn.Conv1d) and \
+                getattr(module, "padding_mode", "zeros") == "zeros" and \
+                not isinstance(module.padding, str):
+            module.forward = functools.partial(_conv_forward, conv, module)
+            counts["Conv1d"] += 1
+        else:
+            continue
+        object.__setattr__(module, _ROUTED, True)
+    return counts
+
+
+def unroute(model: Any) -> int:
+    """Give every routed module of ``model`` its own forward back; returns how many."""
+    count = 0
+    for module in model.modules():
+        if getattr(module, _ROUTED, False):
+            del module.forward
+            object.__delattr__(module, _ROUTED)
+            count += 1
+    return count

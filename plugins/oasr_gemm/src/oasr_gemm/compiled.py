@@ -1,0 +1,54 @@
+"""The gemm family's patterns for ``torch.compile(backend="oasr")`` (``oasr_compile_patterns``).
+
+One linear pattern: a site with an activation becomes ``oasr::gemm_activation`` (only an
+activation the family's entries were measured with, :data:`oasr_gemm.ops.MEASURED_ACTIVATIONS`),
+one with a residual add ``oasr::gemm_residual``, the rest ``oasr::gemm``; each only where the
+tiers choose a gemm config for that op and shape (``Site.serves``), so an untuned linear
+stays Inductor's.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oasr_gemm.linear import DTYPES
+
+
+def serve_linear(site: Any) -> Any:
+    """The gemm op for a linear ``site``, or None (the site stays Inductor's)."""
+    from oasr_core.compile import Served, Slot
+
+    if site.dtype not in DTYPES:
+        return None
+    import torch
+
+    from oasr_gemm import ops
+
+    dims = (site.dim("N"), site.dim("K"))
+    if site.residual:
+        if site.activation is not None or not site.serves("gemm", "gemm_residual", dims):
+            return None
+        return Served(torch.ops.oasr.gemm_residual.default,
+                      (Slot.X, Slot.WEIGHT, Slot.BIAS, Slot.RESIDUAL, Slot.ALPHA),
+                      family="gemm", op="gemm_residual")
+    if site.activation is not None:
+        if site.activation not in ops.MEASURED_ACTIVATIONS or \
+                not site.serves("gemm", "gemm_activation", dims):
+            return None
+        return Served(torch.ops.oasr.gemm_activation.default,
+                      (Slot.X, Slot.WEIGHT, Slot.BIAS, Slot.ACTIVATION),
+                      family="gemm", op="gemm_activation")
+    if not site.serves("gemm", "gemm", dims):
+        return None
+    return Served(torch.ops.oasr.gemm.default, (Slot.X, Slot.WEIGHT, Slot.BIAS),
+                  family="gemm", op="gemm")
+
+
+def patterns_for(quantization: str) -> list[Any]:
+    """``oasr_compile_patterns``'s answer: the linear pattern, full precision only."""
+    if quantization != "none":
+        return []
+    from oasr_core.compile import LINEAR, Pattern
+
+    return [Pattern(name="gemm.linear", family="gemm", kind=LINEAR, serve=serve_linear,
+                    description="linear (+bias, +relu/silu, or + alpha * residual)")]

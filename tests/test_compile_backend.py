@@ -1,0 +1,230 @@
+"""The oasr compile backend on CPU: the post-grad pass on real FX graphs of real torch
+models (sites rewritten where the shipped sm90 tables choose oasr, left where they do not;
+outputs equal through the ops' torch path), the census record, the entry point torch finds,
+route() for uncompiled models and the traced BatchNorm fold.
+
+Most tests run the pass on the ATen graph AOTAutograd makes with Inductor's decompositions
+(what Inductor's post-grad passes see) and execute that graph directly, which skips
+Inductor's code generation; one test compiles through Inductor itself."""
+
+from __future__ import annotations
+
+import importlib.metadata
+
+import pytest
+
+torch = pytest.importorskip("torch")
+from pathlib import Path  # noqa: E402
+
+from torch import nn  # noqa: E402
+from torch.nn import functional as F  # noqa: E402
+
+import oasr_core.compile as oc  # noqa: E402
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.fixture(autouse=True)
+def _shipped_tables(monkeypatch):
+    """The shipped sm90 tables as the system tier (what a fresh install serves)."""
+    monkeypatch.setenv("OASR_TUNE_SYSTEM_DB", str(REPO / "db"))
+
+
+class Block(nn.Module):
+    """A Conformer-like block written as plain torch: the shapes the shipped sm90 gemm
+    table covers (N=1024/K=256 with SiLU, N=256/K=1024 added to the residual at 0.5), an
+    untuned linear (K=256 -> N=96) and a depthwise conv behind a pointwise one."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = nn.Linear(256, 1024), nn.Linear(1024, 256)
+        self.odd = nn.Linear(256, 96)
+        self.pw = nn.Conv1d(256, 512, 1)
+        self.dw = nn.Conv1d(256, 256, 31, padding=15, groups=256)
+        self.bn = nn.BatchNorm1d(256)
+
+    def forward(self, x):
+        x = x + 0.5 * self.down(F.silu(self.up(x)))
+        z = F.glu(self.pw(x.transpose(1, 2)), dim=1)
+        z = F.silu(self.bn(self.dw(z)))
+        x = x + z.transpose(1, 2)
+        return x, self.odd(x)
+
+
+def _model(dtype=torch.bfloat16):
+    torch.manual_seed(0)
+    return Block().eval().to(dtype)
+
+
+def _aot_backend(graph_pass, graphs):
+    """A backend running ``graph_pass`` on the inference ATen graph, then that graph."""
+    from torch._functorch.aot_autograd import aot_module_simplified
+    from torch._inductor.decomposition import select_decomp_table
+
+    def fw(gm, _example):
+        graph_pass(gm.graph)
+        gm.recompile()
+        graphs.append(gm.graph)
+        return gm.forward
+
+    def be(gm, example):
+        return aot_module_simplified(gm, example, fw_compiler=fw,
+                                     decompositions=select_decomp_table())
+
+    return be
+
+
+def _targets(graph):
+    return [str(n.target) for n in graph.nodes if n.op == "call_function"]
+
+
+def _run(model, x, **options):
+    torch._dynamo.reset()
+    backend = oc.backend(arch="sm90", **options)
+    graphs = []
+    with torch.no_grad():
+        out = torch.compile(model, backend=_aot_backend(backend.graph_pass, graphs))(x)
+        ref = model(x)
+    return backend, graphs[0], out, ref
+
+
+def _close(out, ref, tol):
+    for a, b in zip(out, ref, strict=True):
+        assert a.shape == b.shape
+        assert float((a.float() - b.float()).abs().max()) <= tol * float(b.float().abs().max())
+
+
+def test_pass_rewrites_where_the_tiers_choose_oasr_and_leaves_the_rest() -> None:
+    model = _model()
+    x = torch.randn(1, 1024, 256, dtype=torch.bfloat16)
+    backend, graph, out, ref = _run(model, x)
+    # The shipped sm90 tables: gemm_activation (1024, 256) and gemm_residual (256, 1024)
+    # at M=1024 are oasr's; the depthwise and pointwise convs pass the family's untuned
+    # gate; the linear to 96 columns has no entry (gemm's untuned choice is torch).
+    assert backend.rewritten == {("gemm", "gemm_activation"): 1, ("gemm", "gemm_residual"): 1,
+                                 ("conv1d", "conv1d"): 2}
+    targets = _targets(graph)
+    assert targets.count("oasr.gemm_activation.default") == 1
+    assert targets.count("oasr.gemm_residual.default") == 1
+    assert targets.count("oasr.conv1d.default") == 2
+    assert "aten.convolution.default" not in targets
+    assert targets.count("aten.addmm.default") == 1  # the untuned linear stays Inductor's
+    # No copy was added around the convolutions: both inputs are transposed channels-last.
+    assert "aten.clone.default" not in targets
+    _close(out, ref, 2e-2)
+
+
+def test_without_an_arch_nothing_is_rewritten_and_an_fp32_model_neither() -> None:
+    x = torch.randn(1, 1024, 256, dtype=torch.bfloat16)
+    torch._dynamo.reset()
+    backend = oc.backend()  # no CUDA device here: no arch, so oasr's ops would serve torch
+    graphs = []
+    with torch.no_grad():
+        torch.compile(_model(), backend=_aot_backend(backend.graph_pass, graphs))(x)
+    assert backend.rewritten == {}
+    backend, graph, out, ref = _run(_model(torch.float32), x.float())
+    assert backend.rewritten == {} and "aten.convolution.default" in _targets(graph)
+
+
+def test_dynamic_time_axis_serves_signatures_with_entries() -> None:
+    model = _model()
+    x = torch.randn(1, 1024, 256, dtype=torch.bfloat16)
+    torch._dynamo.mark_dynamic(x, 1)
+    backend, graph, out, ref = _run(model, x)
+    # M is symbolic: a linear goes to the op where a tier entry names a config for its
+    # signature (the op chooses per call by M region); the convs' exact points are unknown
+    # and no conv1d entry covers their signatures, so they stay Inductor's.
+    assert backend.rewritten == {("gemm", "gemm_activation"): 1, ("gemm", "gemm_residual"): 1}
+    _close(out, ref, 2e-2)
+
+
+def test_census_records_every_site_as_the_family_calls_it() -> None:
+    model = _model(torch.float32)
+    x = torch.randn(2, 100, 256)
+    backend, graph, out, ref = _run(model, x, record=True, rewrite=False, deploy_dtype="fp16")
+    assert backend.rewritten == {}
+    assert dict(backend.recorded) == {
+        ("gemm", "gemm_activation", "fp16", (1024, 256), 200, None): 1,
+        ("gemm", "gemm_residual", "fp16", (256, 1024), 200, None): 1,
+        ("gemm", "gemm", "fp16", (96, 256), 200, None): 1,
+        ("conv1d", "conv1d", "fp16", (256, 512, 1, 1, 0, 1, 1), 200, "2x100"): 1,
+        ("conv1d", "conv1d", "fp16", (256, 256, 31, 1, 15, 1, 256), 200, "2x100"): 1}
+    _close(out, ref, 1e-5)
+
+
+def test_backend_oasr_is_found_through_the_entry_point_and_compiles_with_inductor() -> None:
+    eps = importlib.metadata.entry_points(group="torch_dynamo_backends")
+    assert [ep.value for ep in eps if ep.name == "oasr"] == ["oasr_core.compile:oasr_backend"]
+    assert torch._dynamo.lookup_backend("oasr") is oc.oasr_backend
+    torch._dynamo.reset()
+    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 32)).eval()
+    x = torch.randn(4, 64)
+    with torch.no_grad():
+        out = torch.compile(model, backend="oasr")(x)
+        assert torch.allclose(out, model(x), atol=1e-5)
+        explicit = oc.backend(arch="sm90")
+        out = torch.compile(model.to(torch.bfloat16), backend=explicit)(x.bfloat16())
+    assert out.shape == (4, 32)
+
+
+def test_route_sends_linears_and_convs_to_the_ops_and_back() -> None:
+    from oasr_conv1d import ops as conv_ops
+    from oasr_gemm import ops as gemm_ops
+
+    import oasr_core
+
+    model = _model(torch.float32)
+    x = torch.randn(2, 64, 256)
+    with torch.no_grad():
+        ref = model(x)
+        gemm_ops.reset_stats()
+        conv_ops.reset_stats()
+        assert oasr_core.route(model, dtype="fp16") == {"Linear": 3, "Conv1d": 2}
+        out = model(x)
+        # On a CPU the ops take their torch path, counted: every layer reached them.
+        assert sum(gemm_ops.stats().values()) == 3
+        assert sum(conv_ops.stats().values()) == 2
+        _close(out, ref, 1e-5)
+        conv_ops.reset_stats()
+        # A contiguous channels-first input would need a copy: the module's own forward.
+        model.pw(torch.randn(2, 256, 64))
+        assert conv_ops.stats() == {}
+        from oasr_core.routing import unroute
+
+        assert unroute(model) == 5
+        gemm_ops.reset_stats()
+        _close(model(x), ref, 0)
+        assert gemm_ops.stats() == {}
+
+
+def test_folded_conv_traces_without_recompiling_per_layer() -> None:
+    from oasr_core.census import models
+
+    torch.manual_seed(0)
+
+    class Stack(nn.Module):
+        def __init__(self) -> None:
+            super().__init__()
+            self.convs = nn.ModuleList(nn.Conv1d(16, 16, 3, padding=1, groups=16)
+                                       for _ in range(10))
+            self.norms = nn.ModuleList(nn.BatchNorm1d(16) for _ in range(10))
+
+        def forward(self, x):
+            for conv, norm in zip(self.convs, self.norms, strict=True):
+                folded = models.folded_conv(conv, norm)
+                x = F.conv1d(x, folded.weight, folded.bias, padding=1, groups=16)
+            return x
+
+    model = Stack().eval()
+    for norm in model.norms:
+        norm.running_mean.uniform_(-1, 1)
+        norm.running_var.uniform_(0.5, 2)
+    x = torch.randn(2, 16, 32)
+    torch._dynamo.reset()
+    counts = torch._dynamo.utils.counters
+    counts.clear()
+    with torch.no_grad():
+        ref = model(x)  # eager: the cached fold
+        out = torch.compile(model, backend="eager", fullgraph=True)(x)
+    assert torch.allclose(out, ref, atol=1e-5)
+    assert counts["stats"]["unique_graphs"] == 1
