@@ -82,3 +82,15 @@ def test_good_values_pass(monkeypatch, tmp_path):
                         "OASR_UNKNOWN_TO_THIS_OASR": "anything"}.items():
         monkeypatch.setenv(name, value)
     check_environment()
+
+
+@pytest.mark.parametrize("limit", ["100000", "1e13", "1e300"])
+@pytest.mark.parametrize("command", sorted(COMMANDS))
+def test_a_huge_file_limit_reads_every_file(monkeypatch, limit, command):
+    """A huge OASR_MAX_FILE_MB ("no limit") reads files at their size: no MemoryError or
+    OverflowError from reserving the limit."""
+    monkeypatch.setenv("OASR_MAX_FILE_MB", limit)
+    runtime.install_runtime(None)
+    got = CliRunner().invoke(main, COMMANDS[command], obj=CliState())
+    assert got.exit_code == 0, got.output
+    assert "Traceback" not in got.output and "warning" not in got.stderr

@@ -207,3 +207,25 @@ def test_concurrent_writer_processes_lose_no_result(tmp_path):
                    for w in range(writers) for i in range(each)}
     assert path.read_text() == dumps(cache)
     assert not list(path.parent.glob(".*.tmp")) and not list(path.parent.glob("*.corrupt-*"))
+
+
+@pytest.mark.parametrize("version, suffix", [(1, "M"), (2, "bucket")])
+@pytest.mark.parametrize("digits", ["9" * 5000, "1" * 19, "\uff11\uff12"])
+def test_a_legacy_size_beyond_int64_is_a_malformed_cache_moved_aside(tmp_path, tune, version,
+                                                                      suffix, digits):
+    """A 5000-digit (or non-ASCII-digit) size in a legacy key is one CacheFileError line from
+    the reader, and autotune() and write_cache move the file aside and carry on."""
+    path = write_json(tmp_path / "c.json", {
+        "schema_version": version, "arch": "sm90", "configs": {},
+        "results": {f"{KEY}|{suffix}={digits}": "torch"}})
+    before = path.read_bytes()
+    with pytest.raises(CacheFileError, match=f"does not end in \\|{suffix}=<int>") as info:
+        read_cache(path)
+    assert "\n" not in str(info.value) and len(str(info.value)) < 6000
+    with pytest.warns(AutotuneWarning, match="moved it aside"), \
+            oasr_core.autotune(path, arch=ARCH, timer=tune.timer, publish=False):
+        pick(100)
+    asides = list(tmp_path.glob("c.json.corrupt-*"))
+    assert len(asides) == 1 and asides[0].read_bytes() == before
+    write_cache(path, arch=ARCH, results=[])
+    read_cache(path)

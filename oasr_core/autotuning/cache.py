@@ -41,6 +41,7 @@ from __future__ import annotations
 import enum
 import functools
 import os
+import re
 import warnings
 from collections.abc import Iterable, Iterator, Mapping
 from pathlib import Path
@@ -249,7 +250,8 @@ class ResultIndex:
 
 def _split_suffix(text: str, name: str, origin: str) -> tuple[str, int]:
     key, sep, value = text.rpartition(f"|{name}=")
-    if not sep or not value.isdigit() or int(value) < 1:
+    # ASCII digits only, at most 18 (an int64): int() of a 5000-digit string raises.
+    if not sep or not re.fullmatch(r"[0-9]{1,18}", value) or int(value) < 1:
         raise CacheFileError(f"{origin}: result key {text!r} does not end in |{name}=<int>")
     return key, int(value)
 

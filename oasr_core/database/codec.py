@@ -216,7 +216,7 @@ def read_bytes(path: str | os.PathLike[str], *, error: type[Exception] = Databas
                 raise error(f"{origin}: {size / 2**20:.1f} MiB is over the {limit / 2**20:g} "
                             f"MiB limit on files oasr reads ({MAX_FILE_ENV}); raise it to "
                             "read this file")
-            data = handle.read(limit + 1)
+            data = _read_at_most(handle, limit + 1, size)
     except FileNotFoundError:
         raise error(f"{origin}: no such file") from None
     except IsADirectoryError:
@@ -227,6 +227,24 @@ def read_bytes(path: str | os.PathLike[str], *, error: type[Exception] = Databas
         raise error(f"{origin}: over the {limit / 2**20:g} MiB limit on files oasr reads "
                     f"({MAX_FILE_ENV})")
     return data
+
+
+def _read_at_most(handle: Any, cap: int, size: int) -> bytes:
+    """Up to ``cap`` bytes of ``handle``, allocating no more than the file holds: a limit of
+    ``OASR_MAX_FILE_MB=1e13`` must not allocate 10^13 bytes for a small file (``read(n)``
+    reserves ``n`` up front). The first read takes the size the file had when opened; a file
+    that grew since is read on in 16 MiB steps."""
+    parts: list[bytes] = []
+    total = 0
+    step = min(cap, size + 1)
+    while total < cap:
+        block = handle.read(step)
+        if not block:
+            break
+        parts.append(block)
+        total += len(block)
+        step = min(cap - total, 1 << 24)
+    return parts[0] if len(parts) == 1 else b"".join(parts)
 
 
 def read_document(path: str | os.PathLike[str], *, error: type[Exception] = DatabaseError,
