@@ -22,6 +22,9 @@ if TYPE_CHECKING:
 
 NAME_RE = re.compile(r"^[a-z][a-z0-9_]*$")
 ARCH_RE = re.compile(r"^sm[0-9]{2,3}$")
+POINT_RE = re.compile(r"[1-9][0-9]{0,9}(?:x[1-9][0-9]{0,9})*")
+"""An exact point key (``Family.exact_points``): positive ASCII integers joined by ``x``,
+such as conv1d's ``"1x3000"`` (batch x input length); checked with ``fullmatch``."""
 
 
 class Sentinel(enum.Enum):

@@ -20,7 +20,7 @@ import attrs
 
 from oasr_core import database
 from oasr_core.bench import PROTOCOL_VERSION, BenchOptions, Timer
-from oasr_core.errors import ConfigurationError
+from oasr_core.errors import ConfigurationError, DatabaseError
 from oasr_core.measurements import (
     LOG_SCHEMA_VERSION,
     Checkpoint,
@@ -324,9 +324,11 @@ def build_from_log(paths: Sequence[str | os.PathLike[str]], *, registry: Any, ou
     logged = logged_default(arms)
     if logged is not None:
         soft.setdefault(DEFAULT_STAMP, logged)
+    lane_rec = _registered_lane(registry, lane_name)
+    if lane_rec is not None:
+        _check_logged_configs(paths, arms, lane_rec)
     source = LogSource(arms)
     profile = model.profile_of(headers[r] for r in dict.fromkeys(used_runs) if r in headers)
-    lane_rec = _registered_lane(registry, lane_name)
     options = (options or BuildOptions()).resolved()
     target = resolve_out(out, arch_name, fam)
     signatures = source.signatures(fam)
@@ -338,6 +340,24 @@ def build_from_log(paths: Sequence[str | os.PathLike[str]], *, registry: Any, ou
                      options=options, progress=progress,
                      fit_model=lambda: model.fit_payload(arms, profile, fam, lane_rec,
                                                          soft.get("impl_hash")))
+
+
+def _check_logged_configs(paths: Sequence[str | os.PathLike[str]], arms: Sequence[Any],
+                          lane: Lane) -> None:
+    """Refuse a log whose arm rows name configs ``lane`` does not have (renamed ids, a log
+    from another version of the plugin): the table built from it would name configs the
+    runtime then skips, entry by entry. One line naming the log, the lane and the ids."""
+    known = {c.id for c in lane.config_space}
+    unknown = sorted({str(r.get("config")) for r in arms
+                      if str(r.get("config")) not in known
+                      and Sentinel.parse(str(r.get("config"))) is None})
+    if unknown:
+        shown = ", ".join(unknown[:5]) + (f" (+{len(unknown) - 5} more)" if len(unknown) > 5
+                                          else "")
+        raise DatabaseError(
+            f"{', '.join(map(str, paths))}: arm rows name {len(unknown)} config(s) lane "
+            f"{lane.name!r} does not have ({shown}); the log was measured with another "
+            "version of the plugin: measure again, or build from a log of this version")
 
 
 def _replayed_level(signatures: Sequence[Signature], family: Family, lane: Lane | None,

@@ -293,12 +293,12 @@ class LogSource:
     def signatures(self, family: Family) -> list[Signature]:
         """The signatures and points the log's main runs measured, heaviest first."""
         points: dict[str, list[PlannedPoint]] = {}
-        first: dict[str, Mapping[str, Any]] = {}
+        first: dict[str, list[Mapping[str, Any]]] = {}
         for (key, m, phase), rows in self.groups.items():
             if phase != "main" or not rows or rows[0].get("family") != family.name:
                 continue
             r = rows[0]
-            first.setdefault(key, r)
+            first.setdefault(key, []).extend(rows)
             points.setdefault(key, []).append(PlannedPoint(
                 m=m, weight=float(r.get("weight") or 0.0), calls=float(r.get("calls") or 0.0),
                 must=bool(r.get("must")), alpha=float(r.get("alpha") or 0.0),
@@ -306,11 +306,36 @@ class LogSource:
                 points=tuple(str(p) for p in r.get("points") or () if isinstance(p, str))))
         sigs = []
         for key, pts in points.items():
-            r = first[key]
-            dims_of = r.get("dims") if isinstance(r.get("dims"), Mapping) else r
-            dims = tuple((d, int(dims_of[d])) for d in family.dims)
+            r = first[key][0]
+            op, dtype, dims = _signature_fields(family, key, first[key])
             pts.sort(key=lambda p: p.m)
             census = [p.m for p in pts if not p.fill]
-            sigs.append(Signature(key, str(r["op"]), str(r["dtype"]), dims, pts,
+            sigs.append(Signature(key, op, dtype, dims, pts,
                                   census_max=int(r.get("census_max") or max(census or [0]))))
         return sorted(sigs, key=lambda s: (-s.weight, s.key))
+
+
+def _signature_fields(family: Family, key: str, rows: Sequence[Mapping[str, Any]]
+                      ) -> tuple[str, str, tuple[tuple[str, int], ...]]:
+    """A logged signature's op, dtype and static dims: from the first of its rows that has
+    them (``dims``, or the flat ``N``/``K`` of older logs), else from its key, which names
+    them all. A row without ``dims`` (a torn or hand-edited log) costs nothing."""
+    for r in rows:
+        dims_of = r.get("dims") if isinstance(r.get("dims"), Mapping) else r
+        if all(isinstance(dims_of.get(d), int) and not isinstance(dims_of.get(d), bool)
+               for d in family.dims) and isinstance(r.get("op"), str) \
+                and isinstance(r.get("dtype"), str):
+            return str(r["op"]), str(r["dtype"]), tuple((d, int(dims_of[d]))
+                                                         for d in family.dims)
+    from oasr_core.database.keys import check_key
+    from oasr_core.errors import DatabaseError
+
+    try:
+        parsed = check_key(family, key)
+        dims = tuple((d, int(parsed.dim(d))) for d in family.dims)
+    except (ValueError, KeyError, DatabaseError) as exc:
+        raise DatabaseError(f"measurement log: signature {key!r} has no row with its dims "
+                            f"and its key does not name them ({exc})") from None
+    dtype = next((str(r["dtype"]) for r in rows if isinstance(r.get("dtype"), str)),
+                 parsed.dtype or "")
+    return parsed.op, dtype, dims

@@ -65,7 +65,7 @@ from oasr_core.serialization import (
     describe_structure_error,
     make_converter,
 )
-from oasr_core.types import NAME_RE, freeze, thaw
+from oasr_core.types import NAME_RE, POINT_RE, freeze, thaw
 from oasr_core.versions import Migrations
 
 SCHEMA_VERSION = 1
@@ -134,8 +134,9 @@ class ShapePoint:
 
     @point.validator
     def _check_point(self, _attribute: attrs.Attribute, value: str | None) -> None:
-        if value is not None and (not isinstance(value, str) or not value or "|" in value):
-            raise Invalid(f"point {value!r} is not an exact point key")
+        if value is not None and (not isinstance(value, str) or not POINT_RE.fullmatch(value)):
+            raise Invalid(f"point {value!r} is not an exact point key (positive integers "
+                          "joined by 'x', such as 1x3000)")
 
     @eager_fraction.validator
     def _check_eager(self, _attribute: attrs.Attribute, value: float) -> None:

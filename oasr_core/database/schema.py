@@ -32,7 +32,7 @@ from typing import Any
 import attrs
 
 from oasr_core.serialization import Invalid, JsonObject, JsonValue, check_json
-from oasr_core.types import ARCH_RE, NAME_RE, Config, Sentinel, freeze, thaw
+from oasr_core.types import ARCH_RE, NAME_RE, POINT_RE, Config, Sentinel, freeze, thaw
 
 SCHEMA_VERSION = 2
 """The ``schema_version`` this code writes; older versions are migrated on load
@@ -131,8 +131,9 @@ class Entry:
     @points.validator
     def _check_points(self, _attribute: attrs.Attribute, value: Mapping[str, str]) -> None:
         for point, choice in value.items():
-            if not point or "|" in point:
-                raise Invalid(f"point {point!r} is empty or contains '|'")
+            if not isinstance(point, str) or not POINT_RE.fullmatch(point):
+                raise Invalid(f"point {point!r} is not an exact point key (positive integers "
+                              "joined by 'x', such as 1x3000)")
             if not isinstance(choice, str) or not choice:
                 raise Invalid(f"point {point!r}: choice {choice!r} is not a non-empty string")
         if not value and not self.regions:
