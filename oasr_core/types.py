@@ -196,6 +196,10 @@ class Family:
     """Ops the family tunes, each keyed separately (``gemm``, ``gemm_activation``)."""
     dims: tuple[str, ...] = attrs.field(converter=_as_str_tuple)
     """Static signature fields in key order (``("N", "K")``)."""
+    zero_dims: frozenset[str] = attrs.field(default=frozenset(), converter=frozenset,
+                                            kw_only=True)
+    """Static dims whose value may be 0 because 0 means something there (conv1d's ``pad``);
+    every other dim is a positive integer (:meth:`dims_problem`)."""
     dtypes: tuple[str, ...] = attrs.field(converter=_as_str_tuple)
     """Operand dtypes served (``("fp16", "bf16")``)."""
     dtype_classes: Mapping[str, tuple[str, ...]] = attrs.field(factory=dict, converter=freeze)
@@ -250,6 +254,13 @@ class Family:
     ``{"int8_w8a8": ("fp16", "bf16")}``). They are the ``--quantization`` values ``oasr tune
     census`` accepts besides ``none``, whose dtypes are the families' ``dtypes``."""
 
+    @zero_dims.validator
+    def _check_zero_dims(self, _attribute: attrs.Attribute, value: frozenset[str]) -> None:
+        unknown = sorted(set(value) - set(self.dims))
+        if unknown:
+            raise ValueError(f"family {self.name}: zero_dims {unknown} are not among its dims "
+                             f"({', '.join(self.dims)})")
+
     @quantizations.validator
     def _check_quantizations(self, _attribute: attrs.Attribute, value: Mapping[str, Any]) -> None:
         for scheme, dtypes in value.items():
@@ -288,6 +299,21 @@ class Family:
     def stem(self) -> str:
         """The tuning file's stem (``gemm`` -> ``gemm.json``)."""
         return self.db_stem or self.name
+
+    def dims_problem(self, dims: Sequence[tuple[str, Any]]) -> str | None:
+        """Why ``dims`` ((name, value) pairs) is not a static signature of this family, or
+        None when it is: the family's dims in key order, each an integer, at least 1 (at
+        least 0 for :attr:`zero_dims`)."""
+        names = tuple(name for name, _ in dims)
+        if names != self.dims:
+            return (f"dims {', '.join(names) or 'none'} are not {self.name}'s "
+                    f"({', '.join(self.dims)})")
+        for name, value in dims:
+            low = 0 if name in self.zero_dims else 1
+            if type(value) is not int or value < low:
+                kind = "a non-negative" if low == 0 else "a positive"
+                return f"dim {name}={value!r} is not {kind} integer"
+        return None
 
     def key_dtypes(self, dtype: str) -> tuple[str | None, ...]:
         """The ``dt=`` values to try for an operand dtype, most specific first."""

@@ -169,7 +169,7 @@ def test_capture_files_merge_into_the_census(tmp_path):
     (("--workload", "conformer", "--model", "x:y"), "exactly one of --workload"),
     (("--model", "no_such_pkg_xyz.mod:build"), "cannot import 'no_such_pkg_xyz.mod'"),
     (("--model", "not-a-spec"), "expected package.module:factory"),
-    (("--workload", "conformer", "--input", "B,T,80"), "--input and --fixed-frames"),
+    (("--workload", "conformer", "--input", "B,T,80"), "--input, --fixed-frames and"),
     (("--workload", "conformer", "--param", "2x"), "--param '2x'"),
     (("--workload", "conformer", "--param", "depth=3"), "cannot build it"),
     (("--workload", "conformer", "--concurrency", "1:1"), "--concurrency weights streaming"),

@@ -13,6 +13,12 @@ model whose forward depends on values); its fp32 calls are recorded as the deplo
 The working set counts every parameter at the deployment dtype, except the weights of layers
 a family records in a narrower dtype (a quantized model's int8 linears): those at their own.
 
+Every call the recorder sees is a point or is skipped and counted under its reason (the
+recorder's :attr:`~oasr_core.census.recorder.ShapeRecorder.skipped`; provenance
+``skipped``, one line each in the summary). With the registry, a call no config of any of its
+family's lanes supports (a grouped convolution between dense and depthwise) is counted as
+torch's there rather than kept as a point to tune: the family's op serves it from torch.
+
 A streaming key is probed as one chunk of ``width`` lockstep streams through the whole model,
 without an attention cache: projections of the new frames (``M = width * C``) are exact, while
 a projection over cached positions (the Conformer's ``linear_pos``) is keyed at the chunk's
@@ -115,6 +121,62 @@ class PointBuilder:
                    for label, call in calls.items())
 
 
+class LaneSupport:
+    """Whether any lane config of a call's family can run it (``Lane.supports``), memoised.
+
+    A family without lanes (an in-test family, a plugin of records only) has no opinion: its
+    calls are kept."""
+
+    def __init__(self, registry: Any) -> None:
+        self.registry = registry
+        self.memo: dict[Call, bool] = {}
+
+    def torch_only(self, call: Call) -> bool:
+        """True when the family has lanes and none of their configs supports ``call``."""
+        known = self.memo.get(call)
+        if known is None:
+            known = self.memo[call] = self._torch_only(call)
+        return known
+
+    def _torch_only(self, call: Call) -> bool:
+        from oasr_core.types import Problem
+
+        try:
+            lanes = self.registry.lanes_of(call.family)
+        except Exception:  # an unknown family: no opinion
+            return False
+        if not lanes:
+            return False
+        problem = Problem(family=call.family, op=call.op, dtype=call.dtype, dims=call.dims,
+                          m=call.m, point=call.point)
+        for lane in lanes:
+            for config in lane.config_space:
+                try:
+                    if lane.supports(config, problem):
+                        return False
+                except Exception:  # a predicate that cannot judge this problem: not it
+                    continue
+        return True
+
+    def split(self, counts: Mapping[Call, int], recorder: ShapeRecorder) -> dict[Call, int]:
+        """``counts`` less the calls only torch can run, which ``recorder`` counts as
+        skipped."""
+        out = {}
+        for call, n in counts.items():
+            if self.torch_only(call):
+                recorder.skip(call.family, "no lane config runs the shape; torch serves it",
+                              call.label, count=n)
+            else:
+                out[call] = n
+        return out
+
+
+def skipped_json(recorder: ShapeRecorder) -> list[dict[str, Any]]:
+    """The recorder's skipped calls, one record per reason, most calls first."""
+    return [{"reason": reason, "calls": n, "examples": list(recorder.examples.get(reason, ()))}
+            for reason, n in sorted(recorder.skipped.items(), key=lambda kv: (-kv[1], kv[0]))]
+
+
 def build_model(workload: Workload, params: Mapping[str, Any], *, device: str,
                 dtype: str) -> tuple[Any, int]:
     """The workload's module in eval mode on ``device``, and its weight bytes at ``dtype``."""
@@ -168,11 +230,14 @@ def run_census(workload: Workload, config: EngineConfig, traffic: Traffic,
                patches: Sequence[RecorderPatch], *, dtype: str = "fp16",
                params: Mapping[str, Any] | None = None, probe_device: str = "meta",
                probe_limit: int | None = None, strict: bool = False,
-               progress: Callable[[EngineKey, int, int], None] | None = None) -> ShapeSet:
+               progress: Callable[[EngineKey, int, int], None] | None = None,
+               registry: Any = None) -> ShapeSet:
     """Probe every engine key of ``workload`` and return the (unselected) ShapeSet.
 
     ``probe_limit`` probes only the heaviest keys (their probability is renormalised).
-    ``progress(key, done, total)`` is called after each probe.
+    ``progress(key, done, total)`` is called after each probe. ``registry`` (the installed
+    families and lanes) checks each call against its family and its lanes (module
+    docstring); without it only the ShapeSet's own rules apply.
     """
     import torch
 
@@ -188,8 +253,10 @@ def run_census(workload: Workload, config: EngineConfig, traffic: Traffic,
     input_dtype = _torch_dtype(dtype) if probe_device == "meta" else torch.float32
     builder = PointBuilder()
     started = time.monotonic()
-    with ShapeRecorder(patches, deploy_dtype=dtype, strict=strict) as recorder, \
-            torch.inference_mode():
+    families = registry.families if registry is not None else None
+    support = LaneSupport(registry) if registry is not None else None
+    with ShapeRecorder(patches, deploy_dtype=dtype, strict=strict,
+                       families=families) as recorder, torch.inference_mode():
         for done, key in enumerate(keys, 1):
             inputs = make_inputs(workload, key.batch, key.frames, dtype=input_dtype,
                                  device=probe_device)
@@ -200,7 +267,10 @@ def run_census(workload: Workload, config: EngineConfig, traffic: Traffic,
                 raise ConfigurationError(f"workload {workload.name!r} failed at {key.label} on "
                                          f"{probe_device}: {type(exc).__name__}: "
                                          f"{' '.join(str(exc).split())[:300]}{hint}") from exc
-            builder.add(_exact_points(recorder.take(), workload), share=key.weight / total,
+            counts = recorder.take()
+            if support is not None:
+                counts = support.split(counts, recorder)
+            builder.add(_exact_points(counts, workload), share=key.weight / total,
                         captured=key.captured, label=key.label)
             if progress is not None:
                 progress(key, done, len(keys))
@@ -213,6 +283,7 @@ def run_census(workload: Workload, config: EngineConfig, traffic: Traffic,
         "probe": {"device": probe_device, "keys": len(keys),
                   "seconds": round(time.monotonic() - started, 3),
                   "unresolved_patches": list(recorder.unresolved)},
+        "skipped": skipped_json(recorder),
     }
     working_set = max(0, working_set - builder.narrower_weight_bytes(dtype))
     return ShapeSet(points=builder.points(), working_set_bytes=working_set,

@@ -20,6 +20,14 @@ invisible (digest 6.2 item 12). Here:
 
 A recorded call inside another recorded call (the torch path of ``oasr_gemm.gemm`` calling
 ``F.linear``) is not counted twice: only the outermost is.
+
+Every call a patch sees becomes a counted :class:`Call` or a counted skip, never an error that
+loses the census: a record function answers :class:`Skip` (with its reason) for a call of its
+kind that its family cannot key (string padding with no integer equivalent), a call that is
+not a valid point of its family (:func:`check_call`: an op, dims or size the family does not
+have) is skipped with the reason, and so is every call of a record function that raises
+(warned about once; ``strict`` raises instead). :attr:`ShapeRecorder.skipped` counts the
+calls per reason, and keeps a few examples of each, for the census summary.
 """
 
 from __future__ import annotations
@@ -41,6 +49,8 @@ import attrs
 from oasr_core.errors import OasrWarning, PluginError
 from oasr_core.types import NAME_RE
 
+_VALUE_RE = re.compile(r"=('[^']*'|\S+)")
+"""A ``=value`` in a reason: dropped, so that a reason names the problem, not the value."""
 _TARGET_RE = re.compile(r"^[A-Za-z_][\w.]*:[A-Za-z_][\w.]*$")
 _DTYPE_NAMES = {"float16": "fp16", "bfloat16": "bf16", "float32": "fp32", "float64": "fp64"}
 ITEMSIZE: Mapping[str, int] = types.MappingProxyType(
@@ -97,6 +107,35 @@ class Call:
         """``family|op=..|dt=..|N=..|K=..``: the signature, with the operand dtype."""
         dims = "".join(f"|{k}={v}" for k, v in self.dims)
         return f"{self.family}|op={self.op}|dt={self.dtype}{dims}"
+
+
+@attrs.frozen
+class Skip:
+    """A record function's answer for a call of its family's kind that the census cannot key
+    as a point (its family serves it from torch): counted under ``reason`` in the summary."""
+
+    reason: str
+    """Why, in a few words (one summary line per distinct reason)."""
+    example: str = ""
+    """The call, for the summary (``Cin=768 k=128 padding='same'``)."""
+
+
+def check_call(call: Call, family: Any = None) -> str | None:
+    """Why ``call`` is not a valid census point, or None when it is: a positive ``m`` and
+    ``batch``, dims that are integers >= 0, and, given its :class:`~oasr_core.types.Family`,
+    one of its ops and its dims in key order (0 only for ``Family.zero_dims``)."""
+    if type(call.m) is not int or call.m < 1:
+        return f"M={call.m!r} is not a positive integer"
+    if type(call.batch) is not int or call.batch < 1:
+        return f"batch={call.batch!r} is not a positive integer"
+    if not isinstance(call.dtype, str) or not call.dtype or "|" in call.dtype:
+        return f"dtype {call.dtype!r} is not a dtype name"
+    if family is None:
+        bad = next(((k, v) for k, v in call.dims if type(v) is not int or v < 0), None)
+        return None if bad is None else f"dim {bad[0]}={bad[1]!r} is not an integer >= 0"
+    if call.op not in family.ops:
+        return f"op {call.op!r} is not an op of {family.name}"
+    return family.dims_problem(call.dims)
 
 
 def _check_target(_inst: object, _attribute: attrs.Attribute, value: str) -> None:
@@ -208,11 +247,16 @@ class ShapeRecorder:
     """
 
     def __init__(self, patches: Sequence[RecorderPatch], *, deploy_dtype: str | None = None,
-                 strict: bool = False) -> None:
+                 strict: bool = False, families: Mapping[str, Any] | None = None) -> None:
         self.patches = tuple(patches)
         self.deploy_dtype = deploy_dtype
         self.strict = strict
+        self.families = dict(families or {})
         self.counts: Counter[Call] = Counter()
+        self.skipped: Counter[str] = Counter()
+        """Calls seen but not counted, per reason (``family: reason``); never reset."""
+        self.examples: dict[str, list[str]] = {}
+        """Up to three distinct examples per reason of :attr:`skipped`."""
         self.unresolved: list[str] = []
         self._lock = threading.Lock()
         self._mode: Any = None
@@ -276,24 +320,45 @@ class ShapeRecorder:
         for patch in patches:
             try:
                 result = patch.record(*args, **kwargs)
-                calls = [] if result is None else [result] if isinstance(result, Call) \
+                items = [] if result is None else [result] if isinstance(result, (Call, Skip)) \
                     else list(result)
-                for call in calls:
-                    if not isinstance(call, Call):
-                        raise TypeError(f"record returned a {type(call).__name__}, not a Call")
-                    if call.family != patch.family:
-                        raise ValueError(f"record returned a call of family {call.family!r}")
+                for item in items:
+                    if not isinstance(item, (Call, Skip)):
+                        raise TypeError(f"record returned a {type(item).__name__}, not a Call")
+                    if isinstance(item, Call) and item.family != patch.family:
+                        raise ValueError(f"record returned a call of family {item.family!r}")
             except Exception as exc:
                 if self.strict:
                     raise
                 self._warn(patch, f"record failed ({type(exc).__name__}: {exc}); the call is "
                            "not counted")
+                self.skip(patch.family, f"its recorder of {patch.target} failed "
+                          f"({type(exc).__name__}); see the warning",
+                          " ".join(str(exc).split())[:120])
                 continue
-            with self._lock:
-                for call in calls:
-                    if self.deploy_dtype is not None and call.dtype == "fp32":
-                        call = attrs.evolve(call, dtype=self.deploy_dtype)
+            for item in items:
+                if isinstance(item, Skip):
+                    self.skip(patch.family, item.reason, item.example)
+                    continue
+                call = item
+                if self.deploy_dtype is not None and call.dtype == "fp32":
+                    call = attrs.evolve(call, dtype=self.deploy_dtype)
+                why = check_call(call, self.families.get(call.family))
+                if why is not None:
+                    self.skip(call.family, f"not a valid point ({_VALUE_RE.sub('', why)})",
+                              call.label + f"|M={call.m}")
+                    continue
+                with self._lock:
                     self.counts[call] += 1
+
+    def skip(self, family: str, reason: str, example: str = "", count: int = 1) -> None:
+        """Count ``count`` calls of ``family`` that are not points, under ``reason``."""
+        key = f"{family}: {reason}"
+        with self._lock:
+            self.skipped[key] += count
+            seen = self.examples.setdefault(key, [])
+            if example and example not in seen and len(seen) < 3:
+                seen.append(example)
 
     def _wrapper(self, original: Callable, patches: list[RecorderPatch]) -> Callable:
         recorder = self

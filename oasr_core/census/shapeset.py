@@ -16,7 +16,9 @@ Fields (names are stable; adding one bumps no version, changing one does):
 
 ``points[]``
     ``family``, ``op``, ``dtype`` (operand dtype: ``fp16``, ``bf16``, ``int8``, ...),
-    ``dims`` (static signature dims in the family's key order), ``M`` (dynamic axis value),
+    ``dims`` (static signature dims in the family's key order: integers >= 0, 0 only where
+    the family says it means something, ``Family.zero_dims``: conv1d's ``pad=0``),
+    ``M`` (dynamic axis value),
     ``batch`` (independent problems per call; 1 for a plain GEMM), ``point`` (exact point key
     such as conv1d's ``"1x3000"``, else null), ``calls`` (calls per unit of traffic: one
     micro-batch offline, one chunk step streaming), ``weight`` (``calls`` times an estimated
@@ -129,8 +131,8 @@ class ShapePoint:
     @dims.validator
     def _check_dims(self, _attribute: attrs.Attribute, value: Mapping[str, int]) -> None:
         for name, v in value.items():
-            if not name or "|" in name or "=" in name or type(v) is not int or v < 1:
-                raise Invalid(f"dim {name}={v!r} is not NAME=positive integer")
+            if not name or "|" in name or "=" in name or type(v) is not int or v < 0:
+                raise Invalid(f"dim {name}={v!r} is not NAME=non-negative integer")
 
     @point.validator
     def _check_point(self, _attribute: attrs.Attribute, value: str | None) -> None:

@@ -106,13 +106,34 @@ class Workload:
     """Samples per feature frame shift (10 ms at 16 kHz)."""
     win_length: int = attrs.field(default=400, validator=_positive)
     """Samples per feature window (25 ms at 16 kHz)."""
+    frames_per_second: float | None = attrs.field(default=None)
+    """The rate of the inputs' ``T`` axis when it is not feature frames of :attr:`hop_length`:
+    ``16000`` for a model that takes raw 16 kHz audio ``[B, samples]`` (``T`` is samples);
+    ``frames(d)`` is then ``round(d * rate)``. None: windowed feature frames."""
     description: str = ""
     dtype_param: str | None = None
     """The factory keyword the census passes its ``--dtype`` as (the reference workloads:
     ``dtype``), so the model can ask for linears of that dtype; None: not passed."""
 
+    @frames_per_second.validator
+    def _check_rate(self, _attribute: attrs.Attribute, value: float | None) -> None:
+        if value is not None and (isinstance(value, bool) or not isinstance(value, (int, float))
+                                  or not 0 < value < float("inf")):
+            raise ValueError(f"workload frames_per_second={value!r} is not a positive number")
+
+    @property
+    def time_scale(self) -> float:
+        """Input ``T`` steps per 10 ms feature frame: 1 for feature frames, 160 for raw
+        16 kHz audio (the engine's frame counts, given in feature frames, scale by it)."""
+        if self.frames_per_second is None:
+            return 1.0
+        return self.frames_per_second / 100.0
+
     def frames(self, duration_s: float) -> int:
-        """Feature frames of an utterance: ``1 + (samples - window) // hop`` (at least 1)."""
+        """Input ``T`` of an utterance: ``round(d * frames_per_second)`` when that is set,
+        else feature frames ``1 + (samples - window) // hop`` (at least 1)."""
+        if self.frames_per_second is not None:
+            return max(1, round(duration_s * self.frames_per_second))
         samples = round(duration_s * self.sample_rate)
         return max(1, 1 + (samples - self.win_length) // self.hop_length)
 
@@ -336,8 +357,9 @@ def _report(pm: Any, message: str, exc: BaseException | None = None,
 
 def model_workload(spec: str, *, inputs: Sequence[str] = ("B,T,80",),
                    fixed_frames: int | None = None, params: Mapping[str, Any] | None = None,
-                   ) -> Workload:
-    """A :class:`Workload` around ``package.module:factory`` (``--model``).
+                   frames_per_second: float | None = None) -> Workload:
+    """A :class:`Workload` around ``package.module:factory`` (``--model``); its inputs'
+    ``T`` runs at ``frames_per_second`` (``--frames-per-second``: 16000 for raw audio).
 
     Raises :class:`~oasr_core.errors.ConfigurationError` naming what cannot be imported.
     """
@@ -357,13 +379,15 @@ def model_workload(spec: str, *, inputs: Sequence[str] = ("B,T,80",),
     try:
         return Workload(name="model", factory=factory, inputs=tuple(inputs),
                         params=params or {}, fixed_frames=fixed_frames,
-                        streaming=fixed_frames is None, description=spec)
+                        streaming=fixed_frames is None, description=spec,
+                        frames_per_second=frames_per_second)
     except (TypeError, ValueError) as exc:
         raise ConfigurationError(f"--model {spec!r}: {exc}") from None
 
 
 def find_workload(pm: Any, name: str | None = None, model: str | None = None,
-                  inputs: Sequence[str] = (), fixed_frames: int | None = None) -> Workload:
+                  inputs: Sequence[str] = (), fixed_frames: int | None = None,
+                  frames_per_second: float | None = None) -> Workload:
     """The workload ``name`` (registered) or around ``model`` (``package.module:factory``,
     with ``inputs`` and ``fixed_frames``): what ``--workload`` / ``--model`` name on the
     command line. :class:`~oasr_core.errors.ConfigurationError` unless exactly one is given,
@@ -374,10 +398,10 @@ def find_workload(pm: Any, name: str | None = None, model: str | None = None,
                                  "package.module:factory")
     if model is not None:
         return model_workload(model, inputs=tuple(inputs) or ("B,T,80",),
-                              fixed_frames=fixed_frames)
-    if inputs or fixed_frames is not None:
-        raise ConfigurationError("--input and --fixed-frames describe a --model; a registered "
-                                 "workload declares its own")
+                              fixed_frames=fixed_frames, frames_per_second=frames_per_second)
+    if inputs or fixed_frames is not None or frames_per_second is not None:
+        raise ConfigurationError("--input, --fixed-frames and --frames-per-second describe a "
+                                 "--model; a registered workload declares its own")
     available = collect_workloads(pm)
     if name not in available:
         import difflib

@@ -44,10 +44,22 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
 
 
 def _workload(state: CliState, name: str | None, model: str | None, inputs: tuple[str, ...],
-              fixed_frames: int | None):
+              fixed_frames: int | None, frames_per_second: float | None = None):
     from oasr_core.census.workloads import find_workload
 
-    return find_workload(state.runtime().registry.pm, name, model, inputs, fixed_frames)
+    return find_workload(state.runtime().registry.pm, name, model, inputs, fixed_frames,
+                         frames_per_second)
+
+
+GRANULARITY_FRAMES = 64
+"""Default ``--frame-granularity`` in 10 ms feature frames (0.64 s)."""
+MAX_FRAMES = 4096
+"""Default ``--max-frames`` in 10 ms feature frames (40.96 s)."""
+
+
+def _scaled(value: int | None, default: int, scale: float) -> int:
+    """``value`` as given, else ``default`` feature frames in the input's ``T`` steps."""
+    return value if value is not None else max(1, round(default * scale))
 
 
 def _check_scheme(state: CliState, dtype: str, quantization: str) -> None:
@@ -127,6 +139,10 @@ Examples:
               "('B,T,80', 'B,80,T') or 'lengths'. Default B,T,80.")
 @click.option("--fixed-frames", type=click.IntRange(min=1), default=None,
               help="--model: a fixed-window front end's frame count (keyed exactly).")
+@click.option("--frames-per-second", type=click.FloatRange(min=0, min_open=True), default=None,
+              metavar="RATE", help="--model: the rate of its inputs' T axis, samples per "
+              "second for raw audio ('--input B,T --frames-per-second 16000'); default: 10 ms "
+              "feature frames. Frame counts of the engine options scale with it.")
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
               help="Factory keyword argument, JSON value (layers=4, family_ops=false).")
 @click.option("--service-mode", type=click.Choice(["offline", "streaming"]), required=True,
@@ -147,10 +163,12 @@ Examples:
               help="Captured offline batch widths (default: powers of two and the maximum).")
 @click.option("--preferred-batch-size", type=click.IntRange(min=1), default=None,
               help="Offline micro-batch width (default: --max-batch-size).")
-@click.option("--frame-granularity", type=click.IntRange(min=1), default=64, show_default=True,
-              help="Offline frame counts round up to a multiple of this.")
-@click.option("--max-frames", type=click.IntRange(min=1), default=4096, show_default=True,
-              help="Longest offline key captured in a graph.")
+@click.option("--frame-granularity", type=click.IntRange(min=1), default=None,
+              help="Offline frame counts round up to a multiple of this (default: 64 feature "
+              "frames, 0.64 s, in the input's T steps).")
+@click.option("--max-frames", type=click.IntRange(min=1), default=None,
+              help="Longest offline key captured in a graph (default: 4096 feature frames, "
+              "40.96 s, in the input's T steps).")
 @click.option("--no-graphs", is_flag=True, help="The engine captures no graphs (all eager).")
 @click.option("--coverage", type=click.FloatRange(0, 1, min_open=True), default=0.97,
               show_default=True, help="Keep must-tune points and this share of weight/calls.")
@@ -176,11 +194,13 @@ Examples:
 @click.pass_obj
 @handle_errors
 def census_cmd(state: CliState, workload_name: str | None, model: str | None,
-               inputs: tuple[str, ...], fixed_frames: int | None, params: tuple[str, ...],
+               inputs: tuple[str, ...], fixed_frames: int | None,
+               frames_per_second: float | None, params: tuple[str, ...],
                service_mode: str, max_batch_size: int, chunk_size: int, manifest: Path | None,
                audio_root: Path | None, concurrency: str | None, ladder: str,
                batch_buckets: str | None, preferred_batch_size: int | None,
-               frame_granularity: int, max_frames: int, no_graphs: bool, coverage: float,
+               frame_granularity: int | None, max_frames: int | None, no_graphs: bool,
+               coverage: float,
                captures: tuple[Path, ...], capture_share: float, dtype: str, quantization: str,
                probe_device: str, probe_limit: int | None, out: Path, as_json: bool) -> None:
     """Enumerate the shapes a deployment runs, weight them by traffic, write a ShapeSet."""
@@ -189,9 +209,11 @@ def census_cmd(state: CliState, workload_name: str | None, model: str | None,
     from oasr_core.census.probe import run_census
     from oasr_core.census.recorder import patches_of
 
-    workload = _workload(state, workload_name, model, inputs, fixed_frames)
+    workload = _workload(state, workload_name, model, inputs, fixed_frames, frames_per_second)
+    scale = workload.time_scale
     config = _engine(service_mode, max_batch_size, chunk_size, ladder, batch_buckets,
-                     preferred_batch_size, frame_granularity, max_frames, no_graphs)
+                     preferred_batch_size, _scaled(frame_granularity, GRANULARITY_FRAMES, scale),
+                     _scaled(max_frames, MAX_FRAMES, scale), no_graphs)
     traffic = _traffic(service_mode, manifest, audio_root, concurrency)
     factory_params = _params(params)
     if quantization != "none":
@@ -206,7 +228,8 @@ def census_cmd(state: CliState, workload_name: str | None, model: str | None,
     with _Progress() as advance:
         result = run_census(workload, config, traffic, patches, dtype=dtype,
                             params=factory_params, probe_device=probe_device,
-                            probe_limit=probe_limit, strict=registry.strict, progress=advance)
+                            probe_limit=probe_limit, strict=registry.strict, progress=advance,
+                            registry=registry)
     result = result.with_provenance(quantization=quantization)
     for path, recording in recordings:
         result = cap.merge_capture(result, recording, share=capture_share, origin=str(path))
@@ -259,7 +282,8 @@ def summary_rows(shapeset) -> list[dict[str, Any]]:
 def _summary(shapeset, out: Path, as_json: bool) -> None:
     rows = summary_rows(shapeset)
     prov = shapeset.provenance
-    totals = {"signatures": len(rows), "points": len(shapeset.points),
+    skipped = list(prov.get("skipped") or ())
+    totals = {"signatures": len(rows), "points": len(shapeset.points), "skipped": skipped,
               "points_seen": prov.get("points_seen"), "weight_covered": prov.get("weight_covered"),
               "must": sum(p.must for p in shapeset.points),
               "working_set_bytes": shapeset.working_set_bytes, "out": str(out)}
@@ -284,3 +308,15 @@ def _summary(shapeset, out: Path, as_json: bool) -> None:
                   f"{100 * (covered or 0):.1f}%, working set "
                   f"{shapeset.working_set_bytes / 2**20:.1f} MiB; wrote {out}", highlight=False,
                   soft_wrap=True)
+    for line in skipped_lines(skipped):
+        console.print(line, highlight=False, soft_wrap=True, markup=False)
+
+
+def skipped_lines(skipped) -> list[str]:
+    """One line per reason a call seen was not made a point (provenance ``skipped``)."""
+    lines = []
+    for item in skipped:
+        examples = item.get("examples") or ()
+        tail = f" (e.g. {'; '.join(examples)})" if examples else ""
+        lines.append(f"skipped {item['calls']} call(s): {item['reason']}{tail}")
+    return lines

@@ -28,7 +28,14 @@ def arch_family_of(arch: str) -> str:
 
 
 def collect_specs(registry, families: tuple[str, ...], arch: str, scope: str) -> list:
-    """The JIT specs of every lane of ``families`` that runs on ``arch`` (a canonical arch)."""
+    """The JIT specs of ``families`` on ``arch`` (a canonical arch).
+
+    ``production``: the production modules of the lane that serves each family there
+    (``Registry.active_lane``), the only modules a process loads to serve ops; the other
+    lanes that could run on the arch (an sm80 lane on sm90) are never loaded, and compiling
+    their production sets cost the H200 machine's 16 cores as much again. ``all``: every
+    lane's whole space (what builds and benchmarks of any lane may load).
+    """
     arch_f = arch_family_of(arch)
     specs, seen = [], set()
     for name in families:
@@ -36,6 +43,9 @@ def collect_specs(registry, families: tuple[str, ...], arch: str, scope: str) ->
         lanes = registry.lanes_of(name, arch_f)
         if not lanes:
             raise ConfigurationError(f"family {name!r} has no lane for {arch_f} (arch {arch})")
+        if scope == "production":
+            active = registry.active_lane(name, arch_f)
+            lanes = (active,) if active is not None else lanes
         for lane in lanes:
             if lane.jit_specs is None:
                 continue

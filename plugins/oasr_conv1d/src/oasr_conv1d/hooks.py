@@ -19,7 +19,8 @@ def oasr_register_families():
     from oasr_conv1d.ops_names import OPS
 
     return [Family(
-        name=FAMILY, ops=OPS, dims=recorder.DIMS, dtypes=("fp16", "bf16"),
+        name=FAMILY, ops=OPS, dims=recorder.DIMS, zero_dims={"pad"},
+        dtypes=("fp16", "bf16"),
         dtype_classes={"half": ("fp16", "bf16")}, dynamic_axis="M", exact_points=True,
         sentinels={Sentinel.DEFAULT, Sentinel.HEURISTIC, Sentinel.TORCH},
         fallback=Sentinel.HEURISTIC, sentinel_heuristic=lanes.heuristic,

@@ -8,8 +8,12 @@ or ``conv1d_<activation>`` with dims ``(Cin, Cout, k, stride, pad, dil, groups)`
 ``m = B * T_out`` and the exact point ``"<B>x<T_in>"`` (``batch`` stays 1: it counts
 independent problems of a batched GEMM, and B is already in ``m`` and the point). A call with string
 padding is filed with torch's equivalent integer padding when it has one (``"valid"`` is 0;
-``"same"`` at an odd span); otherwise it is not the family's. Only floating-point operands
-are recorded (an fp32 CPU probe is recorded as the deployment dtype by the census).
+``"same"`` at an odd span); otherwise it is a :class:`~oasr_core.census.recorder.Skip` (the
+op serves it from torch), counted in the census summary. Padding 0 is a valid dim
+(``Family.zero_dims``). Grouped convolutions that are neither dense nor depthwise are
+recorded like any other; the census counts them as torch's when no lane config supports
+them. Only floating-point operands are recorded (an fp32 CPU probe is recorded as the
+deployment dtype by the census).
 
 Importing this module imports neither torch nor the ops; the functions only read shapes.
 """
@@ -18,7 +22,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from oasr_core.census.recorder import Call, RecorderPatch, dtype_name
+from oasr_core.census.recorder import Call, RecorderPatch, Skip, dtype_name
 
 from oasr_conv1d.geometry import FAMILY, out_length
 from oasr_conv1d.ops_names import ACTIVATIONS
@@ -34,8 +38,10 @@ def _one(value: Any) -> Any:
 
 
 def conv_call(op: str, dtype: Any, batch: int, t_in: int, cin: int, weight: Any, stride: Any,
-              padding: Any, dilation: Any, groups: Any) -> Call | None:
-    """The :class:`Call` of one convolution; None when it is not the family's."""
+              padding: Any, dilation: Any, groups: Any) -> Call | Skip | None:
+    """The :class:`Call` of one convolution; a :class:`Skip` for one the family keys no
+    point for; None when it is not the family's (not floating point, not 1-D, not a valid
+    convolution: torch raises on it)."""
     dt = dtype_name(dtype)
     if dt not in _FLOAT or weight is None or not hasattr(weight, "dim") or weight.dim() != 3:
         return None
@@ -45,12 +51,15 @@ def conv_call(op: str, dtype: Any, batch: int, t_in: int, cin: int, weight: Any,
     if padding == "valid":
         padding = 0
     elif padding == "same":
-        span = dilation * (k - 1)
+        span = dilation * (k - 1) if isinstance(dilation, int) else 1
         if span % 2 or stride != 1:
-            return None
+            return Skip("padding='same' pads unevenly here (even kernel span or a stride)",
+                        f"Cin={cin} Cout={cout} k={k} stride={stride} dil={dilation}")
         padding = span // 2
-    if not all(isinstance(v, int) for v in (stride, padding, dilation, groups)):
-        return None
+    if not all(isinstance(v, int) and not isinstance(v, bool)
+               for v in (stride, padding, dilation, groups)):
+        return Skip("a stride, padding, dilation or groups that is not one integer",
+                    f"Cin={cin} Cout={cout} k={k} stride={stride!r} padding={padding!r}")
     if groups < 1 or cin != cpg * groups or min(batch, t_in, stride, dilation) < 1 or padding < 0:
         return None
     t_out = out_length(t_in, k, stride, padding, dilation)
@@ -66,7 +75,7 @@ def conv_call(op: str, dtype: Any, batch: int, t_in: int, cin: int, weight: Any,
 
 
 def record_f_conv1d(input: Any, weight: Any, bias: Any = None, stride: Any = 1,
-                    padding: Any = 0, dilation: Any = 1, groups: Any = 1) -> Call | None:
+                    padding: Any = 0, dilation: Any = 1, groups: Any = 1) -> Call | Skip | None:
     """``torch.nn.functional.conv1d`` on ``(B, Cin, T)`` (or unbatched ``(Cin, T)``)."""
     if not hasattr(input, "dim") or input.dim() not in (2, 3):
         return None
@@ -77,7 +86,7 @@ def record_f_conv1d(input: Any, weight: Any, bias: Any = None, stride: Any = 1,
 
 
 def _channels_last(op: str, x: Any, weight: Any, stride: Any, padding: Any, dilation: Any,
-                   groups: Any) -> Call | None:
+                   groups: Any) -> Call | Skip | None:
     if not hasattr(x, "dim") or x.dim() != 3:
         return None
     batch, t_in, cin = (int(v) for v in x.shape)
@@ -85,14 +94,14 @@ def _channels_last(op: str, x: Any, weight: Any, stride: Any, padding: Any, dila
 
 
 def record_conv1d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
-                  dilation: Any = 1, groups: Any = 1) -> Call | None:
+                  dilation: Any = 1, groups: Any = 1) -> Call | Skip | None:
     """``oasr_conv1d.conv1d(x, weight, bias, stride, padding, dilation, groups)``."""
     return _channels_last("conv1d", x, weight, stride, padding, dilation, groups)
 
 
 def record_conv1d_activation(x: Any, weight: Any, bias: Any = None, activation: Any = "silu",
                              stride: Any = 1, padding: Any = 0, dilation: Any = 1,
-                             groups: Any = 1) -> Call | None:
+                             groups: Any = 1) -> Call | Skip | None:
     """``oasr_conv1d.conv1d_activation(x, weight, bias, activation, ...)``."""
     if activation is not None and activation not in ACTIVATIONS:
         return None
