@@ -86,6 +86,11 @@ def census_of(shapes: ShapeSet, family: Family, *, origin: str = "<census>") -> 
             raise ConfigurationError(
                 f"{origin}: point {p.signature} M={p.m}: missing dim {missing[0]!r} (family "
                 f"{family.name} is keyed by {', '.join(family.dims)})")
+        bad = family.dims_problem(tuple((d, p.dims[d]) for d in family.dims))
+        if bad is not None:  # a 0 where the family's dim must be positive
+            why = f"{bad.split('=')[0]} is not a valid {family.name} dim value"
+            skipped[why] = skipped.get(why, 0) + 1
+            continue
         points.append(attrs.evolve(p, dtype=normalise_dtype(p.dtype),
                                    dims={d: p.dims[d] for d in family.dims},
                                    point=p.point if family.exact_points else None))

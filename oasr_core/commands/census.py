@@ -282,7 +282,9 @@ def summary_rows(shapeset) -> list[dict[str, Any]]:
 def _summary(shapeset, out: Path, as_json: bool) -> None:
     rows = summary_rows(shapeset)
     prov = shapeset.provenance
-    skipped = list(prov.get("skipped") or ())
+    from oasr_core.types import thaw
+
+    skipped = list(thaw(prov.get("skipped") or ()))
     totals = {"signatures": len(rows), "points": len(shapeset.points), "skipped": skipped,
               "points_seen": prov.get("points_seen"), "weight_covered": prov.get("weight_covered"),
               "must": sum(p.must for p in shapeset.points),

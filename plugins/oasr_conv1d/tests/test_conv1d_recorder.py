@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import pytest
 import torch
-from oasr_core.census.recorder import ShapeRecorder
+from oasr_core.census.recorder import ShapeRecorder, Skip
 
 import oasr_conv1d
 from oasr_conv1d import recorder
@@ -61,11 +62,30 @@ def test_string_padding_and_odd_inputs():
     same = recorder.record_f_conv1d(torch.empty(1, 16, 10, device="meta"), w, padding="same")
     assert dict(same.dims)["pad"] == 1 and same.m == 10
     even = torch.empty(16, 16, 4, device="meta")
-    assert recorder.record_f_conv1d(torch.empty(1, 16, 10, device="meta"), even,
-                                    padding="same") is None
+    skip = recorder.record_f_conv1d(torch.empty(1, 16, 10, device="meta"), even,
+                                    padding="same")
+    assert isinstance(skip, Skip) and "unevenly" in skip.reason and "k=4" in skip.example
     unbatched = recorder.record_f_conv1d(torch.empty(16, 10, device="meta"), w)
     assert unbatched.point == "1x10" and unbatched.m == 8
     int8 = torch.empty(1, 16, 10, dtype=torch.int8, device="meta")
     assert recorder.record_f_conv1d(int8, w) is None
     assert recorder.record_conv1d_activation(torch.empty(1, 10, 16, device="meta"), w, None,
                                              "tanh") is None
+
+
+@pytest.mark.filterwarnings("ignore:Using padding='same' with even kernel")
+def test_padding_zero_is_a_point_and_string_padding_without_an_integer_is_a_counted_skip():
+    from oasr_core.plugins import make_plugin_manager
+    from oasr_core.registry import Registry
+
+    families = Registry.from_plugin_manager(make_plugin_manager()).families
+    rec = ShapeRecorder(recorder.recorder_patches(), families=families)
+    strided = torch.nn.Conv1d(512, 512, 3, stride=2).to("meta")
+    even = torch.nn.Conv1d(16, 16, 4, padding="same").to("meta")
+    with rec:
+        strided(torch.empty(2, 512, 99, device="meta"))
+        even(torch.empty(2, 16, 10, device="meta"))
+    (call, n), = rec.counts.items()
+    assert n == 1 and dict(call.dims)["pad"] == 0 and dict(call.dims)["stride"] == 2
+    assert dict(rec.skipped) == {
+        "conv1d: padding='same' pads unevenly here (even kernel span or a stride)": 1}
