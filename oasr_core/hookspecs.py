@@ -370,7 +370,7 @@ def oasr_layer(kind: str, dtype: str, quantization: str) -> Callable[..., Tensor
     ``[B, C, T]`` data, transposing around it, as the published models do.
 
     ``"LayerNorm"`` is the exception to "returns ``layer(x)``": a quantized scheme's answer may
-    return a :class:`oasr_core.kit.normed.NormedRows` (the norm deferred) that the scheme's
+    return a :class:`oasr_core.layers.NormedRows` (the norm deferred) that the scheme's
     own linear takes, so that the linears after one norm share one fused norm-and-quantize
     pass; any other consumer takes its ``dense()`` tensor. Without an answer the norm is
     torch's.

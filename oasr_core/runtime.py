@@ -6,7 +6,7 @@ epoch (and tells registered listeners, e.g. an engine releasing captured graphs)
 changes a selection inside a process, so a captured graph and an eager call always run the
 same kernel.
 
-Everything an epoch must forget hangs off the runtime: its :class:`~oasr_core.kit.epoch.Epoch`
+Everything an epoch must forget hangs off the runtime: its :class:`~oasr_core.epoch.Epoch`
 (``Runtime.state``: the selection memo, every family's call plans, warn-once keys), the tier
 snapshots, and the active autotune session. A reload replaces the epoch (the old one is closed,
 which empties its tables); :func:`install_runtime` closes the outgoing runtime's epoch and
@@ -29,8 +29,8 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from oasr_core.epoch import Epoch
 from oasr_core.errors import DatabaseError, OasrWarning
-from oasr_core.kit.epoch import Epoch
 
 if TYPE_CHECKING:
     from oasr_core.database import TuningFile

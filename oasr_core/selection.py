@@ -31,8 +31,8 @@ from typing import Any
 
 import attrs
 
+from oasr_core.epoch import EpochMemo
 from oasr_core.errors import ConfigurationError, DatabaseError, UnknownFamilyError
-from oasr_core.kit.epoch import EpochMemo
 from oasr_core.types import Config, Family, Lane, Problem, Selection, Sentinel, Tier
 
 _MEMO = EpochMemo("oasr_core.selection")
@@ -41,7 +41,9 @@ _MEMO = EpochMemo("oasr_core.selection")
 
 def clear_memo() -> None:
     """Forget every memoised selection of the current epoch (the epoch goes on)."""
-    _MEMO.bind()
+    from oasr_core.runtime import get_runtime
+
+    _MEMO.bind(get_runtime().state)
     _MEMO.clear()
 
 

@@ -202,7 +202,7 @@ def fake_int8_linear(x: Any, layer: Any, activation: str | None = None) -> Any:
     channel, the activation in torch."""
     import torch
 
-    from oasr_core.census.models import activate
+    from oasr_core.layers import activate
 
     def quantize(t: Any) -> tuple[Any, Any]:
         scale = t.abs().amax(dim=-1, keepdim=True).clamp(min=1e-8) / 127.0

@@ -33,7 +33,7 @@ a ``linear_pos`` projection at ``M = 2T - 1``.
 from __future__ import annotations
 
 import math
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from types import MappingProxyType
 from typing import Any
 
@@ -42,25 +42,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.nn.functional import linear
 
-from oasr_core.kit.normed import dense
-
-Linear = Callable[..., torch.Tensor]
-"""``(x, layer, activation=None) -> activation(layer(x))`` with a plugin's ops (the answer of
-``oasr_linear``); ``activation`` is None or a name of :data:`ACTIVATIONS`. One that also
-takes keyword arguments ``residual`` and ``alpha`` returns ``residual + alpha * layer(x)``
-for them (:meth:`GemmOps.linear_residual`)."""
-
-Layer = Callable[..., torch.Tensor]
-"""``(x, layer, activation=None) -> activation(layer(x))`` channels-last, for a layer kind
-other than linear (the answer of ``oasr_layer``)."""
-
-ACTIVATIONS = MappingProxyType({"relu": F.relu, "gelu": F.gelu, "silu": F.silu})
-"""The activations a reference model puts after a linear layer, by name."""
-
-
-def activate(y: torch.Tensor, activation: str | None) -> torch.Tensor:
-    """``activation(y)`` in torch (``y`` itself for None)."""
-    return y if activation is None else ACTIVATIONS[activation](y)
+from oasr_core.layers import Layer, Linear, activate, dense, takes_residual
 
 
 class GemmOps:
@@ -97,7 +79,7 @@ class GemmOps:
     def norm(self, x: torch.Tensor, layer: nn.LayerNorm) -> Any:
         """``layer(x)`` for the linears after it (and nothing else): the plugin's answer for
         ``LayerNorm`` where one serves it (a W8A8 family defers the norm, so that its linears
-        share one fused norm-and-quantize pass: :class:`oasr_core.kit.normed.NormedRows`),
+        share one fused norm-and-quantize pass: :class:`oasr_core.layers.NormedRows`),
         else torch's. A training norm stays torch's."""
         served = self.layers.get("LayerNorm")
         if served is not None and not layer.training:
@@ -129,17 +111,6 @@ class GemmOps:
             return self.served(x, layer, residual=residual, alpha=alpha)
         y = self.linear(x, layer)
         return residual + y if alpha == 1.0 else residual + alpha * y
-
-
-def takes_residual(linear: Linear) -> bool:
-    """Whether a plugin's linear takes ``residual`` (and ``alpha``) keyword arguments."""
-    import inspect
-
-    try:
-        params = inspect.signature(linear).parameters
-    except (TypeError, ValueError):  # a builtin or C callable without a signature
-        return False
-    return "residual" in params and "alpha" in params
 
 
 _FOLDED = "_oasr_folded"

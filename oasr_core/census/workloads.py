@@ -25,6 +25,7 @@ from typing import Any
 import attrs
 
 from oasr_core.errors import ConfigurationError, PluginError
+from oasr_core.layers import LAYER_KINDS, served_layers, served_linear
 from oasr_core.types import NAME_RE, freeze
 
 BUILTIN = "oasr_core (built-in)"
@@ -140,97 +141,6 @@ class Workload:
     def chunk_input_frames(self, chunk: int) -> int:
         """Input frames one streaming step of ``chunk`` encoder frames feeds the model."""
         return self.chunk_frames(chunk) if self.chunk_frames is not None else chunk
-
-
-def _ask(pm: Any, hook_name: str, what: str, **kwargs: Any) -> Any:
-    hook = getattr(getattr(pm, "hook", None), hook_name, None)
-    if hook is None:
-        return None
-    try:
-        return hook(**kwargs)
-    except Exception as exc:
-        raise PluginError(f"hook {hook_name} raised {type(exc).__name__} for {what}: {exc}; "
-                          "report this to the plugin's author(s)") from exc
-
-
-def _check_linear(linear: Any, hook_name: str, what: str) -> None:
-    if isinstance(linear, type) or not callable(linear):
-        hint = " Have you forgotten the `()`?" if isinstance(linear, type) else ""
-        raise PluginError(f"hook {hook_name} answered a {type(linear).__name__} for {what}, "
-                          f"not a callable (x, layer, activation=None) -> tensor.{hint}")
-
-
-def _deprecated_quantized(pm: Any, quantization: str) -> Callable[..., Any] | None:
-    """The answer of the deprecated ``oasr_quantized_linear``, as an ``oasr_linear`` one."""
-    what = f"quantization {quantization!r}"
-    quantized = _ask(pm, "oasr_quantized_linear", what, quantization=quantization)
-    if quantized is None:
-        return None
-    _check_linear(quantized, "oasr_quantized_linear", what)
-
-    def linear(x: Any, layer: Any, activation: str | None = None) -> Any:
-        from oasr_core.census.models import activate
-
-        return activate(quantized(x, layer), activation)
-
-    return linear
-
-
-def served_linear(pm: Any, *, dtype: str, quantization: str = "none",
-                  required: bool = False) -> Callable[..., Any] | None:
-    """The plugins' linear for ``dtype`` and ``quantization`` (``oasr_linear``).
-
-    A scheme other than ``"none"`` falls back to the deprecated ``oasr_quantized_linear``.
-    None when no plugin answers for ``"none"`` (the reference models then call torch),
-    unless ``required``. Raises :class:`~oasr_core.errors.ConfigurationError` when no
-    installed plugin serves a quantized scheme (or a required full-precision one), and
-    :class:`~oasr_core.errors.PluginError` when a hook raises or answers something that is
-    not callable.
-    """
-    what = f"dtype {dtype!r}, quantization {quantization!r}"
-    linear = _ask(pm, "oasr_linear", what, dtype=dtype, quantization=quantization)
-    if linear is not None:
-        _check_linear(linear, "oasr_linear", what)
-        return linear
-    if quantization != "none":
-        linear = _deprecated_quantized(pm, quantization)
-        if linear is None:
-            raise ConfigurationError(
-                f"quantization {quantization!r}: no installed plugin provides a quantized "
-                f"linear for it at dtype {dtype!r} (hook oasr_linear), and the reference "
-                "workloads run unquantized without one; install the plugin of the quantized "
-                "GEMM family (see `oasr plugins`)")
-        return linear
-    if required:
-        raise ConfigurationError(f"family_ops=true: no installed plugin serves {dtype} linear "
-                                 "layers (hook oasr_linear); install a GEMM family plugin (see "
-                                 "`oasr plugins`) or pass --param family_ops=false")
-    return None
-
-
-LAYER_KINDS = ("Conv1d", "LayerNorm")
-"""The layer kinds (torch module class names) the reference models ask ``oasr_layer`` for."""
-
-
-def served_layers(pm: Any, *, dtype: str, quantization: str = "none",
-                  kinds: Sequence[str] = LAYER_KINDS) -> dict[str, Callable[..., Any]]:
-    """The plugins' callables for each layer kind in ``kinds`` (``oasr_layer``), by kind.
-
-    A kind no plugin answers for the scheme is asked again unquantized (a scheme quantizes
-    only what its family serves); a kind no plugin serves is left out (torch runs it).
-    Raises :class:`~oasr_core.errors.PluginError` when a hook raises or answers something
-    that is not callable.
-    """
-    out = {}
-    for kind in kinds:
-        for scheme in dict.fromkeys((quantization, "none")):
-            what = f"layer kind {kind!r}, dtype {dtype!r}, quantization {scheme!r}"
-            layer = _ask(pm, "oasr_layer", what, kind=kind, dtype=dtype, quantization=scheme)
-            if layer is not None:
-                _check_linear(layer, "oasr_layer", what)
-                out[kind] = layer
-                break
-    return out
 
 
 @attrs.frozen

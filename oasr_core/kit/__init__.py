@@ -3,8 +3,9 @@
 A family plugin is its config space, feasibility, kernels, numerics and recorder; the kit
 serves its ops and keeps its per-epoch state:
 
-- :mod:`oasr_core.kit.epoch`: the runtime's per-epoch state (:class:`Epoch`) and memo tables
-  that follow it (:class:`EpochMemo`): a reload or a new runtime empties them, no call needed;
+- :class:`~oasr_core.epoch.Epoch` and :class:`~oasr_core.epoch.EpochMemo` (from the core's
+  :mod:`oasr_core.epoch`): the runtime's per-epoch state and memo tables that follow it: a
+  reload or a new runtime empties them, no call needed;
 - :mod:`oasr_core.kit.serving`: :class:`Serving`, one family's call plans per epoch, counted
   torch fallbacks, warn-once per epoch, its loaded production libraries, refresh on reload;
 - :mod:`oasr_core.kit.calls`: :class:`PreparedCall`, one kernel's call at one shape,
@@ -33,13 +34,16 @@ from __future__ import annotations
 
 from typing import Any
 
-_NAMES = {"Epoch": "epoch", "EpochMemo": "epoch", "LaneSpaces": "lanes", "LaneRules": "lanes",
+from oasr_core.epoch import Epoch as Epoch
+from oasr_core.epoch import EpochMemo as EpochMemo
+
+_NAMES = {"LaneSpaces": "lanes", "LaneRules": "lanes",
           "by_lane": "lanes", "fits_arch": "lanes", "ProductionSet": "production",
           "cutlass_stamps": "production", "lane_specs": "production", "PreparedCall": "calls",
           "TORCH": "serving", "LaunchError": "serving", "Serving": "serving",
           "BufferKind": "workspace", "WorkspacePool": "workspace"}
 
-__all__ = sorted(_NAMES)
+__all__ = sorted([*_NAMES, "Epoch", "EpochMemo"])
 
 
 def __getattr__(name: str) -> Any:

@@ -3,7 +3,8 @@
 A pre-norm encoder block runs ``h = norm(x)`` and hands ``h`` to linears only (the Conformer's
 feed-forward, attention Q/K/V and pointwise convolution; Whisper's Q/K/V and MLP). A quantized
 linear then quantizes ``h`` again per row: a second pass over the activation, once per linear.
-:class:`NormedRows` stands for ``h`` without computing it: each linear asks for the form it
+:class:`~oasr_core.layers.NormedRows` (the core's layer protocol) stands for ``h`` without
+computing it: each linear asks for the form it
 runs on, and each form is computed once per handle, whoever asks first:
 
 - :meth:`NormedRows.quantized`: the family's quantized rows ``(q, scale)``, from one fused
@@ -25,78 +26,10 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-Quantize = Callable[["NormedRows"], tuple[Any, Any]]
-"""``(handle) -> (q, scale)``: a family's quantized rows of ``norm(x)``."""
+from oasr_core.layers import NormedRows, Quantize, activate, dense
 
-
-class NormedRows:
-    """``norm(x)`` for the linears after a layer norm (see the module docstring): ``x`` the
-    input rows ``[..., K]``, ``norm`` the ``nn.LayerNorm`` over ``K``, ``scheme`` the
-    quantization whose linears take :meth:`quantized`, ``quantize`` how it is computed."""
-
-    __slots__ = ("x", "norm", "scheme", "_quantize", "_dense", "_quantized")
-
-    def __init__(self, x: Any, norm: Any, scheme: str, quantize: Quantize) -> None:
-        self.x = x
-        self.norm = norm
-        self.scheme = scheme
-        self._quantize = quantize
-        self._dense: Any = None
-        self._quantized: tuple[Any, Any] | None = None
-
-    @property
-    def shape(self) -> Any:
-        return self.x.shape
-
-    @property
-    def dtype(self) -> Any:
-        return self.x.dtype
-
-    @property
-    def device(self) -> Any:
-        return self.x.device
-
-    @property
-    def is_cuda(self) -> bool:
-        return self.x.is_cuda
-
-    def numel(self) -> int:
-        return self.x.numel()
-
-    def dense(self) -> Any:
-        """``norm(x)`` as a tensor (torch's layer norm), computed once."""
-        if self._dense is None:
-            from torch.nn import functional as F
-
-            n = self.norm
-            self._dense = F.layer_norm(self.x, n.normalized_shape, n.weight, n.bias, n.eps)
-        return self._dense
-
-    def quantized(self) -> tuple[Any, Any]:
-        """The scheme's quantized rows ``(q [..., K], scale float32 [...])`` of ``norm(x)``,
-        computed once."""
-        if self._quantized is None:
-            self._quantized = self._quantize(self)
-        return self._quantized
-
-    def __repr__(self) -> str:
-        return (f"NormedRows({self.scheme}, x {tuple(self.x.shape)} {self.x.dtype}, "
-                f"computed: {', '.join(self.computed()) or 'nothing'})")
-
-    def computed(self) -> tuple[str, ...]:
-        """Which forms have been computed (``"dense"``, ``"quantized"``), for tests and
-        reports."""
-        return tuple(name for name, got in (("dense", self._dense), ("quantized",
-                                                                      self._quantized))
-                     if got is not None)
-
-
-def dense(x: Any) -> Any:
-    """``x`` as a tensor: a :class:`NormedRows`'s :meth:`~NormedRows.dense`, anything else
-    itself."""
-    return x.dense() if isinstance(x, NormedRows) else x
-
-
+__all__ = ["NormedRows", "Quantize", "dense", "fusable", "fused_kernel", "layer_norm_answer",
+           "quantize_after_norm", "quantized_rows"]
 def quantized_rows(x: Any, scheme: str, quantize_rows: Callable[[Any], tuple[Any, Any]]
                    ) -> tuple[Any, Any]:
     """The rows a ``scheme`` linear quantizes: a :class:`NormedRows` of ``scheme``'s own
@@ -165,11 +98,9 @@ def layer_norm_answer(scheme: str, quantize: Quantize) -> Callable[..., Any]:
 
     def norm(x: Any, layer: Any, activation: str | None = None) -> Any:
         if activation is not None:
-            from oasr_core.census.models import activate
-
             return activate(layer(x), activation)
         return NormedRows(x, layer, scheme, quantize)
 
     norm.__doc__ = (f"``layer(x)`` deferred for the {scheme} linears after it "
-                    "(:class:`oasr_core.kit.normed.NormedRows`).")
+                    "(:class:`oasr_core.layers.NormedRows`).")
     return norm

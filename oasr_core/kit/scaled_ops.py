@@ -12,6 +12,11 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from oasr_core.errors import OasrError
+from oasr_core.layers import activate, dense, served_linear, takes_residual
+from oasr_core.runtime import device_arch_of, get_runtime
+from oasr_core.types import Sentinel
+
 MM_SCHEMA = ("(Tensor a, Tensor w, Tensor a_scale, Tensor w_scale, Tensor? bias, "
              "ScalarType out_dtype) -> Tensor")
 QUANT_SCHEMA = ("(Tensor a, Tensor w, Tensor a_scale, Tensor w_scale, Tensor? out_scale_tensor, "
@@ -23,8 +28,6 @@ def plan_shape(serving: Any, key: tuple, *, out_names: Mapping[Any, str], op_qua
     """Resolve one call shape ``key = (op, out_dtype, N, K, M, device)``: select a config
     (``select_quant`` for ``op_quant``, else ``select_mm``), bind its launcher and prepare it
     for ``out_names[out_dtype]`` (the kit's :class:`~oasr_core.kit.serving.Serving`)."""
-    from oasr_core.runtime import device_arch_of
-
     op, out_dtype, n, k, m, dev = key
     arch = device_arch_of(dev)
     select = select_quant if op == op_quant else select_mm
@@ -50,8 +53,6 @@ def unquantized_route(serving: Any, family: str, op: str, dtype: str, n: int, k:
     with one warning naming ``label``. ``variant`` tells apart routes ``untuned_high`` answers
     differently at one shape (fp8: an activation that arrives quantized by its layer norm)."""
     from oasr_core.kit.launching import on_device
-    from oasr_core.runtime import device_arch_of
-    from oasr_core.types import Sentinel
 
     key = (ROUTE, n, k, m, device, variant)
     route = serving.plans.table.get(key)
@@ -89,13 +90,11 @@ def linear_in_dtype(x: Any, layer: Any, activation: str | None = None, *,
     unquantized as the unquantized model is with oasr; resolved once per epoch (memoised in
     ``serving``'s plans). Without such a plugin, or for a layer whose weight is not in ``x``'s
     dtype, it is ``F.linear`` and the activation or the add in torch, as the reference models
-    compute them. ``x`` may be a :class:`~oasr_core.kit.normed.NormedRows` (its dense rows).
+    compute them. ``x`` may be a :class:`~oasr_core.layers.NormedRows` (its dense rows).
     """
     if residual is not None and activation is not None:
         raise ValueError(f"linear_in_dtype: a residual add after activation {activation!r} has "
                          "no fused form")
-    from oasr_core.kit.normed import dense
-
     x = dense(x)
     if serving is not None and layer.weight.dtype == x.dtype:
         found = _full_precision_linear(serving, x.dtype)
@@ -107,8 +106,6 @@ def linear_in_dtype(x: Any, layer: Any, activation: str | None = None, *,
                 return served(x, layer, residual=residual, alpha=alpha)
             return add_residual(served(x, layer), residual, alpha)
     import torch
-
-    from oasr_core.census.models import activate
 
     weight = layer.weight if layer.weight.dtype == x.dtype else layer.weight.to(x.dtype)
     bias = layer.bias
@@ -158,10 +155,6 @@ def _full_precision_linear(serving: Any, dtype: Any) -> tuple[Any, bool] | None:
     name = _DTYPE_NAMES.get(str(dtype).removeprefix("torch."))
     linear = None
     if name is not None:
-        from oasr_core.census.workloads import served_linear
-        from oasr_core.errors import OasrError
-        from oasr_core.runtime import get_runtime
-
         try:
             linear = served_linear(get_runtime().pm, dtype=name)
         except OasrError as exc:
@@ -169,8 +162,6 @@ def _full_precision_linear(serving: Any, dtype: Any) -> tuple[Any, bool] | None:
                               f"linear for {name} ({exc}); F.linear serves the layers the "
                               "table runs unquantized")
     if linear is not None:
-        from oasr_core.census.models import takes_residual
-
         linear = (linear, takes_residual(linear))
     return serving.plans.store(key, linear, serving.bind())
 

@@ -14,7 +14,7 @@ calls it from its op functions:
 - :meth:`Serving.refused` when a launcher returns a non-zero status: the shape turns to torch
   for the rest of the epoch.
 
-The memo lives on the process runtime's epoch (:mod:`oasr_core.kit.epoch`), so a reload or a
+The memo lives on the process runtime's epoch (:mod:`oasr_core.epoch`), so a reload or a
 new runtime empties it with no call from here; on a reload the serving object also refreshes
 its production libraries (a config the new tiers reference gets compiled in). Loaded
 libraries and the fallback counters are per process: a library cannot be unloaded while a
@@ -29,9 +29,9 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
+from oasr_core.epoch import EpochMemo
 from oasr_core.errors import OasrError, OasrWarning
 from oasr_core.jit.libraries import Kernels, Libraries
-from oasr_core.kit.epoch import EpochMemo
 from oasr_core.types import Config
 
 TORCH = "torch"
@@ -100,7 +100,7 @@ class Serving:
 
     def clear(self) -> None:
         """Forget this family's plans of the current epoch (the epoch goes on)."""
-        self.plans.bind()
+        self.bind()
         self.plans.clear()
 
     def warn_once(self, key: str, message: str, stacklevel: int = 4) -> bool:
@@ -188,7 +188,7 @@ class Serving:
     def refused(self, key: Hashable, config: Config, status: str, what: str) -> None:
         """A launcher refused ``key``'s shape (``status`` says why): torch serves it from now
         on in this epoch, warned about once."""
-        self.plans.store(key, TORCH)
+        self.plans.store(key, TORCH, self.bind())
         self.warn_once(f"refused:{config.lane}:{config.id}:{status}",
                        f"{self.label}: {config.lane}/{config.id} refused {what} ({status}); "
                        "the torch path serves this shape", stacklevel=5)

@@ -92,7 +92,8 @@ def test_a_shape_the_tiers_gave_to_torch_skips_the_operand_checks(monkeypatch):
     with FakeTensorMode():
         a = torch.empty(64, 4, device="cuda", dtype=torch.float16).t()  # non-contiguous
         w = torch.empty(128, 64, device="cuda", dtype=torch.float16)
-        ops._PLANS.store(("gemm", None, torch.float16, 128, 64, 4, a.get_device()), ops.TORCH)
+        ops._PLANS.store(("gemm", None, torch.float16, 128, 64, 4, a.get_device()), ops.TORCH,
+                         ops.SERVING.bind())
         assert ops.gemm(a, w).shape == (4, 128)
         # K = 0 is an empty product, never a division by zero
         assert ops.gemm(torch.empty(4, 0, device="cuda", dtype=torch.float16),

@@ -99,11 +99,11 @@ def test_routing_on_fake_cuda_tensors(monkeypatch):
 
         a, w, r = t(4, 64), t(128, 64), t(4, 128)
         key = ("gemm_residual", None, torch.float16, 128, 64, 4, a.get_device())
-        ops._PLANS.store(key, ops.TORCH)
+        ops._PLANS.store(key, ops.TORCH, ops.SERVING.bind())
         assert ops.gemm_residual(a, w, None, t(128, 4).t()).shape == (4, 128)
         assert oasr_gemm.stats() == {"torch:selected": 1}
         monkeypatch.setattr(ops, "_torch_residual", lambda reason, *_: reasons.append(reason))
-        ops._PLANS.store(key, object())  # any plan: the per-call checks run
+        ops._PLANS.store(key, object(), ops.SERVING.bind())  # any plan: the per-call checks run
         ops.gemm_residual(a, w, None, t(128, 4).t())
         ops.gemm_residual(a, w, None, r.requires_grad_())
         with torch.no_grad():

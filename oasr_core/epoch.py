@@ -10,7 +10,8 @@ never serve an answer from a past epoch.
 
 :class:`EpochMemo` is that reference: ``memo.table`` is the current epoch's table of its
 name (a plain dict; read it on the hot path), and :meth:`EpochMemo.bind` (on a miss) points it
-at the current runtime's epoch. Nothing here imports torch or the runtime at import time.
+at the epoch it is handed: the current runtime's (``get_runtime().state``), which the caller
+asks for, so this module sits below the runtime and imports nothing of oasr.
 """
 
 from __future__ import annotations
@@ -64,13 +65,6 @@ class Epoch:
                 table.clear()
 
 
-def current_epoch_state() -> Epoch:
-    """The process runtime's current :class:`Epoch` (this builds the runtime if needed)."""
-    from oasr_core.runtime import get_runtime
-
-    return get_runtime().state
-
-
 class EpochMemo:
     """A named memo table that always belongs to the current epoch (module docstring).
 
@@ -85,9 +79,8 @@ class EpochMemo:
         self.table: dict = _CLOSED
         self._epoch: Epoch | None = None
 
-    def bind(self, epoch: Epoch | None = None) -> Epoch:
-        """Point :attr:`table` at ``epoch`` (default: the current runtime's); returns it."""
-        epoch = current_epoch_state() if epoch is None else epoch
+    def bind(self, epoch: Epoch) -> Epoch:
+        """Point :attr:`table` at ``epoch`` (the current runtime's); returns it."""
         if epoch is not self._epoch:
             self.table = epoch.table(self.name)
             self._epoch = epoch
@@ -98,7 +91,7 @@ class EpochMemo:
         """The epoch :attr:`table` belongs to (None before the first bind)."""
         return self._epoch
 
-    def store(self, key: Any, value: Any, epoch: Epoch | None = None) -> Any:
+    def store(self, key: Any, value: Any, epoch: Epoch) -> Any:
         """Memoise ``value`` under ``key`` in the current epoch; returns ``value``.
 
         A value computed while a reload closed the epoch is not kept: it may come from the
