@@ -162,18 +162,28 @@ class Runtime:
                          system_path=paths["system"], user=files["user"],
                          system=files["system"], problems=tuple(problems))
 
-    def referenced_configs(self, family: str, arch: str, lane: str) -> frozenset[str]:
-        """Config ids of ``lane`` that this epoch's tier files reference (entries and basis).
+    def referenced_configs(self, family: str, arch: str, lane: str,
+                           ops: frozenset[str] | set[str] | None = None) -> frozenset[str]:
+        """Config ids of ``lane`` that this epoch's tier files can serve (entries and basis).
 
-        A lane's production module compiles these plus its default and coverage basis.
+        A lane's production module compiles these plus its default and coverage basis, so
+        that every config a loaded tier names is in the module. Besides the configs the
+        entries name, a sentinel region counts for the config it launches there
+        (:func:`oasr_core.tier_configs.sentinel_ids`: ``default`` the file's stamped default
+        id, ``heuristic`` the shape heuristic's picks at the entry's region bounds and points).
+        ``ops`` (None: every op) keeps the entries of those ops only, and the basis only when
+        None: a family whose ops link different kernels (gemm's fused-residual units) asks
+        per op.
         """
+        from oasr_core.tier_configs import referenced_ids
+
         fam = self.registry.family(family)
         tiers = self.tiers(fam, arch)
+        own = next((x for x in self.registry.lanes_of(family) if x.name == lane), None)
         ids: set[str] = set()
         for tf in (tiers.user, tiers.system):
-            if tf is None:
-                continue
-            ids.update(c for c in tf.referenced_configs() if tf.configs[c].lane == lane)
+            if tf is not None:
+                ids.update(referenced_ids(fam, own, lane, tf, ops))
         return frozenset(ids)
 
     def count(self, family: str, op: str, tier: Tier) -> None:

@@ -109,22 +109,12 @@ def module_spec(lane: str, arch: str, configs: Iterable[Config], *, name: str | 
 
 
 def residual_referenced(lane: str, arch: str) -> frozenset[str]:
-    """Config ids of ``lane`` that this epoch's tuning tiers name in ``gemm_residual``
-    entries on ``arch``."""
-    from oasr_core.database import parse_signature_key
+    """Config ids of ``lane`` that this epoch's tuning tiers serve in ``gemm_residual``
+    entries on ``arch``: the configs they name and the one their ``default`` regions launch
+    (the runtime's :meth:`~oasr_core.runtime.Runtime.referenced_configs` of that op)."""
     from oasr_core.runtime import get_runtime
 
-    rt = get_runtime()
-    tiers = rt.tiers(rt.registry.family(FAMILY), arch)
-    ids: set[str] = set()
-    for tf in (tiers.user, tiers.system):
-        if tf is None:
-            continue
-        for key in tf.entries:
-            if parse_signature_key(key).op == RESIDUAL_OP:
-                ids.update(c for c in tf.entry_choices(key)
-                           if c in tf.configs and tf.configs[c].lane == lane)
-    return frozenset(ids)
+    return get_runtime().referenced_configs(FAMILY, arch, lane, ops={RESIDUAL_OP})
 
 
 def residual_configs(lane: str, arch: str,
