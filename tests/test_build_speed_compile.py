@@ -164,17 +164,24 @@ def test_a_pruned_live_build_compiles_only_its_sets_heaviest_first(tmp_path):
 
 def test_an_exhaustive_build_compiles_the_whole_space_module_first(tmp_path):
     seen = []
+    production = ("default_unit", "named_unit")
     lane = attrs.evolve(fake_lane_record(), jit_specs=lambda arch, scope: (
-        seen.append(scope) or [tuple(c.id for c in fake_lane_record().config_space)]))
+        seen.append(scope) or [tuple(c.id for c in fake_lane_record().config_space)
+                               if scope == "all" else production]))
     bench = ScriptedBench()
     fam = attrs.evolve(fake_family_record(), make_bench=bench.make_bench)
     compiler = ScriptedCompiler()
-    build.build_live(build.census_from_widths(fam, "512,256", "16,256"), family=fam,
-                     lane=lane, arch="sm90", out=tmp_path / "o.json", timer=bench.timer,
-                     soft=SOFT, options=build.BuildOptions(fresh=True, effort="exhaustive"),
-                     compiler=compiler)
-    assert seen == ["all"]
-    assert compiler.specs == [tuple(c.id for c in lane.config_space)]
+    result = build.build_live(build.census_from_widths(fam, "512,256", "16,256"), family=fam,
+                              lane=lane, arch="sm90", out=tmp_path / "o.json",
+                              timer=bench.timer, soft=SOFT,
+                              options=build.BuildOptions(fresh=True, effort="exhaustive"),
+                              compiler=compiler)
+    # The whole space first (what it measures from), then, once the table is written, the
+    # production module the next process loads, in the same compile queue.
+    assert seen == ["all", "production"]
+    assert compiler.specs == [tuple(c.id for c in lane.config_space), production]
+    assert any(m.startswith("production modules for the next process: ")
+               for m in result.messages), result.messages
 
 
 def test_whole_space_progress_counts_the_spec_s_units():

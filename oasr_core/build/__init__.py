@@ -238,19 +238,29 @@ def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Pa
                            fit_model=lambda: _fit_from(log.path, family, lane, arch, profile,
                                                        soft.get("impl_hash")),
                            prepare=None if queue is None else queue.prepare)
+        production, production_note = compiling.production_items(family, lane, arch, out)
+        if production and queue is None:
+            queue = compiling.start(production, **start_kw)
+        else:
+            for item in production:
+                queue.submit(item)
     finally:
         if queue is not None:
             queue.close()
     notes = [*census.skipped, *result.messages, *([queue.note()] if queue is not None else [])]
-    if queue is not None and pooled and lane.bench_modules is not None and lvl.measured_dtypes:
-        named = {c for e in result.entries.values() if e is not None for c in e.choices()
-                 if lane.config(c) is not None}
-        if named:
-            notes.append(f"the build compiled {', '.join(sorted({s.dtype for s in signatures}))} "
-                         f"kernels only: the production module compiles the {len(named)} "
-                         "config(s) the table names in full on first use; `oasr tune "
-                         "prebuild` compiles them now")
+    notes += _production_notes(queue, production, production_note)
     return attrs.evolve(result, messages=tuple(notes))
+
+
+def _production_notes(queue: Any, items: Sequence[Any], note: str | None) -> list[str]:
+    """One line on the production modules the build compiled for the next process."""
+    out = [note] if note else []
+    done = [queue.ready(item.key) for item in items] if queue is not None else []
+    if done:
+        text = ", ".join(f"{c.key.removeprefix('production:')} {c.status}" for c in done
+                         if c is not None)
+        out.append(f"production modules for the next process: {text}")
+    return out
 
 
 def _finished(signatures: Sequence[Signature], checkpoint: Checkpoint | None,

@@ -277,6 +277,47 @@ class CompileQueue:
         return "; ".join([line, *self.problems])
 
 
+def production_items(family: Any, lane: Lane, arch: str, out: Any
+                     ) -> tuple[list[CompileItem], str | None]:
+    """The production modules of ``lane`` on ``arch`` as the next process will load them,
+    after the build wrote ``out``: compiled by the build's own queue, so that the first
+    process serving the new table compiles nothing.
+
+    The runtime starts a new epoch first (the tiers are read again, the new entries
+    included), and the lane's production specs then name every config the tiers serve
+    (:mod:`oasr_core.tier_configs`). Returns the items and a note when ``out`` is not a tier
+    this process loads (its configs are then not in the modules: prebuild where it is).
+    """
+    if lane.jit_specs is None:
+        return [], None
+    from pathlib import Path
+
+    from oasr_core import runtime
+
+    from oasr_core.errors import OasrError
+
+    runtime.reload()
+    try:
+        tiers = runtime.get_runtime().tiers(family, arch)
+        loaded = {Path(p).resolve() for p in (tiers.user_path, tiers.system_path)
+                  if p is not None}
+    except OasrError:  # a family the process's plugins do not register (a test's record)
+        loaded = None
+    note = None
+    if loaded is not None and Path(out).resolve() not in loaded:
+        note = (f"{out} is not a tier this process loads: the production modules compiled "
+                "here hold the loaded tiers' configs; run `oasr tune prebuild` where the "
+                "table is installed")
+    try:
+        specs = list(lane.jit_specs(arch, "production"))
+    except Exception as exc:  # noqa: BLE001 - the module then compiles on first use
+        return [], f"production modules not compiled ({type(exc).__name__}: {exc})"
+    return [CompileItem(f"production:{getattr(spec, 'name', i)}", (), spec=lambda sp=spec: sp,
+                        units=tuple(getattr(u, "name", str(u)) for u in getattr(spec, "units",
+                                                                                 spec)))
+            for i, spec in enumerate(specs)], note
+
+
 def whole_space_items(lane: Lane, arch: str, signatures: Sequence[Any], done: Collection[str]
                       ) -> list[CompileItem]:
     """What a build measuring from the whole space compiles: the lane's whole-space modules

@@ -1,0 +1,107 @@
+"""A build leaves the process ready: after ``build_live`` writes the user tier, its compile
+queue builds the production module the next process loads, with every config the new table
+serves (a scripted device and compiler: no GPU, no nvcc)."""
+
+from __future__ import annotations
+
+import attrs
+import pytest
+from oasr_core import build, hookimpl, runtime
+from oasr_core.arch import ArchProfile
+from oasr_core.jit.builder import BuildStatus
+from oasr_core.plugins import make_plugin_manager
+from oasr_core.testing import ScriptedBench
+
+from oasr_gemm import codegen, hooks, jit
+from oasr_gemm import config_space as cs
+
+ARCH = "sm90"
+
+
+@attrs.frozen
+class _Unit:
+    status: BuildStatus
+
+
+@attrs.define
+class _Report:
+    units: dict
+    status: BuildStatus = BuildStatus.BUILT
+    error: str | None = None
+    failed: dict = attrs.Factory(dict)
+
+
+class _Plugin:
+    """The real gemm family and lanes (JIT specs kept), measured by a scripted device."""
+
+    def __init__(self, bench: ScriptedBench) -> None:
+        self.bench = bench
+
+    @hookimpl
+    def oasr_register_families(self):
+        return [attrs.evolve(f, make_bench=self.bench.make_bench)
+                for f in hooks.oasr_register_families()]
+
+    @hookimpl
+    def oasr_register_lanes(self):
+        return hooks.oasr_register_lanes()
+
+
+@pytest.fixture
+def scripted(tmp_path, monkeypatch):
+    monkeypatch.setenv("OASR_TUNE_USER_DB", str(tmp_path / "user"))
+    monkeypatch.setenv("OASR_TUNE_SYSTEM_DB", "off")
+    monkeypatch.delenv(jit.COMPILE_SET_ENV, raising=False)
+    always = set(jit.production_ids(cs.LANE_SM90, ARCH))
+    winner = next(c.id for c in jit.lane_configs(cs.LANE_SM90, ARCH)
+                  if c.id not in always and codegen.has_residual(c))
+
+    def time_us(name, config, problem):
+        if problem.op == cs.RESIDUAL_OP:
+            return 4.0 if name == "default" else 9.0
+        return 3.0 if name == winner else 9.0
+
+    bench = ScriptedBench(time_us, sigma_rel=0.001)
+    pm = make_plugin_manager(load_entrypoints=False)
+    pm.register(_Plugin(bench), name="gemm")
+    runtime.install_runtime(runtime.Runtime(pm=pm))
+    yield runtime.get_runtime(), winner, tmp_path / "user" / ARCH / "gemm.json"
+    runtime.install_runtime(None)
+
+
+def test_the_build_compiles_the_production_module_of_its_table(scripted):
+    rt, winner, out = scripted
+    family = rt.registry.family(cs.FAMILY)
+    lane = rt.registry.lane(cs.LANE_SM90)
+    specs = []
+
+    def compiler(spec, priority, on_unit):
+        specs.append(spec)
+        units = {u.name: _Unit(BuildStatus.BUILT) for u in spec.units}
+        for name, unit in units.items():
+            on_unit(name, unit)
+        return _Report(units)
+
+    census = build.merge_censuses([
+        build.census_from_widths(family, "256,1024", "64,512", op=op)
+        for op in ("gemm", cs.RESIDUAL_OP)])
+    result = build.build_live(census, family=family, lane=lane, arch=ARCH, out=out,
+                              timer=scripted_timer(rt), options=build.BuildOptions(fill=False),
+                              rankers=(), profile=ArchProfile.synthetic(ARCH),
+                              compiler=compiler)
+    # The whole space first (what this build measures from), then the production module.
+    whole, production = specs
+    assert whole == jit.full_spec(cs.LANE_SM90, ARCH)
+    names = {u.name for u in production.units}
+    assert winner in names, "the config the table names for gemm"
+    assert f"{lane.default_config}_res" in names, "gemm_residual's default regions"
+    assert any(m.startswith("production modules for the next process: gemm_sm90_wgmma built")
+               for m in result.messages), result.messages
+    # The next process's production spec is the one the build compiled: nothing new.
+    runtime.reload()
+    assert jit.production_spec(cs.LANE_SM90, ARCH) == production
+
+
+def scripted_timer(rt):
+    family = rt.registry.family(cs.FAMILY)
+    return family.make_bench.__self__.timer
