@@ -293,7 +293,6 @@ def production_items(family: Any, lane: Lane, arch: str, out: Any
     from pathlib import Path
 
     from oasr_core import runtime
-
     from oasr_core.errors import OasrError
 
     runtime.reload()
