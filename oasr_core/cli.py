@@ -19,29 +19,9 @@ from typing import Any
 import attrs
 import click
 
+from oasr_core.commands import complete
+from oasr_core.commands.state import CliState
 from oasr_core.errors import OasrError
-
-
-@attrs.define
-class CliState:
-    """What every command shares: the plugin manager (built lazily) and verbosity."""
-
-    plugin_manager: Any = None
-    verbose: bool = False
-    blocked: tuple[str, ...] = ()
-
-    def runtime(self):
-        """The process runtime, built on this state's plugin manager."""
-        from oasr_core import runtime as rt_mod
-
-        if self.plugin_manager is None:
-            from oasr_core.plugins import make_plugin_manager
-
-            self.plugin_manager = make_plugin_manager(block=self.blocked)
-        current = rt_mod._RUNTIME
-        if current is None or current.pm is not self.plugin_manager:
-            rt_mod.install_runtime(rt_mod.Runtime(pm=self.plugin_manager))
-        return rt_mod.get_runtime()
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -169,12 +149,9 @@ JSON_HELP = "Print the result as JSON instead of text."
 
 
 def completer(name: str) -> Callable:
-    """A ``shell_complete`` callback: :mod:`oasr_core.commands.complete`'s ``name``, imported
-    only when the shell asks."""
+    """A ``shell_complete`` callback: :mod:`oasr_core.commands.complete`'s ``name``."""
 
     def call(ctx: click.Context, param: click.Parameter, incomplete: str) -> list:
-        from oasr_core.commands import complete
-
         return getattr(complete, name)(ctx, param, incomplete)
 
     return call

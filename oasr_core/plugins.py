@@ -41,8 +41,10 @@ from typing import Any
 import pluggy
 
 from oasr_core import hookspecs
+from oasr_core.environment import parse_bool
 from oasr_core.errors import ConfigurationError, PluginError, PluginLoadError
 from oasr_core.types import PluginLoadFailure
+from oasr_core.variables import check_environment
 
 log = logging.getLogger(__name__)
 
@@ -51,8 +53,6 @@ ENTRY_POINT_GROUP = "oasr"
 
 def env_flag(name: str) -> bool:
     """Read a boolean environment switch; a malformed value is a ConfigurationError."""
-    from oasr_core.environment import parse_bool
-
     return parse_bool(name, os.environ.get(name, ""))
 
 
@@ -315,11 +315,9 @@ def make_plugin_manager(
     :param strict: raise on any plugin failure; ``None`` reads ``OASR_STRICT_PLUGINS``.
     :param verbose: include tracebacks in failure warnings (the CLI's ``-v``).
     :raises ConfigurationError: a malformed ``OASR_*`` variable
-        (:func:`oasr_core.environment.check_environment`).
+        (:func:`oasr_core.variables.check_environment`).
     :raises PluginLoadError: in strict mode, a plugin that does not load.
     """
-    from oasr_core.environment import check_environment
-
     check_environment()  # every OASR_* variable, before anything reads one
     if strict is None:
         strict = env_flag("OASR_STRICT_PLUGINS")

@@ -27,6 +27,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from oasr_core import stamps
 from oasr_core.errors import ConfigurationError
 
 if TYPE_CHECKING:
@@ -195,7 +196,6 @@ def tuning_report(arch: str | None = None, families: Iterable[str] | None = None
     files, merged) adds the coverage of its heuristic-fallback families
     (:attr:`TuningReport.coverage`, see the module docstring).
     """
-    from oasr_core import database
     from oasr_core.runtime import get_runtime
     from oasr_core.types import ARCH_RE
 
@@ -210,7 +210,7 @@ def tuning_report(arch: str | None = None, families: Iterable[str] | None = None
         for name in names:
             fam = registry.family(name)
             tiers = rt.tiers(fam, a)
-            current = database.current_soft_validators(fam)
+            current = stamps.current_soft_validators(fam)
             lane = registry.active_lane(name, a)
             states.append(FamilyState(
                 family=name, arch=a, lane=lane.name if lane else None,

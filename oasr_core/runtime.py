@@ -29,6 +29,7 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
+from oasr_core import stamps
 from oasr_core.epoch import Epoch
 from oasr_core.errors import DatabaseError, OasrWarning
 
@@ -205,14 +206,13 @@ class Runtime:
         The epoch state is swapped for a fresh one (the old is closed: its memo tables empty),
         then each reload listener is told the new epoch's number.
         """
-        from oasr_core import database
 
         with _LOCK:
             self.epoch += 1
             old, self.state = self.state, Epoch(number=self.epoch)
             old.close()
             self._tiers.clear()
-            database.reset_caches()  # the SKU and nvcc stamps: a new epoch may see new ones
+            stamps.reset_caches()  # the SKU and nvcc stamps: a new epoch may see new ones
             listeners = list(self._listeners)
         for listener in listeners:
             listener(self.epoch)

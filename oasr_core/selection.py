@@ -231,7 +231,7 @@ def _from_file(rt, fam: Family, lane: Lane, tier: Tier, tf, problem: Problem) ->
                 return sel
             continue
         config = tf.configs[choice_id]
-        why = unusable_reason(lane, config, problem)
+        why = lane.unusable_reason(config, problem)
         if why is None:
             # The lane's own record, never the file's parameters under that id: it is what
             # the predicates judged and what the launcher runs (a file whose parameters
@@ -242,22 +242,6 @@ def _from_file(rt, fam: Family, lane: Lane, tier: Tier, tf, problem: Problem) ->
         rt.warn_once(f"{tier.value}:{tf.lane}:{config.lane}:{config.id}:{why}",
                      f"oasr: {tier.value} tier entry {key} names config {config.id!r} "
                      f"({config.lane}), which {why}; skipped, the next tier serves")
-    return None
-
-
-def unusable_reason(lane: Lane, config: Config, problem: Problem | None) -> str | None:
-    """Why ``config`` cannot serve on ``lane`` (and ``problem``), or None when it can."""
-    if config.lane != lane.name:
-        return f"belongs to lane {config.lane!r}, not this process's lane {lane.name!r}"
-    own = lane.config(config.id)
-    if own is None:
-        return f"is not in lane {lane.name!r}'s config space"
-    if not lane.is_feasible(own):
-        return "is statically infeasible"
-    if lane.is_available is not None and not lane.is_available(own):
-        return "is not in this process's compiled set"
-    if problem is not None and not lane.supports(own, problem):
-        return "cannot run this shape"
     return None
 
 
@@ -295,7 +279,7 @@ def model_candidates(lane: Lane, arch: str, problem: Problem) -> tuple[Config, .
     if lane.production is not None:
         compiled = {c.id for c in lane.production(arch)}
         space = tuple(c for c in space if c.id in compiled)
-    return tuple(c for c in space if unusable_reason(lane, c, problem) is None)
+    return tuple(c for c in space if lane.unusable_reason(c, problem) is None)
 
 
 def _from_model(rt, fam: Family, lane: Lane, tiers, problem: Problem) -> Selection | None:

@@ -90,10 +90,8 @@ def file_sentinel_config(family: Family, lane: Lane, sentinel: Sentinel, problem
     stamped = stamp.get(DEFAULT_STAMP) if stamp is not None else None
     if not isinstance(stamped, str) or stamped in ("*", lane.default_config):
         return lane.default, None
-    from oasr_core.selection import unusable_reason
-
     config = lane.config(stamped)
     if config is None:
         return None, f"was measured as {stamped!r}, which is not in lane {lane.name!r}'s space"
-    why = unusable_reason(lane, config, problem)
+    why = lane.unusable_reason(config, problem)
     return (config, None) if why is None else (None, f"was measured as {stamped!r}, which {why}")

@@ -4,7 +4,9 @@
 lenient: ``"12"`` is not an int, ``true`` is not an int, ``"abc"`` is not a list of
 strings, and unknown keys are refused. A persisted document that does not match its schema
 is an error with a path (``$.entries['gemm|...'].regions``), never a silent coercion.
-The core's document types register their hooks here; plugins add theirs through an
+Each document's module adds its own hooks to a converter made here (tuning files:
+:mod:`oasr_core.database.codec`, ShapeSets, the autotune cache), so this module sits below
+every document and imports none of them; plugins add theirs through an
 ``oasr_configure_converter(converter)`` hook when their plugin manager provides one.
 """
 
@@ -146,7 +148,8 @@ def _attrs_hook_factory(converter: cattrs.Converter) -> Callable[[Any], Callable
 
 
 def make_converter(pm: Any = None) -> cattrs.Converter:
-    """A fresh JSON converter with every core document type and plugin hook registered.
+    """A fresh strict JSON converter with the plugins' hooks registered (a document's own
+    hooks are its module's: :func:`oasr_core.database.codec.configure_converter`, ...).
 
     ``pm`` is the plugin manager; when it offers an ``oasr_configure_converter`` hook, each
     plugin's implementation is called with the converter so it can register its own
@@ -162,10 +165,6 @@ def make_converter(pm: Any = None) -> cattrs.Converter:
     converter.register_structure_hook_factory(_is_homogeneous_tuple,
                                               _tuple_hook_factory(converter))
     converter.register_structure_hook_factory(attrs.has, _attrs_hook_factory(converter))
-
-    from oasr_core.database.codec import configure_converter as configure_database
-
-    configure_database(converter)
     hook = getattr(getattr(pm, "hook", None), "oasr_configure_converter", None)
     if hook is not None:
         hook(converter=converter)

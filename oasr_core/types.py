@@ -419,6 +419,23 @@ class Lane:
         """The default config record."""
         return self._by_id[self.default_config]
 
+    def unusable_reason(self, config: Config, problem: Problem | None = None) -> str | None:
+        """Why ``config`` cannot serve on this lane (and ``problem``), or None when it can:
+        another lane's, not in the space, statically infeasible, not compiled in this
+        process, or unable to run the shape."""
+        if config.lane != self.name:
+            return f"belongs to lane {config.lane!r}, not this process's lane {self.name!r}"
+        own = self.config(config.id)
+        if own is None:
+            return f"is not in lane {self.name!r}'s config space"
+        if not self.is_feasible(own):
+            return "is statically infeasible"
+        if self.is_available is not None and not self.is_available(own):
+            return "is not in this process's compiled set"
+        if problem is not None and not self.supports(own, problem):
+            return "cannot run this shape"
+        return None
+
 
 @attrs.frozen
 class Selection:

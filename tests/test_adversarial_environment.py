@@ -11,8 +11,8 @@ from click.testing import CliRunner
 import oasr_core
 from oasr_core import runtime
 from oasr_core.cli import CliState, main
-from oasr_core.environment import VARIABLES, check_environment
 from oasr_core.errors import ConfigurationError
+from oasr_core.variables import VARIABLES, check_environment
 
 BAD = {
     "OASR_TUNE_MODEL_FALLBACK": "maybe",

@@ -12,7 +12,7 @@ import attrs
 import filelock
 import pytest
 
-from oasr_core import database
+from oasr_core import database, stamps
 from oasr_core.database import paths as db_paths
 from oasr_core.errors import ConfigurationError, DatabaseError
 from oasr_core.types import Config
@@ -274,20 +274,20 @@ def test_current_soft_validators_add_sku_and_nvcc_to_the_family_stamps(tmp_path,
     home = _fake_nvcc(tmp_path, "Cuda compilation tools, release 13.0, V13.0.88")
     monkeypatch.delenv("OASR_NVCC", raising=False)
     monkeypatch.setenv("CUDA_HOME", str(home))
-    database.reset_caches()
+    stamps.reset_caches()
     try:
-        stamps = database.current_soft_validators(kit.gemm_family())
-        assert stamps["impl_hash"] == "1234" and stamps["cutlass"] == "c0ffee"
-        assert stamps["nvcc"] == "13.0.88"
-        assert stamps["sku"] is None
-        assert database.current_soft_validators(kit.conv_family()).keys() == {"sku", "nvcc"}
+        stamped = stamps.current_soft_validators(kit.gemm_family())
+        assert stamped["impl_hash"] == "1234" and stamped["cutlass"] == "c0ffee"
+        assert stamped["nvcc"] == "13.0.88"
+        assert stamped["sku"] is None
+        assert stamps.current_soft_validators(kit.conv_family()).keys() == {"sku", "nvcc"}
         monkeypatch.setenv("CUDA_HOME", str(tmp_path / "nowhere"))
         monkeypatch.setenv("PATH", str(tmp_path / "empty"))
         monkeypatch.setattr(compiler, "FALLBACK_NVCC", tmp_path / "nowhere" / "nvcc")
-        database.reset_caches()
-        assert database.current_soft_validators(kit.conv_family())["nvcc"] is None
+        stamps.reset_caches()
+        assert stamps.current_soft_validators(kit.conv_family())["nvcc"] is None
     finally:
-        database.reset_caches()
+        stamps.reset_caches()
 
 
 def _nvcc_on_path(folder: Path, build: str) -> Path:
@@ -311,25 +311,25 @@ def test_the_nvcc_stamp_names_the_compiler_the_jit_builds_with(tmp_path, monkeyp
     monkeypatch.delenv("CUDA_HOME", raising=False)
     monkeypatch.delenv("CUDA_PATH", raising=False)
     monkeypatch.setenv("PATH", str(on_path.parent))
-    database.reset_caches()
+    stamps.reset_caches()
     try:
         assert compiler.toolchain().nvcc == on_path
-        assert database.nvcc_version() == "12.8.61"
+        assert stamps.nvcc_version() == "12.8.61"
         monkeypatch.setenv("CUDA_HOME", str(home))
         monkeypatch.setenv("OASR_NVCC", str(chosen))
         assert compiler.toolchain().nvcc == chosen
-        assert database.current_soft_validators(kit.conv_family())["nvcc"] == "12.8.93"
+        assert stamps.current_soft_validators(kit.conv_family())["nvcc"] == "12.8.93"
         monkeypatch.delenv("OASR_NVCC")
-        assert database.nvcc_version() == "13.0.88"
+        assert stamps.nvcc_version() == "13.0.88"
     finally:
-        database.reset_caches()
+        stamps.reset_caches()
 
 
 def test_a_family_returning_non_json_stamps_is_a_plugin_error():
     from oasr_core.errors import PluginError
 
     with pytest.raises(PluginError, match="family gemm: soft_validators"):
-        database.current_soft_validators(kit.gemm_family(soft_validators=lambda: {"x": {1}}))
+        stamps.current_soft_validators(kit.gemm_family(soft_validators=lambda: {"x": {1}}))
 
 
 # --- tiers --------------------------------------------------------------------------------

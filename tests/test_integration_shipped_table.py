@@ -64,16 +64,16 @@ def test_shipped_table_is_current_for_the_installed_kernels(family):
     as compiling to the same machine code keeps the earlier hash), so ``tune status`` shows them
     fresh; a plugin edit that changes a unit, flag or header fails this until the table is
     rebuilt or the equivalence is checked and recorded."""
-    from oasr_core import database
+    from oasr_core import database, stamps
     from oasr_core.plugins import make_plugin_manager
     from oasr_core.registry import Registry
 
     registry = Registry.from_plugin_manager(make_plugin_manager())
-    current = database.current_soft_validators(registry.family(family))
+    current = stamps.current_soft_validators(registry.family(family))
     stamped = json.loads((REPO / "db" / "sm90" / f"{family}.json").read_text())
-    stamps = stamped["validators"]["soft"]
-    assert stamps["impl_hash"] == current["impl_hash"]
-    assert database.validators.stale_reasons(stamps, {
+    soft = stamped["validators"]["soft"]
+    assert soft["impl_hash"] == current["impl_hash"]
+    assert database.validators.stale_reasons(soft, {
         k: v for k, v in current.items() if k not in ("sku", "nvcc")}) == []
 
 

@@ -425,7 +425,7 @@ def base_env() -> dict[str, Any]:
     import sys
 
     from oasr_core import __version__
-    from oasr_core.database import current_sku
+    from oasr_core.stamps import current_sku
 
     torch = sys.modules.get("torch")
     if torch is None:

@@ -26,7 +26,6 @@ import attrs
 
 from oasr_core.bench import ArmStatus, BenchOptions, BenchResult, Timer, bench_problem
 from oasr_core.database import signature_key
-from oasr_core.selection import unusable_reason
 from oasr_core.sentinels import choice_config, sentinel_config
 from oasr_core.shapes import bucket
 from oasr_core.types import Config, Family, Lane, Problem, Selection, Sentinel, Tier, thaw
@@ -54,7 +53,7 @@ def candidates(family: Family, lane: Lane, problem: Problem) -> list[Config | Se
                  if s in family.sentinels]
     if family.fallback is Sentinel.HEURISTIC:
         sentinels.insert(0, Sentinel.HEURISTIC)
-    configs = [c for c in lane.config_space if unusable_reason(lane, c, problem) is None]
+    configs = [c for c in lane.config_space if lane.unusable_reason(c, problem) is None]
     return [*sentinels, *configs]
 
 
@@ -85,7 +84,7 @@ def selection_of(result: Result, family: Family, lane: Lane, problem: Problem) -
     if config is None or (result.config is not None
                           and thaw(result.config) != config.to_json()):
         return None
-    if unusable_reason(lane, config, problem) is not None:
+    if lane.unusable_reason(config, problem) is not None:
         return None
     return Selection(choice=config, tier=Tier.USER, lane=lane.name, config=config)
 

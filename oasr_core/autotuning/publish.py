@@ -21,7 +21,7 @@ from typing import Any
 
 import attrs
 
-from oasr_core import database
+from oasr_core import database, stamps
 from oasr_core.database import Entry, Region, Source
 from oasr_core.errors import UnknownFamilyError
 from oasr_core.sentinels import stamp_sentinels
@@ -178,7 +178,7 @@ def publish(results: Iterable[Result], *, arch: str, registry: Any) -> PublishRe
             database.write_entries(path, family=family, arch=arch, lane=lane, entries=changes,
                                    configs=configs,
                                    soft=stamp_sentinels(
-                                       database.current_soft_validators(family), lane))
+                                       stamps.current_soft_validators(family), lane))
         except database.SchemaTooNewError as exc:
             skipped.append(f"{path}: {exc}")
             continue

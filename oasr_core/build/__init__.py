@@ -18,7 +18,7 @@ from typing import Any
 
 import attrs
 
-from oasr_core import database
+from oasr_core import database, stamps
 from oasr_core.bench import PROTOCOL_VERSION, BenchOptions, Timer
 from oasr_core.errors import ConfigurationError, DatabaseError
 from oasr_core.measurements import (
@@ -30,7 +30,6 @@ from oasr_core.measurements import (
     rows_by_run,
     utc_now,
 )
-from oasr_core.selection import unusable_reason
 from oasr_core.sentinels import DEFAULT_STAMP, stamp_sentinels
 from oasr_core.types import Family, Lane, Sentinel
 
@@ -114,7 +113,7 @@ def _incumbent(entry: Any, m: int, family: Family, lane: Lane, problem: Any) -> 
     if sentinel is not None:
         return choice if sentinel in family.sentinels or sentinel is family.fallback else None
     config = lane.config(choice)
-    return choice if config is not None and unusable_reason(lane, config, problem) is None \
+    return choice if config is not None and lane.unusable_reason(config, problem) is None \
         else None
 
 
@@ -161,7 +160,7 @@ def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Pa
     models whose top-``options.top_k`` union (plus the forced arms) prunes the candidates
     (None: the calibrated model an earlier build shipped, when ``options.prune`` allows and
     there is one; see :mod:`.model`); ``soft`` defaults to
-    :func:`oasr_core.database.current_soft_validators`; ``profile`` (an ``ArchProfile``,
+    :func:`oasr_core.stamps.current_soft_validators`; ``profile`` (an ``ArchProfile``,
     default: this device's) is what the file's cost model is fitted on.
 
     With an effort level (``options.effort``) each signature's candidate set is found before
@@ -183,7 +182,7 @@ def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Pa
     bench = attrs.evolve(bench, working_set_bytes=census.working_set_bytes,
                          l2_bytes=timer.l2_bytes, lane=lane.name,
                          resolve=functools.partial(resolve_choice, family, lane))
-    soft = stamp_sentinels(database.current_soft_validators(family) if soft is None else soft,
+    soft = stamp_sentinels(stamps.current_soft_validators(family) if soft is None else soft,
                            lane)
     default_log, default_ckpt = default_paths(out, family)
     log = MeasurementLog(log_path or default_log)

@@ -40,7 +40,6 @@ from oasr_core.bench import (
     bench_problem,
 )
 from oasr_core.measurements import MeasurementLog, arm_row, latest_groups, utc_now
-from oasr_core.selection import unusable_reason
 from oasr_core.sentinels import choice_config
 from oasr_core.types import Config, Family, Lane, Sentinel
 
@@ -127,7 +126,7 @@ class LiveSource:
         skip = {c.id for c in (self.stands_for(s, problem) for s in self.forced())
                 if c is not None}
         return [c for c in self.lane.config_space
-                if c.id not in skip and unusable_reason(self.lane, c, problem) is None]
+                if c.id not in skip and self.lane.unusable_reason(c, problem) is None]
 
     @property
     def exhaustive(self) -> bool:
@@ -201,7 +200,7 @@ class LiveSource:
             config = self.lane.config(name) if sentinel is None else None
             why = None if sentinel is not None else (
                 "is not a config of the lane" if config is None
-                else unusable_reason(self.lane, config, problem))
+                else self.lane.unusable_reason(config, problem))
             if why is None:
                 choices.append(sentinel if sentinel is not None else config)
             else:

@@ -12,10 +12,10 @@ from typing import Any
 import click
 from click.shell_completion import CompletionItem
 
+from oasr_core.commands.state import CliState
+
 
 def _registry(ctx: click.Context) -> Any:
-    from oasr_core.cli import CliState
-
     state = ctx.find_object(CliState) or CliState()
     return state.runtime().registry
 

@@ -34,7 +34,7 @@ def gpu_facts(rt: Any) -> dict[str, Any]:
     facts = rt.device(None)
     if facts is None:
         return {"present": False, "reason": "torch sees no CUDA device"}
-    from oasr_core.database import current_sku
+    from oasr_core.stamps import current_sku
 
     sku = current_sku() or {}
     from oasr_core.jit import family_target

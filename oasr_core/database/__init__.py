@@ -42,10 +42,6 @@ from .schema import (
 )
 from .validators import (
     WILDCARD,
-    current_sku,
-    current_soft_validators,
-    nvcc_version,
-    reset_caches,
     stale_entries,
     stale_reasons,
 )
@@ -75,17 +71,13 @@ __all__ = [
     "check_entry",
     "check_key",
     "check_tuning_file",
-    "current_sku",
-    "current_soft_validators",
     "default_system_root",
     "describe_choices",
     "diff_files",
     "load_tuning_file",
     "open_tuning_file",
-    "nvcc_version",
     "parse_signature_key",
     "read_tuning_file",
-    "reset_caches",
     "signature_key",
     "stale_entries",
     "stale_reasons",

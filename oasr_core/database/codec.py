@@ -1,7 +1,8 @@
 """JSON form of tuning files: cattrs hooks, :func:`encode` and :func:`decode`.
 
-The hooks are registered on the shared converter by
-:func:`oasr_core.serialization.make_converter`. Regions travel as ``[m_hi, choice]`` pairs,
+The hooks (:func:`configure_converter`) are registered on a converter of
+:func:`oasr_core.serialization.make_converter`, the strict one every document shares; the
+serialization layer knows no tuning file. Regions travel as ``[m_hi, choice]`` pairs,
 configs as ``{id: {"lane": ..., **params}}`` (``Config.to_json``), empty optional fields
 of an entry are omitted, and ``model`` is omitted when absent.
 """
@@ -68,7 +69,7 @@ def _unstructure_configs(configs: Mapping[str, Config]) -> dict[str, Any]:
 
 
 def configure_converter(converter: cattrs.Converter) -> None:
-    """Register the tuning-file hooks on ``converter`` (called by ``make_converter``)."""
+    """Register the tuning-file hooks on ``converter`` (a :func:`make_converter` one)."""
     converter.register_structure_hook(Region, _structure_region)
     converter.register_structure_hook(Source, _structure_source)
     converter.register_unstructure_hook(Region, _unstructure_region)
@@ -87,7 +88,9 @@ def configure_converter(converter: cattrs.Converter) -> None:
 
 @functools.cache
 def _converter() -> cattrs.Converter:
-    return make_converter()
+    converter = make_converter()
+    configure_converter(converter)
+    return converter
 
 
 def encode(tuning_file: TuningFile) -> dict[str, Any]:

@@ -1,5 +1,9 @@
 """Soft validators: the build environment an entry was measured under, and its staleness.
 
+What this process would stamp (its SKU, nvcc, the family's own stamps) is
+:func:`oasr_core.stamps.current_soft_validators`: the database compares stamps and never
+asks the toolchain or the GPU itself.
+
 A soft mismatch (kernel implementation hash, SKU, nvcc, CUTLASS stamp) keeps a file in
 service and marks the affected entries stale: every config is re-checked against the
 compiled set and the feasibility predicates when it is resolved, so a stale entry can only
@@ -9,81 +13,16 @@ a current value of None (unknown here, e.g. no GPU or no nvcc) never makes anyth
 
 from __future__ import annotations
 
-import functools
 import json
 from collections.abc import Mapping
 from typing import Any
 
-from oasr_core.errors import PluginError
-from oasr_core.serialization import Invalid, check_json
-from oasr_core.types import Family, Lane, thaw
+from oasr_core.types import Lane, thaw
 
 from .schema import TuningFile
 
 WILDCARD = "*"
 """A stamped value that matches anything."""
-
-@functools.cache
-def current_sku() -> dict[str, Any] | None:
-    """This process's GPU as ``{name, sms, l2}``, or None without CUDA (cached)."""
-    from oasr_core.gpu_probe import gpu_visible
-
-    if not gpu_visible():
-        return None
-    try:
-        import torch
-    except ImportError:
-        return None
-    if not torch.cuda.is_available():
-        return None
-    props = torch.cuda.get_device_properties(torch.cuda.current_device())
-    return {"name": props.name, "sms": props.multi_processor_count,
-            "l2": getattr(props, "L2_cache_size", None)}
-
-
-def nvcc_version() -> str | None:
-    """The build version (``13.0.88``) of the nvcc the JIT compiles with, found as
-    :func:`oasr_core.jit.compiler.toolchain` finds it (``OASR_NVCC``, ``CUDA_HOME``, ``PATH``,
-    ``/usr/local/cuda``); None when there is none. The toolchain caches it per process for
-    the current values of those variables."""
-    from oasr_core.errors import ToolchainError
-    from oasr_core.jit.compiler import toolchain
-
-    try:
-        return toolchain().build_version
-    except ToolchainError:
-        return None
-
-
-def reset_caches() -> None:
-    """Forget the cached SKU and nvcc version (a new epoch may see a new toolchain)."""
-    from oasr_core.jit.compiler import clear_toolchain_cache
-
-    current_sku.cache_clear()
-    clear_toolchain_cache()
-
-
-def current_soft_validators(family: Family) -> dict[str, Any]:
-    """The stamp a write by this process carries: the family's own plus ``sku`` and ``nvcc``.
-
-    ``family.soft_validators()`` supplies the family's stamps (``impl_hash``, ``cutlass``);
-    the core adds ``sku`` (None without a GPU) and ``nvcc`` (None without nvcc).
-    """
-    stamps: dict[str, Any] = {}
-    if family.soft_validators is not None:
-        own = family.soft_validators()
-        try:
-            if not isinstance(own, Mapping):
-                raise Invalid(f"returned {type(own).__name__}, expected a mapping")
-            check_json(own)
-        except Invalid as exc:
-            raise PluginError(f"family {family.name}: soft_validators() {exc}; return a "
-                              "mapping of JSON values") from None
-        stamps.update(thaw(own))
-    stamps["sku"] = current_sku()
-    stamps["nvcc"] = nvcc_version()
-    return stamps
-
 
 def _wild(value: Any) -> bool:
     return value is None or value == WILDCARD

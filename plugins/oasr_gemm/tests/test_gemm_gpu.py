@@ -211,7 +211,7 @@ def test_prepared_cache_follows_new_pointers(kernels):
 def kernel_tier(tmp_path, monkeypatch):
     """A user tier whose entries serve the lane's default config at every M for the widths the
     op tests call (an uncovered shape would run on torch, the family's untuned choice)."""
-    from oasr_core import database, reload
+    from oasr_core import database, reload, stamps
     from oasr_core.runtime import get_runtime
 
     arch = _arch()
@@ -224,7 +224,7 @@ def kernel_tier(tmp_path, monkeypatch):
     database.write_entries(database.tier_path(tmp_path, arch, family), family=family, arch=arch,
                            lane=lane, entries=entries,
                            configs={c.id: c for c in lane.config_space},
-                           soft=database.current_soft_validators(family))
+                           soft=stamps.current_soft_validators(family))
     monkeypatch.setenv("OASR_TUNE_USER_DB", str(tmp_path))
     reload()
     yield

@@ -7,6 +7,7 @@ import warnings
 import pytest
 import torch
 import torch.nn.functional as F
+from oasr_core import stamps
 from oasr_core.errors import ToolchainError
 from oasr_core.testing import pretend_cuda_device
 from torch._subclasses.fake_tensor import FakeTensorMode
@@ -139,7 +140,7 @@ def _default_served(tmp_path, monkeypatch, dims=(256, 512)):
         database.tier_path(tmp_path, "sm90", family), family=family, arch="sm90", lane=lane,
         entries={database.signature_key(family, "gemm", "fp16", dims):
                  database.Entry(regions=((None, "default"),))},
-        configs={}, soft=database.current_soft_validators(family))
+        configs={}, soft=stamps.current_soft_validators(family))
 
 
 def test_unbuildable_module_falls_back_to_torch_with_one_warning(monkeypatch, tmp_path):

@@ -21,6 +21,7 @@ import os
 
 import pytest
 import torch
+from oasr_core import stamps
 from oasr_core.runtime import get_runtime
 
 from oasr_gemm import codegen, jit, launch, numerics
@@ -212,7 +213,7 @@ def residual_tier(tmp_path, monkeypatch, module):
     database.write_entries(database.tier_path(tmp_path, arch, family), family=family, arch=arch,
                            lane=lane, entries=entries,
                            configs={c.id: c for c in lane.config_space},
-                           soft=database.current_soft_validators(family))
+                           soft=stamps.current_soft_validators(family))
     monkeypatch.setenv("OASR_TUNE_USER_DB", str(tmp_path))
     reload()
     default = cs.config(cs.LANE_SM90, cs.SM90_DEFAULT)

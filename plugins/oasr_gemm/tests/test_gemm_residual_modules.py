@@ -7,7 +7,7 @@ from __future__ import annotations
 
 import attrs
 import pytest
-from oasr_core import database
+from oasr_core import database, stamps
 from oasr_core.build import compiling
 from oasr_core.runtime import get_runtime
 
@@ -54,7 +54,7 @@ def test_the_tiers_gemm_residual_entries_name_the_residual_units(tmp_path, monke
     database.write_entries(database.tier_path(tmp_path, "sm90", family), family=family,
                            arch="sm90", lane=lane, entries=entries,
                            configs={c.id: c for c in lane.config_space},
-                           soft=database.current_soft_validators(family))
+                           soft=stamps.current_soft_validators(family))
     rt.reload()
     assert jit.residual_referenced(cs.LANE_SM90, "sm90") == {"pp_128x96x64_c1x1"}
     names = _unit_names(jit.production_spec(cs.LANE_SM90, "sm90"))

@@ -8,7 +8,7 @@ import attrs
 import pytest
 import torch
 import torch.nn.functional as F
-from oasr_core import database
+from oasr_core import database, stamps
 from oasr_core.runtime import get_runtime
 from oasr_core.testing import check_reload_refreshes, pretend_cuda_device
 from oasr_core.types import Problem, Selection, Tier
@@ -123,7 +123,7 @@ def residual_tier(tmp_path, monkeypatch):
                            arch="sm90", lane=lane,
                            entries={key: database.Entry(regions=((64, TUNED), (None, "torch")))},
                            configs={c.id: c for c in lane.config_space},
-                           soft=database.current_soft_validators(family))
+                           soft=stamps.current_soft_validators(family))
     pretend_cuda_device()
     return tmp_path
 

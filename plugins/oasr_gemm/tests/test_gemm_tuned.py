@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from oasr_core import database
+from oasr_core import database, stamps
 from oasr_core.runtime import get_runtime
 from oasr_core.testing import pretend_cuda_device
 
@@ -25,7 +25,7 @@ def system_tier(tmp_path, monkeypatch):
     database.write_entries(database.tier_path(tmp_path, "sm90", family), family=family,
                            arch="sm90", lane=lane, entries={key: entry},
                            configs={c.id: c for c in lane.config_space},
-                           soft=database.current_soft_validators(family))
+                           soft=stamps.current_soft_validators(family))
     pretend_cuda_device()
     return tmp_path
 
@@ -65,7 +65,7 @@ def test_gelu_runs_on_torch_where_the_entry_was_measured_with_silu(tmp_path, mon
                            arch="sm90", lane=lane,
                            entries={key: database.Entry(regions=((None, TUNED),))},
                            configs={c.id: c for c in lane.config_space},
-                           soft=database.current_soft_validators(family))
+                           soft=stamps.current_soft_validators(family))
     pretend_cuda_device()
     launch.install_library(cs.LANE_SM90, "sm90", _fake_library())
     for act in ("silu", "relu"):

@@ -8,7 +8,7 @@ import warnings
 import numpy as np
 import pytest
 import torch
-from oasr_core import database
+from oasr_core import database, stamps
 from oasr_core.errors import OasrWarning, ToolchainError
 from oasr_core.runtime import get_runtime
 from oasr_core.testing import pretend_cuda_device
@@ -264,7 +264,7 @@ def system_tier(tmp_path, monkeypatch):
     database.write_entries(database.tier_path(tmp_path, "sm90", family), family=family,
                            arch="sm90", lane=lane, entries=entries,
                            configs={c.id: c for c in lane.config_space},
-                           soft=database.current_soft_validators(family))
+                           soft=stamps.current_soft_validators(family))
     _pretend_gpu(monkeypatch)
     return tmp_path
 
