@@ -53,6 +53,7 @@ __all__ = [
     "BuildOptions",
     "BuildResult",
     "Census",
+    "LivePlan",
     "LiveSource",
     "LogSource",
     "MeasurementSource",
@@ -71,6 +72,7 @@ __all__ = [
     "logged_default",
     "merge_censuses",
     "plan",
+    "plan_live",
     "read_census",
     "read_censuses",
     "resolve_choice",
@@ -147,6 +149,119 @@ def with_incumbents(signatures: Sequence[Signature], files: Sequence[Path], fami
     return result
 
 
+@attrs.define
+class LivePlan:
+    """What a live build settled before measuring: the run (its header already in the log),
+    the planned signatures with their incumbents, the measuring source, the checkpoint and
+    the signatures it finished, and each signature's pooled candidate set.
+
+    :func:`build_live` measures it on this device; :mod:`oasr_core.build.distributed` shards
+    its signatures over workers, with the same digests and sets.
+    """
+
+    census: Census
+    family: Family
+    lane: Lane
+    arch: str
+    out: Path
+    options: BuildOptions
+    level: Any
+    """The effort level (:class:`~oasr_core.build.effort.Effort`), or None."""
+    log: MeasurementLog
+    run: str
+    soft: dict[str, Any]
+    profile: Any
+    signatures: list[Signature]
+    source: LiveSource
+    checkpoint: Checkpoint | None
+    done: set[str]
+    """Signatures the checkpoint finished (reused, never measured)."""
+    pooled: bool
+    """Each signature measures one pooled candidate set (:attr:`planned`)."""
+    planned: dict[str, tuple[Any, ...]]
+
+    @property
+    def fingerprint(self) -> list[str]:
+        return self.source.fingerprint()
+
+    def fit_model(self) -> dict[str, Any] | None:
+        """The cost-model payload fitted on every row of the log for this lane and arch."""
+        return _fit_from(self.log.path, self.family, self.lane, self.arch, self.profile,
+                         self.soft.get("impl_hash"))
+
+
+def plan_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Path,
+              timer: Timer | None, options: BuildOptions | None = None,
+              log_path: Path | None = None, checkpoint_path: Path | None = None,
+              rankers: Sequence[Ranker] | None = None,
+              bench_options: BenchOptions | None = None, soft: dict[str, Any] | None = None,
+              profile: Any = None, run: str | None = None, device_name: str | None = None,
+              l2_bytes: int | None = None, write_header: bool = True) -> LivePlan:
+    """Plan a live build (see :func:`build_live` for the arguments) and log its run header.
+
+    ``run`` continues a run of that id (its header is written once); ``device_name`` and
+    ``l2_bytes`` describe the measuring device when ``timer`` is None (it lives elsewhere);
+    ``write_header=False`` plans without writing anything (a plan shown, not run).
+    """
+    options = (options or BuildOptions()).resolved()
+    if family.make_bench is None:
+        raise ConfigurationError(f"family {family.name} has no make_bench: it cannot be "
+                                 "measured here; rebuild from a measurement log (--from-log)")
+    if timer is not None:
+        device_name, l2_bytes = getattr(timer, "name", None), timer.l2_bytes
+    lvl = effort.level(options.effort) if options.effort is not None else None
+    bench = bench_options or BenchOptions()
+    if lvl is not None:
+        bench = attrs.evolve(bench, stage_rounds=lvl.stage_rounds)
+    bench = attrs.evolve(bench, working_set_bytes=census.working_set_bytes,
+                         l2_bytes=l2_bytes, lane=lane.name,
+                         resolve=functools.partial(resolve_choice, family, lane))
+    soft = stamp_sentinels(stamps.current_soft_validators(family) if soft is None else soft,
+                           lane)
+    default_log, default_ckpt = default_paths(out, family)
+    log = MeasurementLog(log_path or default_log)
+    continued = run is not None and log.path.exists() and any(
+        r.get("run") == run for r in read_logs([log.path])[0])
+    run = run or new_run_id()
+    system = database.system_root()
+    tier_files = [out] + ([database.tier_path(system, arch, family)] if system else [])
+    if model.modelled(lane) and profile is None:
+        profile = model.build_profile(arch)
+    if rankers is None:
+        prior = (model.prior_model(lane, profile, tier_files)
+                 if options.prune and profile is not None and model.modelled(lane) else None)
+        rankers = model.rankers(prior, lane) if prior is not None else ()
+    if write_header and not continued:
+        log.append([{"row": "run", "schema_version": LOG_SCHEMA_VERSION, "run": run,
+                     "protocol": PROTOCOL_VERSION, "family": family.name, "arch": arch,
+                     "lane": lane.name, "soft": soft, "device": device_name,
+                     "started": utc_now(), "knobs": options.knobs(),
+                     "bench": bench.to_json(),
+                     "working_set_bytes": census.working_set_bytes,
+                     "profile": profile.to_json() if profile is not None else None}])
+    signatures = plan(census, family, max_points=options.max_points, thin=options.thin,
+                      fill=options.fill, exact_dtype=options.exact_dtype)
+    if not options.fresh:
+        signatures = with_incumbents(signatures, tier_files, family, lane)
+    source = LiveSource(family=family, lane=lane, timer=timer, options=bench, log=log,
+                        run=run, arch=arch, soft=soft, rankers=tuple(rankers),
+                        top_k=options.top_k)
+    checkpoint = Checkpoint(checkpoint_path or default_ckpt) if options.resume else None
+    done = _finished(signatures, checkpoint, options, source.fingerprint(), arch, lane,
+                     soft.get("impl_hash"))
+    pooled = lvl is not None and options.prune and bool(source.rankers)
+    # A finished signature's set only shapes the bundles now; planned without the incumbents
+    # its own entry gave it, a resumed build plans the sets (and bundles) the killed one did.
+    planning = [s if s.key not in done else attrs.evolve(
+        s, points=[attrs.evolve(p, incumbent=None) for p in s.points]) for s in signatures]
+    planned = source.census_sets(planning, options.top_k, lvl.structure_k,
+                                 options.unit_cap(len(signatures))) if pooled else {}
+    return LivePlan(census=census, family=family, lane=lane, arch=arch, out=out,
+                    options=options, level=lvl, log=log, run=run, soft=soft, profile=profile,
+                    signatures=signatures, source=source, checkpoint=checkpoint, done=done,
+                    pooled=pooled, planned=planned)
+
+
 def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Path,
                timer: Timer | None = None, options: BuildOptions | None = None,
                log_path: Path | None = None, checkpoint_path: Path | None = None,
@@ -167,7 +282,6 @@ def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Pa
     measuring and compiled in the background, heaviest signature first (``jobs`` nvcc
     processes; ``compiler`` replaces the JIT, for tests): see :mod:`.compiling`.
     """
-    options = (options or BuildOptions()).resolved()
     if family.make_bench is None:
         raise ConfigurationError(f"family {family.name} has no make_bench: it cannot be "
                                  "measured here; rebuild from a measurement log (--from-log)")
@@ -175,51 +289,13 @@ def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Pa
         from oasr_core.bench import CudaGraphTimer
 
         timer = CudaGraphTimer()
-    lvl = effort.level(options.effort) if options.effort is not None else None
-    bench = bench_options or BenchOptions()
-    if lvl is not None:
-        bench = attrs.evolve(bench, stage_rounds=lvl.stage_rounds)
-    bench = attrs.evolve(bench, working_set_bytes=census.working_set_bytes,
-                         l2_bytes=timer.l2_bytes, lane=lane.name,
-                         resolve=functools.partial(resolve_choice, family, lane))
-    soft = stamp_sentinels(stamps.current_soft_validators(family) if soft is None else soft,
-                           lane)
-    default_log, default_ckpt = default_paths(out, family)
-    log = MeasurementLog(log_path or default_log)
-    run = new_run_id()
-    system = database.system_root()
-    tier_files = [out] + ([database.tier_path(system, arch, family)] if system else [])
-    if model.modelled(lane) and profile is None:
-        profile = model.build_profile(arch)
-    if rankers is None:
-        prior = (model.prior_model(lane, profile, tier_files)
-                 if options.prune and profile is not None and model.modelled(lane) else None)
-        rankers = model.rankers(prior, lane) if prior is not None else ()
-    log.append([{"row": "run", "schema_version": LOG_SCHEMA_VERSION, "run": run,
-                 "protocol": PROTOCOL_VERSION, "family": family.name, "arch": arch,
-                 "lane": lane.name, "soft": soft, "device": getattr(timer, "name", None),
-                 "started": utc_now(), "knobs": options.knobs(),
-                 "bench": bench.to_json(),
-                 "working_set_bytes": census.working_set_bytes,
-                 "profile": profile.to_json() if profile is not None else None}])
-    signatures = plan(census, family, max_points=options.max_points, thin=options.thin,
-                      fill=options.fill, exact_dtype=options.exact_dtype)
-    if not options.fresh:
-        signatures = with_incumbents(signatures, tier_files, family, lane)
-    source = LiveSource(family=family, lane=lane, timer=timer, options=bench, log=log,
-                        run=run, arch=arch, soft=soft, rankers=tuple(rankers),
-                        top_k=options.top_k)
-    checkpoint = Checkpoint(checkpoint_path or default_ckpt) if options.resume else None
-    done = _finished(signatures, checkpoint, options, source.fingerprint(), arch, lane,
-                     soft.get("impl_hash"))
-    pooled = lvl is not None and options.prune and bool(source.rankers)
+    lp = plan_live(census, family=family, lane=lane, arch=arch, out=out, timer=timer,
+                   options=options, log_path=log_path, checkpoint_path=checkpoint_path,
+                   rankers=rankers, bench_options=bench_options, soft=soft, profile=profile)
+    options, lvl, signatures, done, source = lp.options, lp.level, lp.signatures, lp.done, \
+        lp.source
+    pooled, planned = lp.pooled, lp.planned
     start_kw = {"compiler": compiler, "jobs": jobs, "progress": progress}
-    # A finished signature's set only shapes the bundles now; planned without the incumbents
-    # its own entry gave it, a resumed build plans the sets (and bundles) the killed one did.
-    planning = [s if s.key not in done else attrs.evolve(
-        s, points=[attrs.evolve(p, incumbent=None) for p in s.points]) for s in signatures]
-    planned = source.census_sets(planning, options.top_k, lvl.structure_k,
-                                 options.unit_cap(len(signatures))) if pooled else {}
     if pooled and lane.bench_modules is not None:
         queue, source.sets = compiling.stream(
             lane, arch, signatures, done, lambda sig: planned[sig.key],
@@ -232,10 +308,9 @@ def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Pa
                                 **start_kw)
     try:
         result = run_build(signatures, source, family=family, arch=arch, lane=lane.name,
-                           out=out, soft=soft, options=options, checkpoint=checkpoint,
+                           out=out, soft=lp.soft, options=options, checkpoint=lp.checkpoint,
                            fingerprint=source.fingerprint(), progress=progress,
-                           fit_model=lambda: _fit_from(log.path, family, lane, arch, profile,
-                                                       soft.get("impl_hash")),
+                           fit_model=lp.fit_model,
                            prepare=None if queue is None else queue.prepare)
         production, production_note = compiling.production_items(family, lane, arch, out)
         if production and queue is None:
@@ -246,9 +321,15 @@ def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Pa
     finally:
         if queue is not None:
             queue.close()
-    notes = [*census.skipped, *result.messages, *([queue.note()] if queue is not None else [])]
-    notes += _production_notes(queue, production, production_note)
+    notes = [*finish_notes(lp, result, queue),
+             *_production_notes(queue, production, production_note)]
     return attrs.evolve(result, messages=tuple(notes))
+
+
+def finish_notes(lp: LivePlan, result: BuildResult, queue: Any) -> list[str]:
+    """The build's messages: the census's skipped points, the pipeline's notes and the
+    compile queue's line."""
+    return [*lp.census.skipped, *result.messages, *([queue.note()] if queue is not None else [])]
 
 
 def _production_notes(queue: Any, items: Sequence[Any], note: str | None) -> list[str]:

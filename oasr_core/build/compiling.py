@@ -23,7 +23,7 @@ import functools
 import heapq
 import threading
 import time
-from collections.abc import Callable, Collection, Sequence
+from collections.abc import Callable, Collection, Mapping, Sequence
 from concurrent.futures import Future, ThreadPoolExecutor
 from typing import Any
 
@@ -351,21 +351,15 @@ def stream(lane: Lane, arch: str, signatures: Sequence[Any], done: Collection[st
     ``start_kw`` goes to :func:`start`.
     """
     from oasr_core.jit.builder import default_jobs
-    from oasr_core.jit.bundles import Group, plan_groups
 
     modules = lane.bench_modules
-    for_op = modules.for_op if hasattr(modules, "for_op") else (lambda _op: modules)
-    mods_of = {sig.key: for_op(sig.op) for sig in signatures}
+    mods_of = {sig.key: modules_for(lane, sig.op) for sig in signatures}
     dtypes = tuple(sorted({s.dtype for s in signatures})) if measured_dtypes else None
     all_sets = {sig.key: tuple(set_of(sig)) for sig in signatures}
     groups = None
     if dtypes is not None:
-        slots = start_kw.get("jobs") or max(1, default_jobs() - 1)
-        by_unit = {c.params.get("unit", c.id): c for cs in all_sets.values() for c in cs}
-        timed_by = {sig.key: {c.id for c in all_sets[sig.key]} for sig in signatures}
-        groups = [Group(g, {sig.op for sig in signatures
-                            if timed_by[sig.key] & {c.id for c in g}})
-                  for g in plan_groups(list(by_unit.values()), slots)]
+        groups = bench_groups(signatures, all_sets,
+                              start_kw.get("jobs") or max(1, default_jobs() - 1))
     queue: CompileQueue | None = None
     sets: dict[str, frozenset[str]] = {}
     for sig in signatures:
@@ -385,6 +379,25 @@ def stream(lane: Lane, arch: str, signatures: Sequence[Any], done: Collection[st
         else:
             queue.submit(item)
     return queue, sets
+
+
+def modules_for(lane: Lane, op: str) -> Any:
+    """The ``bench_modules`` object a signature of ``op`` compiles and installs from."""
+    modules = lane.bench_modules
+    return modules.for_op(op) if hasattr(modules, "for_op") else modules
+
+
+def bench_groups(signatures: Sequence[Any], all_sets: Mapping[str, Sequence[Config]],
+                 slots: int) -> list[Any]:
+    """Every set's configs cut into one bundle group per nvcc slot
+    (:func:`oasr_core.jit.bundles.plan_groups`), each naming the ops that time any of its
+    configs (see :func:`stream`)."""
+    from oasr_core.jit.bundles import Group, plan_groups
+
+    by_unit = {c.params.get("unit", c.id): c for cs in all_sets.values() for c in cs}
+    timed_by = {sig.key: {c.id for c in all_sets[sig.key]} for sig in signatures}
+    return [Group(g, {sig.op for sig in signatures if timed_by[sig.key] & {c.id for c in g}})
+            for g in plan_groups(list(by_unit.values()), slots)]
 
 
 def _unit_names(spec: Callable[[], Any]) -> tuple[str, ...] | None:

@@ -60,12 +60,32 @@ class BuildRequest:
     seed: int = 0
     progress: bool | None = None
     as_json: bool = False
+    scheduler: str | None = attrs.field(default=None)
+    gpus: int | None = None
+    compile_workers: int = 1
+    run_id: str | None = None
+    shared_dir: Path | None = None
+    plan: bool = False
     options: BuildOptions = attrs.field(factory=BuildOptions)
 
     @arch.validator
     def _check_arch(self, _attribute: attrs.Attribute, value: str | None) -> None:
         if value is not None and not ARCH_RE.match(value):
             raise ConfigurationError(f"--arch {value!r} is not an arch family like sm90")
+
+    @scheduler.validator
+    def _check_scheduler(self, _attribute: attrs.Attribute, value: str | None) -> None:
+        if value is not None:
+            from oasr_core.build.distributed import check_scheduler
+
+            check_scheduler(value)
+            return
+        given = [name for name, on in (("--plan", self.plan), ("--run-id", self.run_id),
+                                       ("--shared-dir", self.shared_dir), ("--gpus", self.gpus))
+                 if on]
+        if given:
+            raise ConfigurationError(f"{', '.join(given)} shard a build over Dask workers: "
+                                     "they need --scheduler")
 
     @classmethod
     def from_cli(cls, params: dict) -> BuildRequest:
@@ -170,6 +190,23 @@ BOUND (* = every larger size), e.g. 128:ws_64x16x128 *:torch.""")
               help="Progress on stderr: a bar when stdout is a terminal, else a line per "
               "tenth of the points (default); --no-progress: none.")
 @click.option("--json", "as_json", is_flag=True, help="Machine-readable summary.")
+@click.option("--scheduler", default=None, metavar="local|local-cuda|tcp://HOST:PORT",
+              help="Shard the signatures over Dask workers, one per GPU (needs "
+              "oasr-core[distributed]): local (a worker per GPU of this host, plus CPU "
+              "compile workers), local-cuda (dask-cuda's), or a running scheduler's address "
+              "(workers started with --resources GPU=1, or compile=N for CPU compile workers).")
+@click.option("--gpus", type=click.IntRange(min=1), default=None,
+              help="--scheduler local(-cuda): GPU workers (default: every visible GPU).")
+@click.option("--compile-workers", type=click.IntRange(min=0), default=1, show_default=True,
+              help="--scheduler local: CPU workers compiling each signature's module before "
+              "a GPU worker measures it (0: the GPU workers compile).")
+@click.option("--run-id", default=None, help="--scheduler: continue this run (printed by "
+              "every sharded build) after its driver died: nothing finished is measured again.")
+@click.option("--shared-dir", type=click.Path(path_type=Path, file_okay=False), default=None,
+              help="--scheduler: where workers leave finished signatures, seen by every "
+              "worker and the driver (default: beside the log).")
+@click.option("--plan", is_flag=True, help="--scheduler: print what would run where; compile, "
+              "measure and write nothing.")
 @click.pass_context
 @handle_errors
 def build_cmd(ctx: click.Context, **params) -> None:
@@ -181,6 +218,8 @@ def build_cmd(ctx: click.Context, **params) -> None:
         results = _replay(ctx, rt, request, show)
     else:
         results = _live(rt, request, show)
+    if request.plan and request.scheduler is not None:
+        return
     _report(results, request.as_json, replay=bool(request.from_logs))
 
 
@@ -200,7 +239,8 @@ def _replay(ctx: click.Context, rt, request: BuildRequest, show) -> list:
 
 
 LIVE_ONLY = ("thin", "max_points", "no_fill", "budget_s", "seed", "top_k", "max_units", "prune",
-             "alpha", "working_set_bytes", "lane", "log_path", "checkpoint_path", "no_resume")
+             "alpha", "working_set_bytes", "lane", "log_path", "checkpoint_path", "no_resume",
+             "scheduler", "gpus", "compile_workers", "run_id", "shared_dir", "plan")
 """Options that choose what a live build measures; a replay takes the log's points as they
 are, so these change nothing there (except :data:`EFFORT_REPLAY` with ``--effort``)."""
 EFFORT_REPLAY = ("thin", "max_points", "top_k", "max_units", "prune")
@@ -272,6 +312,8 @@ def _live(rt, request: BuildRequest, show) -> list:
     for fam, census in plans:
         if not census.points:
             raise ConfigurationError(f"the census holds no point of family {fam.name}")
+    if request.scheduler is not None:
+        return _sharded(rt, request, plans, missing, show)
     device = rt.device_arch()
     if device is None:
         raise ConfigurationError("no CUDA device: measuring needs a GPU; rebuild from a "
@@ -279,6 +321,18 @@ def _live(rt, request: BuildRequest, show) -> list:
     if request.arch is not None and request.arch != device:
         raise ConfigurationError(f"--arch {request.arch} but this GPU is {device}")
     arch = device
+    lanes = _lanes(rt, request, plans, arch, missing)
+    return [build.build_live(census, family=fam, lane=chosen, arch=arch,
+                             out=build.resolve_out(request.out, arch, fam),
+                             options=request.options, log_path=request.log_path,
+                             checkpoint_path=request.checkpoint_path,
+                             bench_options=BenchOptions(seed=request.seed), progress=show)
+            for (fam, census), chosen in zip(plans, lanes, strict=True)]
+
+
+def _lanes(rt, request: BuildRequest, plans: list, arch: str, missing: list[str]) -> list:
+    """Each family's lane on ``arch`` (``--lane``, else the active one); notes the census's
+    families no plugin provides."""
     lanes = []
     for fam, _census in plans:
         chosen = (rt.registry.lane(request.lane) if request.lane
@@ -290,12 +344,46 @@ def _live(rt, request: BuildRequest, show) -> list:
     for name in missing:
         click.echo(f"note: census points of family {name} skipped: no installed plugin "
                    "provides it", err=True)
-    return [build.build_live(census, family=fam, lane=chosen, arch=arch,
-                             out=build.resolve_out(request.out, arch, fam),
-                             options=request.options, log_path=request.log_path,
-                             checkpoint_path=request.checkpoint_path,
-                             bench_options=BenchOptions(seed=request.seed), progress=show)
-            for (fam, census), chosen in zip(plans, lanes, strict=True)]
+    return lanes
+
+
+def _sharded(rt, request: BuildRequest, plans: list, missing: list[str], show) -> list:
+    """``--scheduler``: every family's signatures sharded over the cluster's GPU workers
+    (:mod:`oasr_core.build.distributed`), one run id for all of them."""
+    from oasr_core.build import distributed
+    from oasr_core.build.shards import RegistryDevice, gpu_arch
+    from oasr_core.measurements import new_run_id
+
+    distributed.check_scheduler(request.scheduler)
+    run = request.run_id or new_run_id()
+    results = []
+    with distributed.connect(request.scheduler, gpus=request.gpus,
+                             compile_workers=request.compile_workers) as client:
+        pools = distributed.Pools.of(client)
+        if not pools.gpu:
+            raise ConfigurationError("the Dask cluster has no worker with the GPU resource: "
+                                     "start each GPU's worker with --resources GPU=1")
+        arch = client.submit(gpu_arch, workers=[pools.gpu[0]], pure=False).result()
+        if arch is None:
+            raise ConfigurationError(f"GPU worker {pools.names[pools.gpu[0]]} sees no CUDA "
+                                     "device")
+        if request.arch is not None and request.arch != arch:
+            raise ConfigurationError(f"--arch {request.arch} but the GPU workers are {arch}")
+        lanes = _lanes(rt, request, plans, arch, missing)
+        for (fam, census), chosen in zip(plans, lanes, strict=True):
+            result, _report, lines = distributed.build_distributed(
+                census, family=fam, lane=chosen, device=RegistryDevice(fam.name, chosen.name),
+                client=client, out=build.resolve_out(request.out, arch, fam),
+                options=request.options, log_path=request.log_path,
+                checkpoint_path=request.checkpoint_path,
+                bench_options=BenchOptions(seed=request.seed), run=run,
+                shared=request.shared_dir, progress=show, plan_only=request.plan)
+            if request.plan:
+                for line in lines:
+                    click.echo(line)
+            else:
+                results.append(result)
+    return results
 
 
 def _data(result) -> dict:
