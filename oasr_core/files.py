@@ -127,8 +127,23 @@ LOCK_DIR = ".locks"
 
 def lock_beside(path: str | os.PathLike[str]) -> Path:
     """The lock file guarding ``path``: ``<dir>/.locks/<name>.lock`` (the directory created),
-    so locks gather in one hidden directory instead of one empty file beside each file."""
+    so locks gather in one hidden directory instead of one empty file beside each file.
+
+    Raises ``OSError`` (ELOOP, naming the link) when the lock directory or the lock file is a
+    symbolic link: locking opens the file for writing, and a link planted there would make
+    oasr create or truncate a file elsewhere."""
     path = Path(path)
     locks = path.parent / LOCK_DIR
     locks.mkdir(parents=True, exist_ok=True)
-    return locks / f"{path.name}.lock"
+    lock = locks / f"{path.name}.lock"
+    refuse_link(locks)
+    refuse_link(lock)
+    return lock
+
+
+def refuse_link(path: Path) -> None:
+    """Raise ``OSError(ELOOP)`` naming ``path`` when it is a symbolic link."""
+    import errno
+
+    if path.is_symlink():
+        raise OSError(errno.ELOOP, "a symbolic link, not followed by a writer", str(path))

@@ -54,3 +54,39 @@ def test_an_unaligned_width_goes_to_torch_with_a_reason():
                              obj=CliState())
     assert got.exit_code == 0, got.output
     assert json.loads(got.stdout)["config"] is None
+
+
+@pytest.mark.parametrize("tier", ["system", "user"])
+def test_a_default_region_never_serves_a_default_the_lane_cannot_run(tmp_path, monkeypatch,
+                                                                      tier):
+    """A conv1d ``default`` region on a depthwise key: the lane's default config cannot run
+    it, so the region is skipped with one warning and the next tier answers (torch or a
+    config the lane supports), never the default."""
+    from pathlib import Path
+
+    from oasr_core.selection import clear_memo
+
+    key = ("conv1d|op=conv1d_silu|dt=half|Cin=512|Cout=512|k=31|stride=1|pad=15|dil=1"
+           "|groups=512")
+    shipped = Path(__file__).resolve().parents[1] / "db/sm90/conv1d.json"
+    doc = json.loads(shipped.read_text())
+    doc["entries"][key]["regions"][0][1] = "default"
+    roots = {t: tmp_path / t for t in ("system", "user")}
+    for root in roots.values():
+        (root / "sm90").mkdir(parents=True)
+    (roots["system"] / "sm90" / "conv1d.json").write_text(shipped.read_text())
+    (roots[tier] / "sm90" / "conv1d.json").write_text(json.dumps(doc))
+    monkeypatch.setenv("OASR_TUNE_SYSTEM_DB", str(roots["system"]))
+    monkeypatch.setenv("OASR_TUNE_USER_DB", str(roots["user"]) if tier == "user" else "off")
+    runtime.install_runtime(None)
+    clear_memo()
+    dims = (("Cin", 512), ("Cout", 512), ("k", 31), ("stride", 1), ("pad", 15), ("dil", 1),
+            ("groups", 512))
+    lane = runtime.get_runtime().registry.lane("sm90_conv1d")
+    problem = Problem(family="conv1d", op="conv1d_silu", dtype="fp16", dims=dims, m=1)
+    assert lane.unusable_reason(lane.default, problem) is not None
+    with pytest.warns(UserWarning, match="means the lane default"):
+        sel = select("conv1d", "conv1d_silu", "fp16", tuple(v for _, v in dims), 1, "sm90")
+    assert sel.config is None or (sel.config.id != lane.default_config
+                                  and lane.unusable_reason(sel.config, problem) is None)
+    runtime.install_runtime(None)

@@ -113,16 +113,27 @@ def big(tmp_path, monkeypatch):
     return path
 
 
-def test_a_large_user_tier_is_checked_once_then_read_lazily(big):
+def test_a_large_user_tier_is_checked_in_full_until_oasr_writes_it_then_read_lazily(big):
+    """A file copied into the tier is checked in full on every read and reading records
+    nothing; once an oasr writer has written (and so checked) it, later reads structure only
+    the entries they look up."""
     first = select("gemm", "gemm", "fp16", (64, 8), 16, "sm90")
     assert first.tier is Tier.USER
-    marks = list((big.parent.parent / ".validated").rglob("*"))
-    assert any(p.is_file() for p in marks), "the full check is recorded"
+    assert not (big.parent.parent / ".validated").exists(), "a read records nothing"
+    rt = runtime.get_runtime()
+    fam = rt.registry.family("gemm")
+    assert len(rt.tiers(fam, "sm90").user.entries._made) == 3000
+    tf = database.read_tuning_file(big)
+    key = "gemm|op=gemm|dt=half|N=8|K=8"
+    database.write_entries(big, family=fam, arch="sm90", lane=tf.arch.lane,
+                           entries={key: tf.entries[key]}, configs=tf.configs,
+                           soft=tf.validators.soft)
+    assert [p for p in (big.parent.parent / ".validated").rglob("*") if p.is_file()]
     runtime.install_runtime(None)  # a new process, as far as the tiers go
+    clear_memo()
     again = select("gemm", "gemm", "fp16", (64, 8), 16, "sm90")
     assert again.tier is Tier.USER and again.config == first.config
-    entries = runtime.get_runtime().tiers(
-        runtime.get_runtime().registry.family("gemm"), "sm90").user.entries
+    entries = runtime.get_runtime().tiers(fam, "sm90").user.entries
     assert isinstance(entries, LazyEntries) and len(entries._made) <= 2
 
 
@@ -193,3 +204,45 @@ def test_a_log_row_of_the_wrong_types_is_an_unreadable_row(tmp_path, field, valu
         got = _invoke(*args)
         assert got.exit_code in (0, 2) and "Traceback" not in got.output, got.output
         assert got.exception is None or isinstance(got.exception, SystemExit)
+
+
+def _schema_0(doc: dict, variant: str) -> dict:
+    """The shipped table as an original OASR (schema 2, our version 0) file."""
+    doc = json.loads(json.dumps(doc))
+    doc.pop("schema_version")
+    doc["schema"] = 2
+    doc["arch"]["family"] = int(doc["arch"]["family"][2:])
+    key = next(iter(doc["entries"]))
+    if variant == "valid_m":
+        doc["entries"][key]["valid_m"] = [1, 24032]
+    elif variant == "sentinel_config":
+        doc["configs"]["legacy_torch"] = {"kind": "torch"}
+        doc["entries"][key]["regions"][-1][1] = "legacy_torch"
+    return doc
+
+
+@pytest.mark.parametrize("variant", ["plain", "valid_m", "sentinel_config"])
+@pytest.mark.parametrize("tier", ["system", "user"])
+def test_a_schema_0_file_reads_the_same_lazily_and_eagerly(tmp_path, monkeypatch, variant,
+                                                           tier):
+    """The runtime's lazy reader migrates entries too: a version-0 file the eager reader (and
+    ``tune diff``) accepts is served, not skipped."""
+    doc = _schema_0(json.loads(SHIPPED.read_text()), variant)
+    root = tmp_path / tier
+    path = root / "sm90" / "gemm.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(doc))
+    monkeypatch.setenv("OASR_TUNE_SYSTEM_DB", str(root if tier == "system" else ROOT / "db"))
+    monkeypatch.setenv("OASR_TUNE_USER_DB", str(root) if tier == "user" else "off")
+    runtime.install_runtime(None)
+    clear_memo()
+    rt = runtime.get_runtime()
+    fam = rt.registry.family("gemm")
+    lanes = {x.name: x for x in rt.registry.lanes_of("gemm")}
+    lazy = database.open_tuning_file(path, family=fam, arch="sm90", lanes=lanes)
+    eager = database.load_tuning_file(path, family=fam, arch="sm90", lanes=lanes)
+    assert lazy.dumps() == eager.dumps()
+    with warnings.catch_warnings():
+        warnings.simplefilter("error")
+        sel = select("gemm", "gemm_activation", "fp16", (1024, 256), 64, "sm90")
+    assert sel.tier is Tier(tier)

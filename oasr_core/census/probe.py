@@ -191,9 +191,11 @@ def build_model(workload: Workload, params: Mapping[str, Any], *, device: str,
                 model = workload.factory(**kwargs)
         else:
             model = workload.factory(**kwargs)
-    except TypeError as exc:
+    except (TypeError, ValueError, ArithmeticError, RuntimeError, AssertionError) as exc:
+        # A factory's own check of its arguments (or torch's, on a zero or huge size).
+        text = " ".join(str(exc).split())[:200]
         raise ConfigurationError(f"workload {workload.name!r}: cannot build it with "
-                                 f"{kwargs} ({exc})") from None
+                                 f"{str(kwargs)[:300]} ({type(exc).__name__}: {text})") from None
     if not isinstance(model, torch.nn.Module):
         raise ConfigurationError(f"workload {workload.name!r}: the factory returned a "
                                  f"{type(model).__name__}, not a torch.nn.Module")

@@ -19,18 +19,48 @@ from oasr_core.cli import CliState, completer, handle_errors
 from oasr_core.errors import ConfigurationError
 
 
+PARAM_SCALE = 16
+"""How far ``--param`` may scale a workload's integer default: 1 to 16 times it."""
+
+
 def _params(values: tuple[str, ...]) -> dict[str, Any]:
-    """``NAME=VALUE`` pairs; the value is JSON when it parses (``4``, ``false``), else text."""
+    """``NAME=VALUE`` pairs; the value is JSON when it parses (``4``, ``false``), else text.
+    JSON goes through the one reader's guards (depth limit), so a deep value is one line."""
+    from oasr_core.database.codec import MAX_DEPTH, parse_text
+    from oasr_core.errors import DatabaseError
+
     out: dict[str, Any] = {}
     for item in values:
         name, sep, text = item.partition("=")
         if not sep or not name.isidentifier():
-            raise ConfigurationError(f"--param {item!r}: expected NAME=VALUE")
+            raise ConfigurationError(f"--param {item[:60]!r}: expected NAME=VALUE")
         try:
-            out[name] = json.loads(text)
-        except ValueError:
+            out[name] = parse_text(text.encode("utf-8", "replace"), origin=f"--param {name}")
+        except DatabaseError as exc:
+            if "nested" in str(exc):
+                raise ConfigurationError(f"--param {name}: its value nests deeper than "
+                                         f"{MAX_DEPTH} levels") from None
             out[name] = text
     return out
+
+
+def _check_params(workload: Any, params: dict[str, Any]) -> None:
+    """Refuse ``--param`` values the workload's own defaults rule out: its dtype parameter
+    (``--dtype`` sets it), and for a parameter whose default is an integer, anything but an
+    integer from 1 to :data:`PARAM_SCALE` times the default (``heads=0`` divides by zero,
+    ``layers=20000`` probes without end)."""
+    dtype_param = getattr(workload, "dtype_param", None)
+    if dtype_param is not None and dtype_param in params:
+        raise ConfigurationError(f"--param {dtype_param}: set it with --dtype")
+    for name, value in params.items():
+        default = workload.params.get(name)
+        if not isinstance(default, int) or isinstance(default, bool) or default < 1:
+            continue
+        top = PARAM_SCALE * default
+        if not isinstance(value, int) or isinstance(value, bool) or not 1 <= value <= top:
+            raise ConfigurationError(
+                f"--param {name}={str(value)[:40]}: workload {workload.name!r} takes an "
+                f"integer from 1 to {top} ({PARAM_SCALE}x its default {default})")
 
 
 def _ints(text: str, option: str) -> tuple[int, ...]:
@@ -216,6 +246,7 @@ def census_cmd(state: CliState, workload_name: str | None, model: str | None,
                      _scaled(max_frames, MAX_FRAMES, scale), no_graphs)
     traffic = _traffic(service_mode, manifest, audio_root, concurrency)
     factory_params = _params(params)
+    _check_params(workload, factory_params)
     if quantization != "none":
         factory_params["quantization"] = quantization
     recordings = [(path, ss.load(path)) for path in captures]

@@ -103,10 +103,17 @@ def decode(raw: Any, *, origin: str) -> TuningFile:
     if not isinstance(raw, dict):
         raise DatabaseError(f"{origin}: expected a JSON object at the top level, "
                             f"got {type(raw).__name__}")
+    return _structure(_migrated(raw, origin), origin)
+
+
+def _migrated(raw: dict[str, Any], origin: str) -> dict[str, Any]:
     try:
-        doc = migrate(raw, origin)
+        return migrate(raw, origin)
     except (TypeError, ValueError, KeyError, AttributeError) as exc:
         raise DatabaseError(f"{origin}: cannot migrate: {exc}") from None
+
+
+def _structure(doc: dict[str, Any], origin: str) -> TuningFile:
     try:
         return _converter().structure(doc, TuningFile)
     except (cattrs.BaseValidationError, ValueError, TypeError, KeyError, AttributeError,
@@ -126,8 +133,13 @@ def decode_lazy(raw: Any, *, origin: str,
     """
     if not isinstance(raw, dict) or not isinstance(raw.get("entries", {}), dict):
         return decode(raw, origin=origin)  # decode says what is wrong
-    entries = raw.get("entries", {})
-    head = decode({**raw, "entries": {}}, origin=origin)
+    # The whole document is migrated, entries included (a version-0 entry's valid_m and
+    # sentinel configs are rewritten), so the lazy and the eager reader read the same file.
+    doc = _migrated(raw, origin)
+    entries = doc.get("entries", {})
+    if not isinstance(entries, dict):
+        return decode(raw, origin=origin)
+    head = _structure({**doc, "entries": {}}, origin)
     configs = head.configs
 
     def make(key: str, value: Any) -> Entry:

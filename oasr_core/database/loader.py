@@ -86,12 +86,13 @@ def open_tuning_file(path: str | os.PathLike[str], *, family: Family, arch: str,
     """:func:`load_tuning_file` for serving: the same checks, but entries are structured when
     first looked up (:class:`~oasr_core.database.schema.LazyEntries`).
 
-    The first process to open a given file content checks every entry now (a malformed one
-    makes the file unusable, as :func:`load_tuning_file` does) and records that in the user
-    tier's ``.validated/`` index (:mod:`.validated`); later processes opening the same bytes
-    for the same family check only the entries they look up, so a large user tier costs a
-    parse and a hash, not a structuring of every entry. A malformed entry found at lookup
-    then (an index entry forged or stale) raises ``DatabaseError`` for that key only.
+    Content a writer checked in full and marked in the user tier's ``.validated/`` index
+    (:mod:`.validated`) has only the entries a process looks up checked, so a large user
+    tier costs a parse and a hash, not a structuring of every entry; other content (the
+    shipped system tier, a file copied in) has every entry checked now (a malformed one
+    makes the file unusable, as :func:`load_tuning_file` does). Reading records nothing. A
+    malformed entry found at lookup (a mark forged or stale) raises ``DatabaseError`` for
+    that key only.
     """
     from . import validated
 
@@ -108,7 +109,6 @@ def open_tuning_file(path: str | os.PathLike[str], *, family: Family, arch: str,
         mark = validated.mark_for(data, family)
         if not validated.is_marked(mark):
             entries.check_all()
-            validated.record(mark)
     return tuning_file
 
 

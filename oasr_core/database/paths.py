@@ -104,7 +104,9 @@ def lock_path(path: str | os.PathLike[str]) -> Path:
     A file of the system tier (shipped, often a checkout or a read-only install) is locked
     in this user's cache, ``<user cache>/oasr/locks/<hash of its path>-<name>.lock``, so a
     write never leaves anything in the tier's directory; any other file in the ``.locks/``
-    directory beside it (:func:`oasr_core.files.lock_beside`).
+    directory beside it (:func:`oasr_core.files.lock_beside`). The user-cache locks are
+    swept as they are made (:func:`sweep_system_locks`), so they do not pile up one per path
+    ever written. A lock directory or lock file that is a symbolic link is refused.
     """
     import hashlib
 
@@ -116,8 +118,48 @@ def lock_path(path: str | os.PathLike[str]) -> Path:
         digest = hashlib.sha256(str(path).encode()).hexdigest()[:16]
         locks = platformdirs.user_cache_path("oasr") / "locks"
         locks.mkdir(parents=True, exist_ok=True)
-        return locks / f"{digest}-{path.name}.lock"
+        files.refuse_link(locks)
+        lock = locks / f"{digest}-{path.name}.lock"
+        files.refuse_link(lock)
+        sweep_system_locks(locks, keep=lock)
+        return lock
     return files.lock_beside(path)
+
+
+SYSTEM_LOCK_IDLE_S = 24 * 3600.0
+"""A user-cache lock untouched this long, and not held, is removed by the next sweep."""
+
+
+def sweep_system_locks(locks: Path, *, keep: Path) -> int:
+    """Remove lock files under ``locks`` idle for :data:`SYSTEM_LOCK_IDLE_S` that no process
+    holds (each is locked without waiting before it is unlinked); ``keep`` stays. Returns
+    how many were removed. A removed lock is recreated by the next writer of its path."""
+    import time
+
+    import filelock
+
+    removed = 0
+    now = time.time()
+    try:
+        candidates = [p for p in locks.iterdir() if p.name.endswith(".lock") and p != keep]
+    except OSError:
+        return 0
+    for old in candidates:
+        try:
+            st = os.lstat(old)
+            if now - st.st_mtime < SYSTEM_LOCK_IDLE_S:
+                continue
+            if os.path.islink(old):
+                old.unlink()
+                removed += 1
+                continue
+            probe = filelock.FileLock(str(old), timeout=0)
+            with probe.acquire(timeout=0):
+                old.unlink()
+            removed += 1
+        except (OSError, filelock.Timeout):
+            continue
+    return removed
 
 
 def _system_env_root() -> Path | None:

@@ -138,16 +138,32 @@ def _move_aside(path: Path, reason: str) -> Path:
     return aside
 
 
+KEEP_REPLACED = 3
+"""How many files a fresh write replaced are kept beside each tuning file (newest first)."""
+
+
 def _keep_replaced(path: Path) -> None:
     """Move the file a fresh write replaces aside (``<name>.replaced-<time>``), so replacing
-    a file never loses it."""
+    a file never loses it; only the newest :data:`KEEP_REPLACED` such copies are kept."""
     aside = files.keep_aside(path, "replaced")
-    if aside is not None:
-        warnings.warn(f"{path}: a fresh write replaces it; the old file is kept as "
-                      f"{aside.name}", TuningDatabaseWarning, stacklevel=4)
+    if aside is None:
+        return
+    prefix = f"{path.name}.replaced-"
+    kept = sorted((p for p in path.parent.iterdir() if p.name.startswith(prefix)
+                   and not p.is_symlink() and p.is_file()), key=lambda p: p.name)
+    dropped = kept[:-KEEP_REPLACED]
+    for old in dropped:
+        old.unlink(missing_ok=True)
+    more = f"; {len(dropped)} older cop{'y' if len(dropped) == 1 else 'ies'} removed (the " \
+        f"newest {KEEP_REPLACED} are kept)" if dropped else ""
+    warnings.warn(f"{path}: a fresh write replaces it; the old file is kept as "
+                  f"{aside.name}{more}", TuningDatabaseWarning, stacklevel=4)
 
 
-def _reread(path: Path, *, family: Family, arch: str, lane: str) -> TuningFile | None:
+def _reread(path: Path, *, family: Family, arch: str, lane: str,
+            replaced: list[bytes] | None = None) -> TuningFile | None:
+    """The file on disk, checked (None when missing, or corrupt and moved aside); its bytes
+    are appended to ``replaced`` when given."""
     from oasr_core.environment import MAX_FILE_ENV, max_file_bytes
 
     try:
@@ -162,6 +178,8 @@ def _reread(path: Path, *, family: Family, arch: str, lane: str) -> TuningFile |
     except OSError as exc:
         raise DatabaseError(f"{path}: cannot read ({exc.strerror or exc})") from None
     origin = str(path)
+    if replaced is not None:
+        replaced.append(data)
     try:
         if not data.strip():
             raise DatabaseError(f"{origin}: empty file")
@@ -231,8 +249,9 @@ def write_entries(path: str | os.PathLike[str], *, family: Family, arch: str,
         lock = filelock.FileLock(str(lock_path(path)), timeout=lock_timeout)
         with lock.acquire(poll_interval=_LOCK_POLL_S):
             files.sweep_temps(path)
+            replaced: list[bytes] = []
             current = None if fresh else _reread(path, family=family, arch=arch,
-                                                 lane=lane_name)
+                                                 lane=lane_name, replaced=replaced)
             new = _merge(current, family=family, arch=arch, lane=lane_name, changes=entries,
                          configs=configs, stamp=stamp, provenance=provenance,
                          coverage_basis=coverage_basis, model=model)
@@ -242,6 +261,8 @@ def write_entries(path: str | os.PathLike[str], *, family: Family, arch: str,
             if fresh:
                 _keep_replaced(path)
             files.atomic_write(path, text)
+        for old in replaced:
+            validated.forget(validated.mark_for(old, family))
         validated.record(validated.mark_for(text.encode(), family))  # checked in full
     except filelock.Timeout:
         raise DatabaseError(f"{path}: another writer has held its lock for over "
@@ -249,5 +270,6 @@ def write_entries(path: str | os.PathLike[str], *, family: Family, arch: str,
     except (ValueError, TypeError) as exc:
         raise DatabaseError(f"{path}: not written: {exc}") from None
     except OSError as exc:
-        raise DatabaseError(f"{path}: cannot write ({exc.strerror or exc})") from None
+        where = f" {exc.filename}" if exc.filename and str(exc.filename) != str(path) else ""
+        raise DatabaseError(f"{path}: cannot write{where} ({exc.strerror or exc})") from None
     return new

@@ -1,0 +1,140 @@
+"""Read-only commands write nothing anywhere; what writers create is bounded and never
+follows a link planted in a tier.
+
+Each command runs as a real subprocess (the installed CLI) with its own home, cache, user
+tier and working directory, all empty; every file under them is listed before and after.
+"""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[1]
+LOG = ROOT / "db/sm90/measurements/gemm.jsonl"
+SELECT = ["tune", "select", "--family", "gemm", "--op", "gemm", "--dtype", "fp16",
+          "--dim", "N=256", "--dim", "K=1024", "--m", "700", "--arch", "sm90"]
+READ_ONLY = {
+    "select": SELECT,
+    "status": ["tune", "status", "--arch", "sm90"],
+    "doctor": ["doctor", "--arch", "sm90"],
+    "plugins": ["plugins"],
+    "diff": ["tune", "diff", str(ROOT / "db/sm90/gemm.json"), str(ROOT / "db/sm90/gemm.json")],
+    "evaluate": ["tune", "evaluate", "--log", str(LOG), "--db", f"x={ROOT}/db/sm90/gemm.json"],
+}
+
+
+@pytest.fixture
+def home(tmp_path):
+    places = {name: tmp_path / name for name in ("home", "cache", "user", "cwd", "jit")}
+    for place in places.values():
+        place.mkdir()
+    return places
+
+
+def _oasr(home, *args, user=None):
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OASR_", "XDG_"))}
+    env.update(HOME=str(home["home"]), XDG_CACHE_HOME=str(home["cache"]),
+               OASR_TUNE_USER_DB=str(user or home["user"]), OASR_JIT_DIR=str(home["jit"]),
+               OASR_TUNE_SYSTEM_DB=str(ROOT / "db"), PYTHONDONTWRITEBYTECODE="1")
+    return subprocess.run([sys.executable, "-m", "oasr_core.cli", *args], env=env,
+                          cwd=home["cwd"], capture_output=True, text=True, timeout=300)
+
+
+def _files(root: Path) -> set[str]:
+    return {str(p.relative_to(root)) for p in root.rglob("*")}
+
+
+@pytest.mark.parametrize("command", sorted(READ_ONLY))
+def test_a_read_only_command_writes_nothing(home, tmp_path, command):
+    before = _files(tmp_path)
+    proc = _oasr(home, *READ_ONLY[command])
+    assert proc.returncode == 0, proc.stderr
+    assert _files(tmp_path) == before
+
+
+def test_a_user_tier_written_by_oasr_is_read_lazily_and_reading_writes_nothing(home,
+                                                                               tmp_path):
+    out = _oasr(home, "tune", "build", "--from-log", str(LOG), "--out", "user", "--arch",
+                "sm90")
+    assert out.returncode == 0, out.stderr
+    marks = list((home["user"] / ".validated").rglob("*/*"))
+    assert len(marks) == 1  # the writer marked what it wrote
+    before = {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")}
+    for command in ("select", "status", "doctor"):
+        assert _oasr(home, *READ_ONLY[command]).returncode == 0
+    assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == before
+    again = _oasr(home, "tune", "build", "--from-log", str(LOG), "--out", "user", "--arch",
+                  "sm90", "--fresh")
+    assert again.returncode == 0, again.stderr
+    assert len(list((home["user"] / ".validated").rglob("*/*"))) == 1  # the old mark swept
+
+
+@pytest.mark.parametrize("link", [".validated", "sm90/.locks"])
+def test_a_planted_link_is_never_followed(home, tmp_path, link):
+    victim = tmp_path / "victim"
+    victim.mkdir()
+    planted = home["user"] / link
+    planted.parent.mkdir(parents=True, exist_ok=True)
+    planted.symlink_to(victim)
+    for command in ("select", "status", "doctor"):
+        assert _oasr(home, *READ_ONLY[command]).returncode == 0
+    build = _oasr(home, "tune", "build", "--from-log", str(LOG), "--out", "user", "--arch",
+                  "sm90")
+    assert list(victim.iterdir()) == []
+    if link == ".validated":
+        assert build.returncode == 0, build.stderr  # written; only the mark is not
+    else:
+        assert build.returncode == 2 and "Traceback" not in build.stderr
+        [line] = [x for x in build.stderr.splitlines() if x.startswith("error:")]
+        assert str(planted) in line and "symbolic link" in line
+
+
+def test_the_validated_index_is_bounded(tmp_path, monkeypatch):
+    from oasr_core.database import validated
+
+    monkeypatch.setenv("OASR_TUNE_USER_DB", str(tmp_path))
+    monkeypatch.setattr(validated, "MAX_MARKS", 5)
+    for i in range(12):
+        validated.record(f"{i:064x}")
+    assert len(list((tmp_path / ".validated").rglob("*/*"))) == 5
+    assert validated.is_marked(f"{11:064x}") and not validated.is_marked(f"{0:064x}")
+
+
+def test_system_tier_locks_are_swept(tmp_path, monkeypatch):
+    import filelock
+
+    from oasr_core.database import paths
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    system = tmp_path / "system"
+    system.mkdir()
+    monkeypatch.setenv("OASR_TUNE_SYSTEM_DB", str(system))
+    locks = [paths.lock_path(system / f"sm{90 + i}" / "gemm.json") for i in range(6)]
+    old = time.time() - 2 * paths.SYSTEM_LOCK_IDLE_S
+    for lock in locks:
+        lock.touch()
+        os.utime(lock, (old, old))
+    held = filelock.FileLock(str(locks[0]))
+    with held:
+        os.utime(locks[0], (old, old))
+        fresh = paths.lock_path(system / "sm100" / "gemm.json")
+        left = sorted(p.name for p in fresh.parent.iterdir())
+    assert left == [locks[0].name]  # held: kept; idle: swept; the new one not made yet
+    assert locks[0].parent == tmp_path / "cache" / "oasr" / "locks"
+
+
+def test_fresh_builds_keep_a_bounded_number_of_replaced_files(home):
+    for _ in range(5):
+        proc = _oasr(home, "tune", "build", "--from-log", str(LOG), "--out", "user",
+                     "--arch", "sm90", "--fresh")
+        assert proc.returncode == 0, proc.stderr
+    kept = list((home["user"] / "sm90").glob("gemm.json.replaced-*"))
+    assert len(kept) == 3
+    json.loads((home["user"] / "sm90" / "gemm.json").read_text())
