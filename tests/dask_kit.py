@@ -33,10 +33,13 @@ class ScriptedDevice:
     kill_n: int | None = None
     kill_m: int | None = None
     marker: str | None = None
+    salt: str | None = None
+    """With a salt, the lane compiles a real host-only unit per config (:class:`HostModules`)."""
 
     def records(self):
-        return attrs.evolve(fake_family_record(), make_bench=self._bench().make_bench), \
-            modelled_lane()
+        lane = modelled_lane() if self.salt is None else modelled_lane(
+            bench_modules=HostModules(self.salt))
+        return attrs.evolve(fake_family_record(), make_bench=self._bench().make_bench), lane
 
     def _bench(self) -> ScriptedBench:
         if self not in _OPEN:
@@ -64,6 +67,42 @@ class ScriptedDevice:
 
     def arch(self) -> str:
         return self.family_arch
+
+
+@attrs.frozen
+class HostModules:
+    """A lane's ``bench_modules``: one host-only unit per config (its id and ``salt`` in the
+    source, so a new salt compiles anew), bundled by the build's groups, really compiled by
+    nvcc through the JIT; installing loads the module without building it."""
+
+    salt: str
+
+    def spec(self, arch, configs, dtypes=None, groups=None):
+        from oasr_core import jit
+        from oasr_core.jit import bundles
+
+        def unit(c):
+            return jit.TranslationUnit(
+                c.id, f"// {self.salt}\nOASR_EXPORT int {c.id}_value(void) "
+                f"{{ return {len(c.id)}; }}\n", (f"{c.id}_value",))
+
+        wanted = {c.id for c in configs}
+        units = {}
+        for group in groups or [(c,) for c in configs]:
+            if wanted & {c.id for c in group}:
+                tu = bundles.bundle(f"{group[0].id}+{len(group) - 1}", [unit(c) for c in group])
+                units[tu.name] = tu
+        return jit.JitSpec(name=f"dask_{self.salt}", arch="90a", cutlass=False,
+                           units=tuple(units.values()))
+
+    def install(self, arch, configs, dtypes=None, groups=None):
+        from oasr_core import jit
+
+        module = jit.load(self.spec(arch, configs, dtypes, groups), build_missing=False)
+        return None if module.exports else "empty module"
+
+    def reset(self):
+        pass
 
 
 def benched(record: Path) -> list[tuple[int, int, int, int]]:

@@ -12,6 +12,7 @@ from __future__ import annotations
 import importlib
 import json
 import os
+import shutil
 import subprocess
 import sys
 import time
@@ -30,14 +31,14 @@ from oasr_core.testing import ScriptedBench, fake_family_record
 
 pytest.importorskip("distributed")
 
-WIDTHS = "512,256;1024,512;2048,512;512,1024;768,256;256,128"
+WIDTHS = "512,256;1024,512;2048,512;768,256"
 LADDER = "16,256,4096"
 SOFT = {"impl_hash": "dask-1"}
-OPTIONS = build.BuildOptions(effort="default", max_points=4, fresh=True)
+OPTIONS = build.BuildOptions(effort="default", max_points=3, fresh=True)
 ARM_S = 0.004
 """Wall seconds each measured arm costs a scripted worker (the scaling test: ``SCALE_ARM_S``,
 so measuring, not the 2-core CI host, dominates its wall times)."""
-SCALE_ARM_S = 0.015
+SCALE_ARM_S = 0.01
 
 
 def _family(bench=None):
@@ -97,8 +98,11 @@ def client(tiers):
 
     from oasr_core.build import distributed
 
-    with distributed.local_cluster(["0", "1", "2", "3"]) as cluster, Client(cluster) as c:
-        c.wait_for_workers(4)
+    jit_dir = tiers / "jit"
+    with distributed.local_cluster(["0", "1", "2", "3"], compile_workers=1, compile_threads=2,
+                                   env={"OASR_JIT_DIR": str(jit_dir)}) as cluster, \
+            Client(cluster) as c:
+        c.wait_for_workers(5)
         for module in ("dask_kit", "oasr_core.build.shards", "oasr_core.build.decide"):
             c.run(importlib.import_module, module)  # imports paid before any wall time
         yield c
@@ -108,7 +112,7 @@ def _build(client, out: Path, device, **kw):
     from oasr_core.build import distributed
 
     return distributed.build_distributed(
-        _census(), family=_family(), lane=modelled_lane(), device=device, client=client,
+        _census(), family=_family(), lane=device.records()[1], device=device, client=client,
         out=out, options=OPTIONS, soft=SOFT, rankers=(by_size,),
         profile=ArchProfile.synthetic("sm90"), **kw)
 
@@ -120,9 +124,9 @@ def test_one_two_and_four_workers_build_the_one_gpu_table(client, reference, tmp
     result, report, lines = _build(client, plan_out, device, plan_only=True)
     assert result is None and report is None
     assert not plan_out.parent.exists() and not record.exists()  # the plan spends nothing
-    assert lines[0].endswith("6 signature(s), 0 finished in the checkpoint, 6 to measure")
-    assert "gpu0, gpu1, gpu2, gpu3" in lines[1]
-    assert len([ln for ln in lines if ln.startswith("  fake|")]) == 6
+    assert lines[0].endswith("4 signature(s), 0 finished in the checkpoint, 4 to measure")
+    assert "gpu0, gpu1, gpu2, gpu3" in lines[1] and "compile on 1 CPU worker(s)" in lines[2]
+    assert len([ln for ln in lines if ln.startswith("  fake|")]) == 4
 
     table = ["workers  wall_s  per_signature_s  worker_measure_s  driver_overhead_ms/sig"]
     for n in (1, 2, 4):
@@ -131,18 +135,18 @@ def test_one_two_and_four_workers_build_the_one_gpu_table(client, reference, tmp
                                    gpu_workers=[f"gpu{i}" for i in range(n)])
         assert _table(out) == reference["table"], f"{n} worker(s)"
         assert _rows_per_key(out.parent / "measurements" / "fake.jsonl") == reference["rows"]
-        assert report.signatures == 6 and sum(report.measured.values()) == 6
+        assert report.signatures == 4 and sum(report.measured.values()) == 4
         assert set(report.measured) <= {f"gpu{i}" for i in range(n)}
         assert not (out.parent / "measurements" / "fake.shards" / report.run).exists()
         assert any(m.startswith("distributed: run ") for m in result.messages)
-        table.append(f"{n:7d}  {report.wall_s:6.2f}  {report.wall_s / 6:15.3f}  "
+        table.append(f"{n:7d}  {report.wall_s:6.2f}  {report.wall_s / 4:15.3f}  "
                      f"{report.worker_s:16.2f}  {report.overhead_ms():22.1f}")
     print("\n" + "\n".join(table))
 
 
 def test_a_worker_killed_mid_signature_loses_nothing(client, reference, tmp_path):
     census = _census()
-    sig = next(s for s in build.plan(census, _family(), max_points=4)
+    sig = next(s for s in build.plan(census, _family(), max_points=3)
                if dict(s.dims)["N"] == 1024)
     record, marker = tmp_path / "benched.txt", tmp_path / "worker.killed"
     device = ScriptedDevice(arm_s=ARM_S, record=str(record), kill_n=1024,
@@ -158,7 +162,31 @@ def test_a_worker_killed_mid_signature_loses_nothing(client, reference, tmp_path
     assert widths[killed] > reference["widths"][killed]  # measured again, from its start
     assert {w: c for w, c in widths.items() if w != killed} == {
         w: c for w, c in reference["widths"].items() if w != killed}
-    assert report.signatures == 6
+    assert report.signatures == 4
+
+
+@pytest.mark.nvcc
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="needs nvcc on PATH")
+def test_cpu_workers_compile_each_module_before_its_signature_is_measured(client, reference,
+                                                                          tmp_path):
+    out = tmp_path / "staged" / "sm90" / "fake.json"
+    result, report, lines = _build(client, out, ScriptedDevice(arm_s=ARM_S, salt="staged"))
+    assert _table(out) == reference["table"]
+    statuses = [c["status"] for c in report.compiled]  # cached: a module another one built
+    assert len(statuses) == 4 and "built" in statuses and set(statuses) <= {"built", "cached"}
+    assert {c["worker"] for c in report.compiled} == {"compile0"}
+    landed = {c["key"]: c["landed"] for c in report.compiled}
+    assert all(report.began[key] >= landed[key] for key in report.began)
+    assert report.gpu_compiled == ()
+    assert "modules a GPU worker still had to compile: none" in result.messages
+
+    # no compile stage: each GPU worker compiles what it measures from, and the report says so
+    out = tmp_path / "unstaged" / "sm90" / "fake.json"
+    result, report, _ = _build(client, out, ScriptedDevice(arm_s=ARM_S, salt="unstaged"),
+                               compile_stage=False)
+    assert _table(out) == reference["table"]
+    assert report.compiled == () and report.gpu_compiled == ("dask_unstaged",)
+    assert "modules a GPU worker still had to compile: dask_unstaged" in result.messages
 
 
 CHILD = r"""
@@ -169,7 +197,7 @@ import test_build_distributed as t
 from dask_kit import ScriptedDevice
 address, out, record = sys.argv[1:4]
 with Client(address) as client:
-    t._build(client, Path(out), ScriptedDevice(arm_s=0.03, record=record),
+    t._build(client, Path(out), ScriptedDevice(arm_s=0.02, record=record),
              gpu_workers=["gpu0"])
 """
 
@@ -190,10 +218,10 @@ def test_a_resumed_driver_measures_nothing_finished(client, reference, tmp_path)
     shards = log.with_suffix(".shards") / run
     left = {json.loads(p.read_text())["key"] for p in shards.glob("*.json")}
     finished = checkpointed | left
-    assert checkpointed and len(finished) < 6
+    assert checkpointed and len(finished) < 4
     before = len(benched(record))
 
-    result, report, _ = _build(client, out, ScriptedDevice(arm_s=0.03, record=str(record)),
+    result, report, _ = _build(client, out, ScriptedDevice(arm_s=0.02, record=str(record)),
                                run=run)
     assert set(result.reused) == checkpointed
     after = {(n, k) for _pid, n, k, _m in benched(record)[before:]}

@@ -202,6 +202,9 @@ class ShardReport:
     workers excluded."""
     gpu_compiled: tuple[str, ...] = ()
     compiled: tuple[Mapping[str, Any], ...] = ()
+    """The compile stage's reports, one per module (``landed``: when, epoch seconds)."""
+    began: Mapping[str, float] = attrs.field(factory=dict)
+    """When each signature measured this run began on its worker (epoch seconds)."""
 
     def overhead_ms(self) -> float:
         """The driver's merging time per signature merged, in ms."""
@@ -260,18 +263,23 @@ def build_distributed(census: Census, *, family: Any, lane: Any, device: Device,
                       rankers: Any = None, profile: Any = None, run: str | None = None,
                       shared: Path | None = None, gpu_workers: Sequence[str] | None = None,
                       progress: Any = False, plan_only: bool = False,
+                      compile_stage: bool = True,
                       clock: Callable[[], float] = time.perf_counter
                       ) -> tuple[BuildResult | None, ShardReport | None, list[str]]:
     """Build ``census`` on ``client``'s GPU workers into ``out`` (module docstring).
 
     ``device`` is what each worker measures with; ``run`` continues that run (``--run-id``);
     ``shared`` is the directory every worker and the driver see (default: ``<stem>.shards``
-    beside the log); ``gpu_workers`` restricts measuring to those workers. Returns the
+    beside the log); ``gpu_workers`` restricts measuring to those workers;
+    ``compile_stage=False`` leaves the cluster's compile workers idle (each GPU worker then
+    compiles the modules it measures from). Returns the
     build's result, its :class:`ShardReport`, and the plan's lines (``plan_only``: the plan
     alone, nothing compiled, measured or written).
     """
     started = clock()
     pools = Pools.of(client, gpu_workers)
+    if not compile_stage:
+        pools = attrs.evolve(pools, compile=(), compile_slots=0)
     if not pools.gpu:
         raise ConfigurationError("the Dask cluster has no worker with the GPU resource: start "
                                  "each GPU's worker with --resources GPU=1")
@@ -365,7 +373,8 @@ def build_distributed(census: Census, *, family: Any, lane: Any, device: Device,
                                                 if d.get("measured")),
         driver_s=max(0.0, merge_s - waited[0]),
         gpu_compiled=tuple(dict.fromkeys(m for d in docs for m in d.get("gpu_compiled", ()))),
-        compiled=compiled)
+        compiled=compiled,
+        began={d["key"]: float(d["began"]) for d in docs if d.get("measured")})
     problems = [p for d in docs for p in d.get("problems", ())]
     from . import finish_notes
 

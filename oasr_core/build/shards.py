@@ -212,7 +212,7 @@ def compile_module(job: ModuleJob, device: Device, jobs: int) -> dict[str, Any]:
     return {"key": job.key, "module": spec.name, "units": len(spec.units),
             "status": getattr(report.status, "value", str(report.status)),
             "failed": sorted(report.failed), "seconds": round(time.perf_counter() - started, 3),
-            "worker": worker_name()}
+            "landed": time.time(), "worker": worker_name()}
 
 
 def _install(modules: Sequence[ModuleJob], lane: Lane) -> tuple[list[str], list[str]]:
@@ -253,7 +253,7 @@ def measure(job: SignatureJob, device: Device, shared: str,
     if have is not None:
         return {**have, "measured": False}
     family, lane, timer = device.open()
-    started = time.perf_counter()
+    began, started = time.time(), time.perf_counter()
     gpu_compiled, problems = _install(job.modules, lane)
     buffer = RowBuffer()
     bench = attrs.evolve(job.bench, l2_bytes=timer.l2_bytes,
@@ -265,7 +265,7 @@ def measure(job: SignatureJob, device: Device, shared: str,
                             job.signature.key: job.candidates})
     tune_signature(job.signature, source, family, job.options)
     doc = {"key": job.signature.key, "digest": job.digest, "run": job.run,
-           "rows": buffer.rows, "worker": worker_name(),
+           "rows": buffer.rows, "worker": worker_name(), "began": began,
            "seconds": round(time.perf_counter() - started, 6),
            "gpu_compiled": gpu_compiled, "problems": problems}
     doc = json.loads(json.dumps(doc, allow_nan=False))  # the rows as the log will hold them
