@@ -15,7 +15,7 @@ from pathlib import Path
 
 import pytest
 
-from oasr_core import database, runtime
+from oasr_core import database, runtime, stamps
 from oasr_core.database import parse_signature_key
 from oasr_core.selection import clear_memo, resolve_tiers
 from oasr_core.types import Problem, Sentinel
@@ -83,7 +83,7 @@ def _user_tier(root: Path, rt) -> dict[str, list[str]]:
             database.write_entries(database.tier_path(root, ARCH, family), family=family,
                                    arch=ARCH, lane=lane, entries=entries,
                                    configs={c.id: c for c in lane.config_space},
-                                   soft=database.current_soft_validators(family))
+                                   soft=stamps.current_soft_validators(family))
             written[name] = sorted(entries)
     return written
 
