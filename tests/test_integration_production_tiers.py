@@ -26,7 +26,11 @@ RESIDUAL = "gemm_residual"
 
 
 def _units(lane) -> set[str]:
-    return {u.name for spec in lane.jit_specs(ARCH, "production") for u in spec.units}
+    """The units the production modules compile (a bundle's members each)."""
+    from oasr_core.jit.bundles import members_of
+
+    return {name for spec in lane.jit_specs(ARCH, "production") for u in spec.units
+            for name in members_of(u)}
 
 
 def _unit_of(config, op: str) -> str:

@@ -345,18 +345,20 @@ def test_prebuild_builds_modules_concurrently(env, monkeypatch) -> None:
     assert len(spans) == len(compiles(env.log))
 
 
-@pytest.mark.parametrize(("counts", "jobs", "expected"), [
-    ([10, 10], 8, [4, 4]),
-    ([100, 10], 16, [15, 1]),
-    ([3, 1], 2, [2, 1]),
-    ([1, 1, 1], 16, [1, 1, 1]),
-    ([0, 5], 4, [1, 4]),
-    ([0, 0], 4, [1, 1]),
-    ([50, 30, 20], 10, [5, 3, 2]),
-    ([], 4, []),
-])
-def test_split_jobs(counts, jobs, expected) -> None:
-    assert jit.split_jobs(counts, jobs) == expected
+def test_prebuild_compiles_every_module_s_units_in_one_queue_heaviest_first(env) -> None:
+    heavy = jit.TranslationUnit(
+        "heavy", "// cutlass::gemm stands in for a CUTLASS unit here\n"
+        + small_unit("hv", 7).source, small_unit("hv", 7).exports)
+    first = jit.JitSpec(name="t_q_a", arch="90a", cutlass=False,
+                        units=(small_unit("qa", 4), small_unit("qb", 5)))
+    second = jit.JitSpec(name="t_q_b", arch="90a", cutlass=False, units=(heavy,))
+    reports = jit.prebuild([first, second], jobs=1)
+    assert [r.status.value for r in reports] == ["built", "built"]
+    assert {n: u.status.value for r in reports for n, u in r.units.items()} == {
+        "qa": "built", "qb": "built", "heavy": "built"}
+    compiled = compiles(env.log)
+    heavy_key = jit.plan(second).units[0].key
+    assert len(compiled) == 3 and heavy_key in compiled[0], compiled
 
 
 def test_transient_compiler_death_leaves_no_failure_marker(env, monkeypatch) -> None:

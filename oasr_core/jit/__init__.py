@@ -36,7 +36,6 @@ from oasr_core.jit.builder import (
     build,
     default_jobs,
     prebuild,
-    split_jobs,
 )
 from oasr_core.jit.cache import cache_dir
 from oasr_core.jit.compiler import (
@@ -68,5 +67,5 @@ __all__ = [
     "LoadedModule", "ModuleBuild", "NotPrebuiltWarning", "PRELUDE", "Toolchain", "TranslationUnit",
     "UnitStatus", "build", "cache_dir", "compile_set", "cutlass_include_dirs", "cutlass_version",
     "default_jobs", "family_target", "gencode_flag", "is_prebuilt", "load", "normalize_arch",
-    "plan", "prebuild", "split_jobs", "target_arch", "target_arches", "toolchain",
+    "plan", "prebuild", "target_arch", "target_arches", "toolchain",
 ]

@@ -107,19 +107,6 @@ def default_jobs() -> int:
         return max(1, os.cpu_count() or 1)
 
 
-def split_jobs(counts: Sequence[int], jobs: int) -> list[int]:
-    """Share ``jobs`` among modules by their pending unit counts ``n_i``.
-
-    ``j_i = max(1, min(n_i, round(jobs * n_i / sum(n))))``, rounding halves up. Every module gets
-    a worker and none more than it has units; the sum may exceed ``jobs`` by the rounding and the
-    floor of 1, so :func:`prebuild` also caps concurrent nvcc processes at ``jobs`` overall.
-    """
-    total = sum(counts)
-    if total == 0:
-        return [1] * len(counts)
-    return [max(1, min(n, int(jobs * n / total + 0.5))) for n in counts]
-
-
 def build(spec: JitSpec, *, jobs: int | None = None, retry_failed: bool = False) -> ModuleBuild:
     """Compile the missing objects of ``spec`` with up to ``jobs`` nvcc processes, then link.
 
@@ -132,12 +119,17 @@ def build(spec: JitSpec, *, jobs: int | None = None, retry_failed: bool = False)
 def prebuild(
     specs: Sequence[JitSpec], *, jobs: int | None = None, retry_failed: bool = False
 ) -> list[ModuleBuild]:
-    """Build several modules concurrently (never loading them); one report per spec, in order.
+    """Build several modules (never loading them); one report per spec, in order.
 
-    Modules already built are reported ``cached`` at once. The others build side by side, each
-    with a share of ``jobs`` by its count of units still to compile (:func:`split_jobs`), and at
-    most ``jobs`` nvcc processes run at any time. A module whose arch this nvcc cannot target is
-    reported ``failed`` with the reason; a missing nvcc or CUTLASS raises.
+    Modules already built are reported ``cached`` at once. For the others, every unit still
+    to compile, of every module, goes into one queue of ``jobs`` nvcc processes, the heaviest
+    first (:func:`unit_weight`), and each module links as soon as the last of its units is
+    done. One queue over all modules, rather than a share of ``jobs`` per module, leaves no
+    core idle while one module still has units waiting (a module's share used to cap it: the
+    gemm production set's 16 units went through 6 slots in three waves while the slots of
+    modules that had finished stood empty), and heaviest-first keeps a long CUTLASS unit from
+    starting last. A module whose arch this nvcc cannot target is reported ``failed`` with
+    the reason; a missing nvcc or CUTLASS raises.
     """
     jobs = jobs or default_jobs()
     root = cache.cache_dir()
@@ -150,28 +142,97 @@ def prebuild(
             results[p.key] = done
         else:
             pending.setdefault(p.key, p)
-    counts = [_pending_units(p, root, retry_failed) for p in pending.values()]
-    limiter = threading.BoundedSemaphore(jobs)
     if pending:
-        with ThreadPoolExecutor(max_workers=len(pending), thread_name_prefix="oasr-jit") as pool:
-            futures = {
-                key: pool.submit(_build_or_report, p, j, limiter, retry_failed)
-                for (key, p), j in zip(pending.items(), split_jobs(counts, jobs), strict=True)
-            }
-            results.update({key: f.result() for key, f in futures.items()})
+        results.update(_prebuild_pending(list(pending.values()), root, jobs, retry_failed))
     return [results[p.key] for p in plans]
+
+
+def unit_weight(pu: PlannedUnit) -> tuple[bool, int, int]:
+    """A sort key for how long ``pu`` compiles, heaviest largest: CUTLASS templates first
+    (they are most of nvcc's time), then bundles by member count, then text length."""
+    text = pu.unit.source
+    return ("cutlass::" in text, text.count("namespace oasr_bundle_"), len(text))
+
+
+def _prebuild_pending(pending: list[Plan], root: Path, jobs: int, retry_failed: bool
+                      ) -> dict[str, ModuleBuild]:
+    started = time.perf_counter()
+    usable: list[Plan] = []
+    out: dict[str, ModuleBuild] = {}
+    for p in pending:
+        try:
+            p.toolchain.check_arch(p.spec.arch)
+        except OasrError as exc:
+            out[p.key] = _report(p, None, BuildStatus.FAILED, {}, started, error=str(exc))
+            continue
+        usable.append(p)
+    owners: dict[str, list[Plan]] = {}
+    first: dict[str, tuple[Plan, PlannedUnit]] = {}
+    for p in usable:
+        for pu in p.units:
+            first.setdefault(pu.key, (p, pu))
+            if p not in owners.setdefault(pu.key, []):
+                owners[pu.key].append(p)
+    remaining = {p.key: {pu.key for pu in p.units} for p in usable}
+    statuses: dict[str, UnitStatus] = {}
+    lock = threading.Lock()
+    limiter = threading.BoundedSemaphore(jobs)
+    order = sorted(first.values(), key=lambda item: unit_weight(item[1]), reverse=True)
+    with ThreadPoolExecutor(max_workers=max(1, min(jobs, len(order) or 1)),
+                            thread_name_prefix="oasr-nvcc") as pool, \
+            ThreadPoolExecutor(max_workers=max(1, len(usable)),
+                               thread_name_prefix="oasr-link") as linker:
+        links: dict[str, Any] = {}
+
+        def link(p: Plan) -> ModuleBuild:
+            try:
+                return build_plan(p, jobs=1, retry_failed=retry_failed, known=statuses,
+                                  started=started)
+            except OasrError as exc:
+                return _report(p, None, BuildStatus.FAILED, {}, started, error=str(exc))
+
+        def compile_one(p: Plan, pu: PlannedUnit) -> None:
+            try:
+                status = _compile(p, root, pu, limiter, retry_failed)
+            except OasrError as exc:
+                status = UnitStatus(BuildStatus.FAILED, pu.key, error=str(exc))
+            ready = []
+            with lock:
+                statuses[pu.key] = status
+                for owner in owners[pu.key]:
+                    left = remaining[owner.key]
+                    left.discard(pu.key)
+                    if not left and owner.key not in links:
+                        links[owner.key] = None
+                        ready.append(owner)
+            for owner in ready:
+                links[owner.key] = linker.submit(link, owner)
+
+        futures = [pool.submit(compile_one, p, pu) for p, pu in order]
+        for f in futures:
+            f.result()
+        for p in usable:  # a module with no unit to compile (all cached) links here
+            if p.key not in links:
+                links[p.key] = linker.submit(link, p)
+        pool.shutdown(wait=True)
+        for key, future in list(links.items()):
+            out[key] = future.result()
+    return out
 
 
 def build_plan(
     p: Plan, *, jobs: int | None = None, retry_failed: bool = False,
     limiter: threading.BoundedSemaphore | None = None,
     on_unit: Callable[[str, UnitStatus], None] | None = None,
+    known: Mapping[str, UnitStatus] | None = None, started: float | None = None,
 ) -> ModuleBuild:
     """:func:`build` for an already resolved spec (what :func:`~oasr_core.jit.loader.load` uses).
 
     ``on_unit(name, status)`` is called as each unit to compile settles (from a worker thread),
-    for progress; units of a module already in the cache are not reported."""
-    started = time.perf_counter()
+    for progress; units of a module already in the cache are not reported. ``known`` holds
+    what became of units already compiled by the caller, by object key (a prebuild's shared
+    queue), reported as they were; ``started`` is when the caller began (the report's time)."""
+    started = time.perf_counter() if started is None else started
     root = cache.cache_dir()
     done = _cached(p, root, retry_failed, started)
     if done is not None:
@@ -184,18 +245,8 @@ def build_plan(
         done = _cached(p, root, retry_failed, started)
         if done is not None:
             return done
-        units = _compile_units(p, root, jobs, limiter, retry_failed, on_unit)
+        units = _compile_units(p, root, jobs, limiter, retry_failed, on_unit, known)
         return _link(p, root, units, started)
-
-
-def _build_or_report(
-    p: Plan, jobs: int, limiter: threading.BoundedSemaphore, retry_failed: bool
-) -> ModuleBuild:
-    started = time.perf_counter()
-    try:
-        return build_plan(p, jobs=jobs, retry_failed=retry_failed, limiter=limiter)
-    except OasrError as exc:
-        return _report(p, None, BuildStatus.FAILED, {}, started, error=str(exc))
 
 
 def _report(
@@ -231,15 +282,6 @@ def _cached(p: Plan, root: Path, retry_failed: bool, started: float) -> ModuleBu
     return _report(p, path, BuildStatus.CACHED, units, started)
 
 
-def _pending_units(p: Plan, root: Path, retry_failed: bool) -> int:
-    keys = {u.key for u in p.units}
-    return sum(
-        1 for k in keys
-        if not object_intact(root, k)
-        and (retry_failed or not cache.failure_path(root, k).is_file())
-    )
-
-
 def object_intact(root: Path, key: str) -> bool:
     """Whether the cached object of ``key`` is there with the sha256 its compile recorded
     (a truncated or altered object, or one without a recorded hash, is compiled again)."""
@@ -254,6 +296,7 @@ def object_intact(root: Path, key: str) -> bool:
 def _compile_units(
     p: Plan, root: Path, jobs: int, limiter: threading.BoundedSemaphore, retry_failed: bool,
     on_unit: Callable[[str, UnitStatus], None] | None = None,
+    known: Mapping[str, UnitStatus] | None = None,
 ) -> dict[str, UnitStatus]:
     by_key: dict[str, PlannedUnit] = {}
     for pu in p.units:
@@ -261,6 +304,8 @@ def _compile_units(
     workers = max(1, min(jobs, len(by_key)))
 
     def compile_one(pu: PlannedUnit) -> UnitStatus:
+        if known is not None and pu.key in known:
+            return known[pu.key]
         status = _compile(p, root, pu, limiter, retry_failed)
         if on_unit is not None:
             on_unit(pu.unit.name, status)

@@ -24,7 +24,7 @@ kernel took 52.9 s of CPU, the unit alone 53.9 s.
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Collection, Sequence
 from typing import TypeVar
 
 from .spec import TranslationUnit
@@ -91,6 +91,16 @@ def bundle(name: str, units: Sequence[TranslationUnit]) -> TranslationUnit:
                            exports=tuple(s for u in units for s in u.exports))
 
 
+def members_of(unit: TranslationUnit) -> tuple[str, ...]:
+    """The names of the units :func:`bundle` put in ``unit`` (``(unit.name,)`` for a unit
+    that is not a bundle), read back from the first line it writes."""
+    first = unit.source.split("\n", 1)[0]
+    prefix = "// bundle of "
+    if first.startswith(prefix) and " units: " in first:
+        return tuple(first.split(" units: ", 1)[1].split(", "))
+    return (unit.name,)
+
+
 def bundles_of(units: Sequence[TranslationUnit]) -> dict[str, TranslationUnit]:
     """Each of ``units`` by name -> its bundle: one bundle per preprocessor prelude
     (:func:`prelude_of`), named after its first unit; a unit alone under its prelude is
@@ -103,6 +113,48 @@ def bundles_of(units: Sequence[TranslationUnit]) -> dict[str, TranslationUnit]:
         tu = bundle(f"{same[0].name}+{len(same) - 1}", same)
         out.update(dict.fromkeys((u.name for u in same), tu))
     return out
+
+
+def variant_bundles(units: Sequence[TranslationUnit], primaries: Collection[str]
+                    ) -> tuple[TranslationUnit, ...]:
+    """``units`` with every primary unit and its *variants* compiled as one file (:func:`bundle`).
+
+    ``primaries`` names the units that compile a config of their own (a lane's configs'
+    ``unit`` parameters). A variant is any other unit named ``<primary>_<suffix>`` after a
+    primary in ``units``: by the naming every family's generator follows, another epilogue
+    over that config's main loop (gemm's fused-residual ``X_res``, a W8A8 family's
+    fused-quantize ``X_quant``). nvcc spends a unit's time on the main loop, so a variant
+    beside it costs little (gemm: 52.9 s of CPU for the pair, 53.9 s for the unit alone, nvcc
+    13.0, 2026-12-01): a module of ``n`` configs with their variants compiles ``n`` files
+    instead of ``2n``. Units whose preludes differ (:func:`prelude_of`) stay apart. The
+    order is kept (a bundle takes its primary's place); a unit without variants is returned
+    as it is.
+    """
+    names = {u.name for u in units}
+    owner: dict[str, str] = {}
+    for unit in units:
+        if unit.name in primaries:
+            continue
+        stem = unit.name
+        while "_" in stem:
+            stem = stem.rsplit("_", 1)[0]
+            if stem in names and stem in primaries:
+                owner[unit.name] = stem
+                break
+    members: dict[str, list[TranslationUnit]] = {}
+    for unit in units:
+        members.setdefault(owner.get(unit.name, unit.name), []).append(unit)
+    out: list[TranslationUnit] = []
+    for unit in units:
+        if unit.name in owner:
+            continue
+        group = members[unit.name]
+        try:
+            out.append(bundle(f"{unit.name}+{len(group) - 1}", group) if len(group) > 1
+                       else unit)
+        except ValueError:  # different preludes: compiled apart, as before
+            out.extend(group)
+    return tuple(out)
 
 
 class Group(tuple):

@@ -11,6 +11,7 @@ its launcher uses :meth:`ProductionSet.wanted` to refresh a loaded module after 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Sequence
+from typing import Any
 
 import attrs
 
@@ -83,12 +84,34 @@ def lane_specs(lane: str, arch: str, scope: str, *, production: ProductionSet,
                production_spec: Callable[[str, str], object],
                full_spec: Callable[[str, str], object]) -> list:
     """``Lane.jit_specs``: the modules ``lane`` loads on ``arch``; ``scope`` is
-    ``production`` or ``all``. An arch the lane has no config for gets none."""
+    ``production`` or ``all``. An arch the lane has no config for gets none.
+
+    The production module compiles each config's unit and its variants (a fused-residual or
+    fused-quantize epilogue over the same main loop) as one file
+    (:func:`oasr_core.jit.bundles.variant_bundles`): what a process loads to serve ops, and
+    what ``oasr tune prebuild`` and a finished build compile, in about half the nvcc work.
+    """
     if scope not in ("production", "all"):
         raise ValueError(f"scope {scope!r} is not 'production' or 'all'")
     if not production.lane_configs(lane, arch):
         return []
-    return [full_spec(lane, arch) if scope == "all" else production_spec(lane, arch)]
+    if scope == "all":
+        return [full_spec(lane, arch)]
+    return [bundled(production_spec(lane, arch), production.space(lane))]
+
+
+def bundled(spec: Any, space: Iterable[Config]) -> Any:
+    """``spec`` with its units' variants bundled (:func:`lane_specs`), the primaries being
+    the units of the lane's configs ``space``; a spec that is not a
+    :class:`~oasr_core.jit.JitSpec` is returned as it is."""
+    units = getattr(spec, "units", None)
+    if units is None:
+        return spec
+    from oasr_core.jit.bundles import variant_bundles
+
+    primaries = {str(c.params.get("unit", c.id)) for c in space}
+    grouped = variant_bundles(units, primaries)
+    return spec if grouped == tuple(units) else attrs.evolve(spec, units=grouped)
 
 
 def cutlass_stamps(impl_hash: str) -> dict[str, str | None]:

@@ -115,17 +115,19 @@ class Serving:
 
     def load(self, lane: str, arch: str, spec_of: Callable[[str, str], Any],
              bind: Callable[[Any], Kernels]) -> Kernels | None:
-        """Load ``lane``'s production module on ``arch`` (``spec_of(lane, arch)``) and bind
-        its kernels (``bind(module)``): the ``load`` of :attr:`libraries`.
+        """Load ``lane``'s production module on ``arch`` (``spec_of(lane, arch)``, its units'
+        variants bundled as ``Lane.jit_specs`` bundles them: :func:`oasr_core.kit.production.
+        bundled`) and bind its kernels (``bind(module)``): the ``load`` of :attr:`libraries`.
 
         A module that cannot be built or loaded is warned about once and gives None (the ops
         serve from torch); units that failed to compile are warned about once and their
         configs are left to the next tier.
         """
         from oasr_core import jit as core_jit
+        from oasr_core.kit.production import bundled
 
         try:
-            spec = spec_of(lane, arch)
+            spec = bundled(spec_of(lane, arch), self._space(lane))  # as prebuild compiles it
             module = core_jit.load(spec)
         except Exception as exc:  # a broken toolchain or library must never take the op down
             self.warn_once(f"load:{lane}:{arch}", f"{self.label}: the {lane} module for {arch} "
@@ -138,6 +140,17 @@ class Serving:
                            f"({', '.join(sorted(module.failed)[:5])}); their configs are "
                            "served by the next tier", stacklevel=7)
         return bind(module)
+
+    @staticmethod
+    def _space(lane: str) -> tuple[Config, ...]:
+        """The registered config space of ``lane`` (empty when no plugin registers it)."""
+        from oasr_core.errors import OasrError
+        from oasr_core.runtime import get_runtime
+
+        try:
+            return get_runtime().registry.lane(lane).config_space
+        except OasrError:
+            return ()
 
     def holds(self, config: Config, key: Hashable,
               fits_arch: Callable[[Config, str], bool]) -> bool:

@@ -9,6 +9,7 @@ import pytest
 from oasr_core import build, hookimpl, runtime
 from oasr_core.arch import ArchProfile
 from oasr_core.jit.builder import BuildStatus
+from oasr_core.jit.bundles import members_of
 from oasr_core.plugins import make_plugin_manager
 from oasr_core.testing import ScriptedBench
 
@@ -92,14 +93,16 @@ def test_the_build_compiles_the_production_module_of_its_table(scripted):
     # The whole space first (what this build measures from), then the production module.
     whole, production = specs
     assert whole == jit.full_spec(cs.LANE_SM90, ARCH)
-    names = {u.name for u in production.units}
+    names = {name for u in production.units for name in members_of(u)}
     assert winner in names, "the config the table names for gemm"
     assert f"{lane.default_config}_res" in names, "gemm_residual's default regions"
     assert any(m.startswith("production modules for the next process: gemm_sm90_wgmma built")
                for m in result.messages), result.messages
     # The next process's production spec is the one the build compiled: nothing new.
     runtime.reload()
-    assert jit.production_spec(cs.LANE_SM90, ARCH) == production
+    assert lane.jit_specs(ARCH, "production") == [production]
+    assert f"{lane.default_config}+1" in {u.name for u in production.units}, \
+        "the default and its fused-residual variant: one file"
 
 
 def scripted_timer(rt):
