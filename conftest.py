@@ -7,6 +7,15 @@ ends, one background process prebuilds the specs of every collected such module 
 (``jobs=2``: the lanes share the cores) into a session JIT directory, so nvcc runs while the
 rest of the suite does; ``smoke_builds`` waits for it. A run that selects none of those tests
 (a single file, ``-m "not nvcc"``) starts no compile.
+
+So that no test sits waiting on nvcc while other tests could run, the tests that take
+``smoke_builds`` run last, and the compile runs at a lower CPU priority (``nice``) than the
+tests: on a 2-core machine it takes what the single-process suite leaves idle. The terminal
+summary says how long the compile took and how long the suite waited for it.
+
+Every cache a run writes (oasr's tier locks and JIT cache defaults, torch's and Triton's
+compile caches) goes under pytest's temporary directory (``_session_caches``): a run leaves
+nothing in ``~/.cache`` or ``/tmp``.
 """
 
 from __future__ import annotations
@@ -18,14 +27,18 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 
 import attrs
 import pytest
 
 SMOKE_JOBS = 2
+SMOKE_NICE = 10
 _CHILD = """
-import json, pickle, sys
+import json, os, pickle, sys
+if hasattr(os, "nice"):
+    os.nice(int(sys.argv[4]))  # nvcc inherits it: the tests come first
 from oasr_core import jit
 with open(sys.argv[1], "rb") as f:
     specs = pickle.load(f)
@@ -45,13 +58,19 @@ class SmokeBuild:
     process: subprocess.Popen
     reports_path: Path
     log_path: Path
+    started: float
     reports: dict | None = None
+    finished: float | None = None
+    waited: float = 0.0
 
     def wait(self) -> dict:
         """Each spec's name -> its first build report (``BUILT`` when nvcc ran); fails the
         requesting test with the builder's output if the process failed."""
         if self.reports is None:
+            before = time.monotonic()
             rc = self.process.wait()
+            self.waited = time.monotonic() - before
+            self.finished = time.monotonic()
             if rc != 0 or not self.reports_path.is_file():
                 tail = self.log_path.read_text(errors="replace")[-4000:]
                 pytest.fail(f"the smoke prebuild exited {rc}:\n{tail}")
@@ -74,6 +93,14 @@ def _module_build(report: dict):
                        error=report["error"], peak_child_rss_mib=report["peak_child_rss_mib"])
 
 
+def pytest_collection_modifyitems(items: list[pytest.Item]) -> None:
+    """The tests that wait for the background compile run last (in their collected order)."""
+    waiting = [i for i in items if "smoke_builds" in getattr(i, "fixturenames", ())]
+    if waiting:
+        rest = [i for i in items if "smoke_builds" not in getattr(i, "fixturenames", ())]
+        items[:] = rest + waiting
+
+
 def pytest_collection_finish(session: pytest.Session) -> None:
     """Start the background prebuild of the selected modules' ``SMOKE_UNITS``, if any."""
     modules = {id(m): m for m in (getattr(i, "module", None) for i in session.items)
@@ -88,11 +115,22 @@ def pytest_collection_finish(session: pytest.Session) -> None:
     with open(log, "wb") as out:
         process = subprocess.Popen(
             [sys.executable, "-c", _CHILD, str(work / "specs.pkl"), str(work / "reports.json"),
-             str(SMOKE_JOBS)],
-            env={**os.environ, "OASR_JIT_DIR": str(work / "jit")}, stdout=out,
-            stderr=subprocess.STDOUT)
+             str(SMOKE_JOBS), str(SMOKE_NICE)],
+            env={**os.environ, "OASR_JIT_DIR": str(work / "jit"),
+                 "XDG_CACHE_HOME": str(work / "cache")}, stdout=out, stderr=subprocess.STDOUT)
     session.config.stash[_KEY] = SmokeBuild(jit_dir=work / "jit", specs=specs, process=process,
-                                            reports_path=work / "reports.json", log_path=log)
+                                            reports_path=work / "reports.json", log_path=log,
+                                            started=time.monotonic())
+
+
+def pytest_terminal_summary(terminalreporter, config: pytest.Config) -> None:
+    """How long the background compile ran, and how long the suite waited for it."""
+    smoke = config.stash.get(_KEY, None)
+    if smoke is not None and smoke.finished is not None:
+        terminalreporter.write_line(
+            f"background nvcc prebuild: {len(smoke.specs)} modules in "
+            f"{smoke.finished - smoke.started:.0f} s; the tests waited {smoke.waited:.0f} s "
+            "for it")
 
 
 def pytest_sessionfinish(session: pytest.Session) -> None:
@@ -104,6 +142,20 @@ def pytest_sessionfinish(session: pytest.Session) -> None:
         smoke.process.kill()
         smoke.process.wait()
     shutil.rmtree(smoke.jit_dir.parent, ignore_errors=True)
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_caches(tmp_path_factory: pytest.TempPathFactory):
+    """The user cache (``XDG_CACHE_HOME``: oasr's system-tier locks, default user tier and JIT
+    cache) and torch's and Triton's compile caches, under pytest's temporary directory for
+    the whole run. Tests that need their own point these variables elsewhere."""
+    base = tmp_path_factory.mktemp("caches")
+    mp = pytest.MonkeyPatch()
+    mp.setenv("XDG_CACHE_HOME", str(base / "xdg"))
+    mp.setenv("TORCHINDUCTOR_CACHE_DIR", str(base / "torchinductor"))
+    mp.setenv("TRITON_CACHE_DIR", str(base / "triton"))
+    yield base
+    mp.undo()
 
 
 @pytest.fixture(scope="session")
