@@ -10,6 +10,10 @@ Engine-facing API:
 - :func:`tuning_report` — tier counts, loaded and stale files;
 - :func:`route` — send an uncompiled model's ``Linear`` and ``Conv1d`` layers through oasr's
   ops (``torch.compile(model, backend="oasr")`` is the compiled path: :mod:`oasr_core.compile`);
+- :func:`capture_from_env` — with ``OASR_CAPTURE=<path>`` set, record every oasr call (and
+  ``F.linear``/``F.conv1d`` on the calling thread) from now to exit, for ``oasr tune census
+  --capture``; the one call a process makes at startup (the variable alone records nothing:
+  only the process knows when its model starts);
 - :func:`autotune` — a context manager measuring, inside it, every call shape with no result;
 - :class:`TuningConfig` and :class:`Tuner` — what an engine holds to prewarm the user tier
   and check coverage before it captures graphs.
@@ -30,10 +34,10 @@ __version__ = "0.1.0"
 _LAZY = {"autotune": "oasr_core.autotuning.session", "TuningConfig": "oasr_core.tuner",
          "Tuner": "oasr_core.tuner", "reload": "oasr_core.runtime",
          "select": "oasr_core.selection", "tuning_report": "oasr_core.report",
-         "route": "oasr_core.routing"}
+         "route": "oasr_core.routing", "capture_from_env": "oasr_core.census.capture"}
 
-__all__ = ["__version__", "TuningConfig", "Tuner", "autotune", "hookimpl", "reload", "route",
-           "select", "tuning_report"]
+__all__ = ["__version__", "TuningConfig", "Tuner", "autotune", "capture_from_env", "hookimpl",
+           "reload", "route", "select", "tuning_report"]
 
 
 def __getattr__(name: str) -> Any:

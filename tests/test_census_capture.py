@@ -48,3 +48,13 @@ def test_merging_a_capture_scales_it_to_its_share_and_keeps_it_eager():
     assert merged.provenance["captures"][0]["scale"] == pytest.approx(0.04)
     with pytest.raises(ValueError):
         capture.merge_capture(census, recording, share=1.0)
+
+
+def test_the_one_call_a_capturing_process_makes_is_a_top_level_name(monkeypatch, tmp_path):
+    """``OASR_CAPTURE`` names the file; ``oasr_core.capture_from_env()`` (what the README's
+    environment table and "Your own model" name) starts the recording; unset, it is a no-op."""
+    import oasr_core
+
+    monkeypatch.delenv("OASR_CAPTURE", raising=False)
+    assert oasr_core.capture_from_env is capture.capture_from_env
+    assert oasr_core.capture_from_env() is None

@@ -233,8 +233,13 @@ def run_census(workload: Workload, config: EngineConfig, traffic: Traffic,
                params: Mapping[str, Any] | None = None, probe_device: str = "meta",
                probe_limit: int | None = None, strict: bool = False,
                progress: Callable[[EngineKey, int, int], None] | None = None,
-               registry: Any = None) -> ShapeSet:
+               registry: Any = None, route_quantization: str = "none") -> ShapeSet:
     """Probe every engine key of ``workload`` and return the (unselected) ShapeSet.
+
+    ``route_quantization`` (a scheme, for a model whose factory does not quantize itself:
+    ``--model``) routes the model's ``nn.Linear`` layers through the plugins' quantized
+    linear (:func:`oasr_core.routing.route`), so the census records the calls the quantized
+    model makes, as ``oasr tune bench --quantization`` runs it.
 
     ``probe_limit`` probes only the heaviest keys (their probability is renormalised).
     ``progress(key, done, total)`` is called after each probe. ``registry`` (the installed
@@ -252,6 +257,11 @@ def run_census(workload: Workload, config: EngineConfig, traffic: Traffic,
         keys = keys[:probe_limit]
     total = sum(k.weight for k in keys)
     model, working_set = build_model(workload, params or {}, device=probe_device, dtype=dtype)
+    if route_quantization != "none":
+        from oasr_core.routing import route
+
+        route(model, dtype=dtype, quantization=route_quantization, conv1d=False,
+              pm=getattr(registry, "pm", None))
     input_dtype = _torch_dtype(dtype) if probe_device == "meta" else torch.float32
     builder = PointBuilder()
     started = time.monotonic()

@@ -265,6 +265,17 @@ def _report(pm: Any, message: str, exc: BaseException | None = None,
         pm.report(message, exc=exc, level=level)
 
 
+def _importable_cwd() -> None:
+    """Put the current directory first on ``sys.path`` (what ``python -m`` does), so
+    ``--model mypkg.asr:build`` run from the folder holding ``mypkg`` imports it."""
+    import os
+    import sys
+
+    cwd = os.getcwd()
+    if cwd not in sys.path and "" not in sys.path:
+        sys.path.insert(0, cwd)
+
+
 def model_workload(spec: str, *, inputs: Sequence[str] = ("B,T,80",),
                    fixed_frames: int | None = None, params: Mapping[str, Any] | None = None,
                    frames_per_second: float | None = None) -> Workload:
@@ -276,11 +287,13 @@ def model_workload(spec: str, *, inputs: Sequence[str] = ("B,T,80",),
     if not _MODEL_RE.match(spec):
         raise ConfigurationError(f"--model {spec!r}: expected package.module:factory")
     module_name, _, attr = spec.partition(":")
+    _importable_cwd()
     try:
         factory = getattr(importlib.import_module(module_name), attr)
     except ImportError as exc:
         raise ConfigurationError(f"--model {spec!r}: cannot import {module_name!r} "
-                                 f"({type(exc).__name__}: {exc})") from None
+                                 f"({type(exc).__name__}: {exc}); it is looked up in the "
+                                 "current directory and on PYTHONPATH") from None
     except AttributeError:
         raise ConfigurationError(f"--model {spec!r}: module {module_name!r} has no "
                                  f"{attr!r}") from None

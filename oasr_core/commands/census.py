@@ -211,9 +211,10 @@ Examples:
               help="The deployment's activation dtype: one the installed families serve "
               "(fp16, bf16 with oasr-gemm).")
 @click.option("--quantization", default="none", show_default=True, metavar="SCHEME",
-              help="none, or a scheme a family serves (int8_w8a8 with oasr-scaled-mm); passed "
-              "to the workload's factory, the reference workloads quantize their linear "
-              "layers through the plugin providing it.")
+              help="none, or a scheme a family serves (int8_w8a8 with oasr-scaled-mm): the "
+              "model's linear layers are quantized through the plugin providing it (a "
+              "--model's nn.Linear layers routed as `oasr tune bench` does; its factory "
+              "receives only --param).")
 @click.option("--probe-device", type=click.Choice(["meta", "cpu"]), default="meta",
               show_default=True, help="meta: shapes only, no arithmetic.")
 @click.option("--probe-limit", type=click.IntRange(min=1), default=None,
@@ -247,8 +248,14 @@ def census_cmd(state: CliState, workload_name: str | None, model: str | None,
     traffic = _traffic(service_mode, manifest, audio_root, concurrency)
     factory_params = _params(params)
     _check_params(workload, factory_params)
+    routed = "none"
     if quantization != "none":
-        factory_params["quantization"] = quantization
+        from oasr_core.census.workloads import ReferenceFactory
+
+        if isinstance(workload.factory, ReferenceFactory):
+            factory_params["quantization"] = quantization
+        else:
+            routed = quantization
     recordings = [(path, ss.load(path)) for path in captures]
     registry = state.runtime().registry
     patches = patches_of(registry)
@@ -260,7 +267,7 @@ def census_cmd(state: CliState, workload_name: str | None, model: str | None,
         result = run_census(workload, config, traffic, patches, dtype=dtype,
                             params=factory_params, probe_device=probe_device,
                             probe_limit=probe_limit, strict=registry.strict, progress=advance,
-                            registry=registry)
+                            registry=registry, route_quantization=routed)
     result = result.with_provenance(quantization=quantization)
     for path, recording in recordings:
         result = cap.merge_capture(result, recording, share=capture_share, origin=str(path))
@@ -328,12 +335,16 @@ def _summary(shapeset, out: Path, as_json: bool) -> None:
 
     table = Table(title=f"census: {prov.get('workload')} ({prov.get('service_mode')})")
     for column in ("signature", "points", "must", "M range", "calls/unit", "weight"):
-        table.add_column(column, justify="left" if column == "signature" else "right")
+        table.add_column(column, justify="left" if column == "signature" else "right",
+                         no_wrap=column == "signature")
     for r in rows:
         table.add_row(r["signature"], str(r["points"]), str(r["must"]),
                       f"{r['m_min']}..{r['m_max']}", f"{r['calls']:.3g}",
                       f"{100 * r['weight_share']:.1f}%")
-    console = Console(width=max(100, Console().width))
+    # The keys are what the table exists to show: never cut, piped or on a narrow terminal
+    # (the table is as wide as its longest key needs; the terminal wraps it if it must).
+    widest = max((len(r["signature"]) for r in rows), default=10)
+    console = Console(width=max(100, Console().width, widest + 60))
     console.print(table)
     covered = totals["weight_covered"]
     console.print(f"{totals['signatures']} signatures, {totals['points']} points (of "
