@@ -283,8 +283,8 @@ def build_distributed(census: Census, *, family: Any, lane: Any, device: Device,
     if not pools.gpu:
         raise ConfigurationError("the Dask cluster has no worker with the GPU resource: start "
                                  "each GPU's worker with --resources GPU=1")
-    facts = client.submit(probe, device, model.modelled(lane), workers=[pools.gpu[0]],
-                          pure=False).result()
+    facts = client.submit(probe, device, profile is None and model.modelled(lane),
+                          workers=[pools.gpu[0]], pure=False).result()
     if arch is not None and arch != facts["arch"]:
         raise ConfigurationError(f"--arch {arch} but the GPU workers are {facts['arch']}")
     if profile is None and facts["profile"] is not None:
