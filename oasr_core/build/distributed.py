@@ -385,11 +385,13 @@ def build_distributed(census: Census, *, family: Any, lane: Any, device: Device,
 
 
 def compiling_jobs(counts: Sequence[int], slots: int) -> list[int]:
-    """nvcc jobs of each module of the compile stage: the compile workers' slots shared by
-    unit counts (:func:`oasr_core.jit.builder.split_jobs`)."""
-    from oasr_core.jit.builder import split_jobs
-
-    return split_jobs(counts, max(1, slots)) if counts else []
+    """nvcc jobs of each module of the compile stage: the compile workers' ``slots`` shared
+    by unit counts, ``max(1, min(n_i, round(slots * n_i / sum(n))))`` (a module gets at least
+    one and never more than it has units)."""
+    total, slots = sum(counts), max(1, slots)
+    if total == 0:
+        return [1] * len(counts)
+    return [max(1, min(n, int(slots * n / total + 0.5))) for n in counts]
 
 
 def _logged_keys(lp: Any) -> set[str]:
