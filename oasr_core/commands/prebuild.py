@@ -144,8 +144,9 @@ Examples:
   oasr tune prebuild --arch 9.0a --all       every sm90 config, on a machine without a GPU
   OASR_JIT_DIR=/shared/jit oasr tune prebuild --family gemm --arch 9.0a --jobs 16
 
-Time: ~1-2 min per CUTLASS 3.x unit per core; gemm --all is 185 units (~9 min on 16 cores,
-hours on 2). Units already in the cache (OASR_JIT_DIR) are not compiled again.""")
+Time: ~1-2 min per CUTLASS 3.x unit per core. Every family's production set (44 units for
+sm90) took 2 min 21 s on 16 cores from an empty cache; gemm --all is 185 units (~9 min on 16
+cores, hours on 2). Units already in the cache (OASR_JIT_DIR) are not compiled again.""")
 @click.option("--family", "families", multiple=True, shell_complete=completer("families"),
               help="Family to compile (repeat; default: every installed family).")
 @click.option("--arch", default=None, shell_complete=completer("targets"),
