@@ -185,3 +185,32 @@ def test_a_shapeset_point_may_have_a_zero_dim():
     with pytest.raises(Exception, match="non-negative"):
         shapeset.ShapePoint(family="conv1d", op="conv1d", dtype="fp16",
                             dims={"Cin": 512, "pad": -1}, m=10)
+
+
+def test_a_routed_library_style_encoder_computes_what_torch_does():
+    """Serving code nobody wrote for oasr: ``oasr_core.route`` sends the library-style
+    encoder's linears and convolutions through the families' ops; on CPU every call takes
+    their torch path, the grouped positional convolution counted as ``grouped``."""
+    import oasr_conv1d
+
+    from oasr_core.routing import route, unroute
+
+    torch.manual_seed(0)
+    model = wav2vec2_encoder(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
+                             num_attention_heads=4, conv_dim=[32] * 7,
+                             num_conv_pos_embedding_groups=4,
+                             do_stable_layer_norm=True).eval()
+    audio = torch.randn(2, 8000)
+    mask = torch.ones(2, 8000, dtype=torch.long)
+    mask[0, 6000:] = 0
+    with torch.inference_mode():
+        want = model(audio, mask)
+        counts = route(model, dtype="fp16")
+        oasr_conv1d.reset_stats()
+        got = model(audio, mask)
+    assert counts == {"Linear": 1 + 2 * 6, "Conv1d": 8}
+    torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
+    # The raw-audio conv's [B, 1, T] input is channels-last as well (one channel): the op takes
+    # it (on CPU, its torch path); the strided stack's [B, C, T] runs the modules' forwards.
+    assert oasr_conv1d.stats() == {"torch:grouped": 1, "torch:cpu": 1}
+    assert unroute(model) == sum(counts.values())
