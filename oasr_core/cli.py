@@ -123,6 +123,8 @@ def main(ctx: click.Context, verbose: bool, plugin_opts: tuple[str, ...]) -> Non
         if not opt.startswith("no:") or len(opt) == 3:
             raise click.BadParameter(f"{opt!r}: expected no:NAME", param_hint="-p")
         blocked.append(opt[3:])
+    if blocked:
+        _check_blockable(blocked)
     state = ctx.ensure_object(CliState)
     state.verbose = state.verbose or verbose
     state.blocked = tuple(blocked)
@@ -130,6 +132,25 @@ def main(ctx: click.Context, verbose: bool, plugin_opts: tuple[str, ...]) -> Non
         import logging
 
         logging.basicConfig(level=logging.DEBUG, format="%(name)s: %(message)s")
+
+
+def _check_blockable(names: list[str]) -> None:
+    """``click.BadParameter`` for a ``-p no:NAME`` that names no installed plugin (a typo
+    would otherwise block nothing and say "blocked")."""
+    import difflib
+    import importlib.metadata
+
+    from oasr_core.plugins import ENTRY_POINT_GROUP
+    from oasr_core.runtime import MODEL_TIER_PLUGIN
+
+    known = sorted({ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
+                   | {MODEL_TIER_PLUGIN})
+    for name in names:
+        if name not in known:
+            close = difflib.get_close_matches(name, known, n=1)
+            hint = f" (did you mean {close[0]!r}?)" if close else ""
+            raise click.BadParameter(f"no installed plugin is named {name!r}{hint}; "
+                                     f"installed: {', '.join(known)}", param_hint="-p")
 
 
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
@@ -238,6 +259,8 @@ def status_cmd(state: CliState, arch: str | None, censuses: tuple[Path, ...],
     from oasr_core.report import tier_arches, tuning_report
 
     rt = state.runtime()
+    if arch is not None:
+        _known_arch(rt, arch)
     device = seen_arch(rt)
     report = tuning_report(arch=arch, census=list(censuses) or None)
     data = report.to_json()
@@ -283,6 +306,30 @@ def diff_cmd(state: CliState, a: Path, b: Path, as_json: bool) -> None:
           lines or ["no differences"])
 
 
+def check_parent(path: Path, option: str) -> None:
+    """``click.BadParameter`` unless the directory an output file goes into exists: a typo
+    in an output path never creates directories anywhere."""
+    parent = path.parent
+    if parent.exists() and not parent.is_dir():
+        raise click.BadParameter(f"{path}: {parent} is not a directory", param_hint=option)
+    if not parent.exists():
+        raise click.BadParameter(f"{path}: no directory {parent} (create it first)",
+                                 param_hint=option)
+
+
+def _known_arch(rt: Any, arch: str) -> None:
+    """``click.BadParameter`` unless ``arch`` is an arch family some installed lane runs on."""
+    from oasr_core.types import ARCH_RE
+
+    if not ARCH_RE.match(arch):
+        raise click.BadParameter(f"{arch!r} is not an arch family like sm90", param_hint="--arch")
+    runs_on = sorted({a for lane in rt.registry.lanes.values() for a in lane.arch_families})
+    if arch not in runs_on:
+        raise click.BadParameter(f"no installed lane runs on {arch} (lanes run on "
+                                 f"{', '.join(runs_on) or 'nothing: no family plugin'})",
+                                 param_hint="--arch")
+
+
 def _parse_dims(values: tuple[str, ...]) -> dict[str, int]:
     dims: dict[str, int] = {}
     for v in values:
@@ -294,6 +341,8 @@ def _parse_dims(values: tuple[str, ...]) -> dict[str, int]:
         except ValueError:
             raise click.BadParameter(f"{v!r}: {num!r} is not an integer",
                                      param_hint="--dim") from None
+        if dims[name] < 0:
+            raise click.BadParameter(f"{v!r}: a dim is never negative", param_hint="--dim")
     return dims
 
 

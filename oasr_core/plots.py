@@ -259,8 +259,11 @@ def e2e_figure(results: Sequence[Mapping[str, Any]], path: str | Path, *,
         ax.grid(True, axis="y", alpha=0.25)
     devices = sorted({str(r.get("device")) for r in results})
     torches = sorted({str(r.get("torch")) for r in results})
-    fig.suptitle(title or f"whole models, {', '.join(devices)}, torch {', '.join(torches)}",
-                 fontsize=10)
+    idle = [str(r.get("model")) for r in results if r.get("oasr_kernel_calls") == 0]
+    note = (f"\nno oasr kernel ran in {', '.join(idle)}: its speedup compares torch with "
+            "itself (noise)") if idle else ""
+    fig.suptitle((title or f"whole models, {', '.join(devices)}, torch {', '.join(torches)}")
+                 + note, fontsize=10)
     fig.tight_layout()
     return _save(fig, path)
 

@@ -43,6 +43,9 @@ _LOCK = threading.RLock()
 _RUNTIME: Runtime | None = None
 
 
+MODEL_TIER_PLUGIN = "oasr_core.model_tier"
+"""The plugin name of the core's own cost-model tier (``oasr -p no:oasr_core.model_tier``)."""
+
 @attrs.frozen
 class TierFiles:
     """The two tier files of one (arch, family) as read in one epoch."""
@@ -85,7 +88,7 @@ class Runtime:
         if not any(isinstance(p, ModelTier) for p in self.pm.get_plugins()):
             from oasr_core.arch import ArchProfile
 
-            self.pm.register(ModelTier(live=ArchProfile.query), name="oasr_core.model_tier")
+            self.pm.register(ModelTier(live=ArchProfile.query), name=MODEL_TIER_PLUGIN)
 
     @property
     def registry(self) -> Registry:

@@ -134,7 +134,7 @@ def test_a_model_that_needs_values_fails_on_meta_with_a_hint(tmp_path, monkeypat
             1, "--out", tmp_path / "o.json")
     result = _run(*args)
     assert result.exit_code == 2 and "on meta" in result.stderr
-    assert "(try --probe-device cpu)" in result.stderr
+    assert "pass --probe-device cpu)" in result.stderr and "fix --input" in result.stderr
     _ok(_run(*args[:-2], "--probe-device", "cpu", "--probe-limit", 2, *args[-2:]))
     assert len(shapeset.load(tmp_path / "o.json").provenance["keys"]) == 2
 

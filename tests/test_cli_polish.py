@@ -7,6 +7,7 @@ import json
 import os
 import subprocess
 import sys
+from pathlib import Path
 
 import click
 import pytest
@@ -185,3 +186,38 @@ def test_select_names_an_unknown_lane_before_the_arch(run):
     assert res.exit_code == 2 and "no plugin registers lane 'tg_nope'" in res.output
     res = run(*SELECT, "--arch", "sm100", "--lane", "tg_other")
     assert res.exit_code == 2 and "lane tg_other runs on" in res.output
+
+
+# --- the newcomer trial's mistakes: one line, non-zero exit -------------------------------
+
+REPO = Path(__file__).resolve().parents[1]
+
+
+@pytest.mark.parametrize(("args", "message"), [
+    (("tune", "select", "--family", "gemm", "--op", "gemm", "--dtype", "fp16", "--dim",
+      "N=-256", "--dim", "K=256", "--m", "16", "--arch", "sm90"), "a dim is never negative"),
+    (("tune", "status", "--arch", "sm999"), "no installed lane runs on sm999"),
+    (("tune", "status", "--census", "db/sm90/gemm.json"), "this is a tuning file"),
+    (("tune", "build", "--family", "scaled_mm", "--from-log",
+      "db/sm90/measurements/gemm.jsonl", "--out", "{tmp}/x.json"),
+     "the log holds rows of family gemm, none of scaled_mm"),
+    (("tune", "evaluate", "--log", "db/sm90/measurements/gemm.jsonl", "--db",
+      "s=db/sm90/scaled_mm.json"), "a scaled_mm file for sm90; the log measured gemm"),
+    (("tune", "build", "--from-log", "db/sm90/measurements/gemm.jsonl", "--out",
+      "{tmp}/missing/x.json"), "no directory"),
+    (("tune", "census", "--workload", "conformer", "--service-mode", "offline",
+      "--max-batch-size", "4", "--out", "{tmp}/missing/c.json"), "no directory"),
+    (("tune", "census", "--workload", "conformer", "--service-mode", "offline",
+      "--max-batch-size", "4", "--chunk-size", "16", "--out", "{tmp}/c.json"),
+     "an offline census has no chunks"),
+    (("-p", "no:gemmm", "plugins"), "no installed plugin is named 'gemmm' (did you mean 'gemm'?)"),
+])
+def test_each_trial_mistake_is_one_line_and_exit_2(tmp_path, monkeypatch, args, message):
+    """With the installed plugins, in process (the real process's exit code and one-line
+    stderr are checked once in ``test_cli.py``)."""
+    monkeypatch.chdir(REPO)
+    res = CliRunner().invoke(cli.main, [a.replace("{tmp}", str(tmp_path)) for a in args],
+                             obj=cli.CliState())
+    assert res.exit_code == 2, (res.stdout, res.stderr)
+    assert res.stderr.count("\n") == 1 and message in res.stderr, res.stderr
+    assert not (tmp_path / "missing").exists()

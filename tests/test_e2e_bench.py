@@ -69,6 +69,7 @@ def test_tiny_conformer_table_and_tiers():
     assert result.exit_code == 0, (result.output, result.exception)
     out = result.stdout
     assert out.startswith("# end to end: conformer on CPU")
+    assert "**No oasr kernel ran** (on the CPU oasr's ops take their torch path)" in out
     assert "| model | mode | oasr ms | torch ms | speedup |" in out
     row = next(line for line in out.splitlines() if line.startswith("| conformer | eager |"))
     oasr_ms, torch_ms, speedup = (c.strip() for c in row.split("|")[3:6])
@@ -99,6 +100,7 @@ def test_json_output_and_out_file(tmp_path):
     assert data["error"] <= data["bound"] == 1e-4
     assert data["calls"] == [{"family": "gemm", "op": "gemm", "served_by": "torch (cpu)",
                               "calls": 2}]
+    assert data["oasr_kernel_calls"] == 0
 
 
 def test_a_model_that_disagrees_fails_in_one_line():

@@ -156,6 +156,22 @@ class E2EResult:
         dtype = o.compute_dtype
         return dtype if o.quantization == "none" else f"{o.quantization} ({dtype} activations)"
 
+    @property
+    def kernel_calls(self) -> int:
+        """Calls of one forward an oasr kernel served (:func:`tally_calls` names a call that
+        took torch's path with its reason in brackets: ``torch (cpu)``, ``system (torch)``)."""
+        return sum(n for *_, who, n in self.calls if "(" not in who)
+
+    def no_kernel_line(self) -> list[str]:
+        """The plain statement a report starts with when no oasr kernel ran: its ratio then
+        compares torch with torch (or oasr's CPU emulation), which is noise, not a result."""
+        if self.kernel_calls:
+            return []
+        where = "on the CPU oasr's ops take their torch path" if self.options.device == "cpu" \
+            else "every call was served by torch"
+        return [f"**No oasr kernel ran** ({where}): the speedup below compares torch with "
+                "itself and is noise, not a result.", ""]
+
     def header(self) -> list[str]:
         """The lines naming what ran where."""
         o = self.options
@@ -208,7 +224,8 @@ class E2EResult:
         title = "end to end" + (f", {self.options.quantization} vs torch "
                                 f"{self.options.compute_dtype}"
                                 if self.options.quantization != "none" else "")
-        return [f"# {title}: {self.model} on {self.device_name}", "", *self.header(), "",
+        return [f"# {title}: {self.model} on {self.device_name}", "", *self.no_kernel_line(),
+                *self.header(), "",
                 *self.table(), "", *self.tier_lines()]
 
     def markdown(self) -> str:
@@ -223,6 +240,7 @@ class E2EResult:
             "frames": o.frames, "dtype": o.compute_dtype, "quantization": o.quantization,
             "baseline": self.baseline, "device": self.device_name, "torch": self.torch_version,
             "tuning_files": list(self.tuning_files), "error": self.error, "bound": o.bound(),
+            "oasr_kernel_calls": self.kernel_calls,
             "replays": o.replays, "iters": o.iters,
             "rows": [{"mode": r.mode, "oasr_ms": r.oasr_ms, "torch_ms": r.torch_ms,
                       "speedup": r.speedup, "rounds": r.rounds} for r in self.rows],
@@ -441,7 +459,8 @@ def run_e2e(workload: Any, options: E2EOptions, *, name: str | None = None) -> E
 
     if options.device == "cuda" and not torch.cuda.is_available():
         raise BenchError("no CUDA device: the end-to-end benchmark times models on a GPU "
-                         "(torch.cuda.is_available() is False)")
+                         "(torch.cuda.is_available() is False); --cpu runs it eagerly on the "
+                         "CPU, where no oasr kernel runs (a check that it works, not a speed)")
     if workload.fixed_frames is not None and options.frames != workload.fixed_frames:
         raise ConfigurationError(f"--frames {options.frames}: workload {workload.name!r} takes "
                                  f"exactly {workload.fixed_frames} frames")

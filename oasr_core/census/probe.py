@@ -275,7 +275,10 @@ def run_census(workload: Workload, config: EngineConfig, traffic: Traffic,
             try:
                 model(*inputs)
             except Exception as exc:  # the model's own error, reported as bad input (-v: cause)
-                hint = " (try --probe-device cpu)" if probe_device == "meta" else ""
+                shapes = ", ".join(workload.inputs)
+                hint = (f" (inputs given as {shapes}: if that is not what the model takes, fix "
+                        "--input; if the model reads tensor values, pass --probe-device cpu)"
+                        if probe_device == "meta" else f" (inputs given as {shapes})")
                 raise ConfigurationError(f"workload {workload.name!r} failed at {key.label} on "
                                          f"{probe_device}: {type(exc).__name__}: "
                                          f"{' '.join(str(exc).split())[:300]}{hint}") from exc

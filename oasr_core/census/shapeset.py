@@ -302,6 +302,9 @@ def from_json(raw: Any, *, origin: str = "<shapeset>") -> ShapeSet:
     """Check the version, migrate, and structure a parsed document."""
     if not isinstance(raw, dict):
         raise ShapeSetError(f"{origin}: expected a JSON object, got {type(raw).__name__}")
+    if "points" not in raw and "entries" in raw and "family" in raw:
+        raise ShapeSetError(f"{origin}: this is a tuning file (family {raw.get('family')!r}), "
+                            "not a census; a census is what `oasr tune census` writes")
     version = raw.get("schema_version")
     if type(version) is not int or version < 1:
         raise ShapeSetError(f"{origin}: no valid schema_version; not an oasr ShapeSet "

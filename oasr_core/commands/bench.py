@@ -1,11 +1,12 @@
 """``oasr tune bench``: a whole model with oasr's ops against the same model in plain torch.
 
 The model is a registered workload (``--workload conformer``) or any importable factory
-(``--model package.module:factory``, its ``nn.Linear`` layers routed to oasr's linear);
+(``--model package.module:factory``, its ``nn.Linear`` and ``nn.Conv1d`` layers routed to
+oasr's ops by :func:`oasr_core.routing.route`);
 :mod:`oasr_core.bench.e2e` builds both, checks that their outputs agree, times them in CUDA
 graphs and eagerly, and counts which tier served the calls. Bad input is one line on stderr
 and exit code 2; outputs that disagree are one line and exit code 1. It needs a CUDA device
-(the hidden ``--cpu`` runs the eager mode on a CPU, for tests).
+(``--cpu`` runs the eager mode on a CPU, where no oasr kernel runs: the report says so).
 """
 
 from __future__ import annotations
@@ -29,7 +30,8 @@ Examples:
               help="A registered workload (built in: conformer, whisper_encoder).")
 @click.option("--model", default=None, metavar="PACKAGE.MODULE:FACTORY",
               help="Benchmark the torch module this factory builds instead (its nn.Linear "
-              "layers served by oasr).")
+              "and nn.Conv1d layers served by oasr; it is imported from the current "
+              "directory or PYTHONPATH).")
 @click.option("--input", "inputs", multiple=True, metavar="DIMS",
               help="--model input per positional argument, as for `oasr tune census` "
               "('B,T,80', 'B,80,T', 'lengths'). Default B,T,80.")
@@ -57,8 +59,9 @@ Examples:
               help="Bound of max|oasr - torch| / max|torch| (default: by dtype and scheme).")
 @click.option("--seed", type=int, default=0, show_default=True,
               help="Seed of the weights and inputs (both models get the same).")
-@click.option("--cpu", "on_cpu", is_flag=True, hidden=True,
-              help="Tests: run eagerly on the CPU in fp32 (oasr's ops take their torch path).")
+@click.option("--cpu", "on_cpu", is_flag=True,
+              help="Run eagerly on the CPU in fp32: oasr's ops take their torch path, so no "
+              "oasr kernel runs (a check that the model routes and agrees, not a speed).")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Also write the report here (markdown; JSON when it ends in .json).")

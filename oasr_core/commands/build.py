@@ -26,7 +26,7 @@ from oasr_core.bench import BenchOptions
 from oasr_core.build import BuildOptions
 from oasr_core.census import shapeset
 from oasr_core.census.shapeset import ShapeSet
-from oasr_core.cli import CliState, completer, handle_errors
+from oasr_core.cli import CliState, check_parent, completer, handle_errors
 from oasr_core.commands.logs import read_checked
 from oasr_core.errors import ConfigurationError
 from oasr_core.progress import ProgressMode
@@ -112,8 +112,8 @@ their own names."""
 Examples:
   oasr tune build --census offline.json --census streaming.json --out user
   oasr tune build --family gemm --widths "512,256;2048,512" --m-ladder 16,64,256,1024
-  oasr tune build --from-log db/sm90/measurements/gemm.jsonl --thin --max-points 14 \\
-      --fresh --out /tmp/gemm.json       (no GPU: the shipped table, byte for byte)
+  oasr tune build --from-log db/sm90/measurements/gemm.jsonl --fresh --out /tmp/gemm.json
+      (no GPU: the shipped table, byte for byte)
 
 Output: one line per signature, its regions as BOUND:CHOICE, each serving sizes up to
 BOUND (* = every larger size), e.g. 128:ws_64x16x128 *:torch.""")
@@ -228,8 +228,11 @@ def _replay(ctx: click.Context, rt, request: BuildRequest, show) -> list:
     if request.censuses or request.widths:
         raise ConfigurationError("--from-log replays a log: it takes no --census/--widths")
     _runs, arms = read_checked(list(request.from_logs))
-    families = ([request.family] if request.family
-                else sorted({str(r.get("family")) for r in arms}))
+    held = sorted({str(r.get("family")) for r in arms})
+    if request.family and held and request.family not in held:
+        raise ConfigurationError(f"--family {request.family}: the log holds rows of family "
+                                 f"{', '.join(held)}, none of {request.family}")
+    families = [request.family] if request.family else held
     _check_out(request.out, families, "log")
     _note_live_only(ctx)
     return [build.build_from_log(list(request.from_logs), registry=rt.registry,
@@ -259,6 +262,8 @@ def _note_live_only(ctx: click.Context) -> None:
 
 
 def _check_out(out: str, families: list[str], what: str) -> None:
+    if out.endswith(".json"):
+        check_parent(Path(out), "--out")
     if len(families) > 1 and out not in ("user", "system") and out.endswith(".json"):
         raise ConfigurationError(f"--out {out} names one tuning file, but the {what} holds "
                                  f"families {', '.join(families)}: pass --family, or --out "

@@ -15,9 +15,8 @@ from typing import Any
 
 import click
 
-from oasr_core.cli import CliState, completer, handle_errors
+from oasr_core.cli import CliState, check_parent, completer, handle_errors
 from oasr_core.errors import ConfigurationError
-
 
 PARAM_SCALE = 16
 """How far ``--param`` may scale a workload's integer default: 1 to 16 times it."""
@@ -240,6 +239,12 @@ def census_cmd(state: CliState, workload_name: str | None, model: str | None,
     from oasr_core.census.probe import run_census
     from oasr_core.census.recorder import patches_of
 
+    check_parent(out, "--out")
+    given = click.get_current_context().get_parameter_source("chunk_size")
+    if service_mode == "offline" and given is click.core.ParameterSource.COMMANDLINE:
+        raise click.BadParameter("an offline census has no chunks (it is a streaming "
+                                 "engine's); drop it or pass --service-mode streaming",
+                                 param_hint="--chunk-size")
     workload = _workload(state, workload_name, model, inputs, fixed_frames, frames_per_second)
     scale = workload.time_scale
     config = _engine(service_mode, max_batch_size, chunk_size, ladder, batch_buckets,

@@ -51,7 +51,13 @@ def _tables(fam, arch: str, dbs: tuple[str, ...], no_system: bool) -> list[tuple
                        f"scored once, as {name}", err=True)
             named.pop(same)
         named.append((name, path))
-    return [(name, database.read_tuning_file(path)) for name, path in named]
+    tables = [(name, database.read_tuning_file(path)) for name, path in named]
+    for (name, table), (_, path) in zip(tables, named, strict=True):
+        if table.family != fam.name or table.arch.family != arch:
+            raise ConfigurationError(f"--db {name}={path}: a {table.family} file for "
+                                     f"{table.arch.family}; the log measured {fam.name} on "
+                                     f"{arch}")
+    return tables
 
 
 @click.command("evaluate", epilog="""\b

@@ -42,8 +42,8 @@ from typing import Any
 import attrs
 
 from oasr_core.arch import ArchProfile
-from oasr_core.cost_model.features import CostFeatures, FeatureSource, features_of
 from oasr_core.cost_model.exact import normal_equations, solve
+from oasr_core.cost_model.features import CostFeatures, FeatureSource, features_of
 from oasr_core.cost_model.model import Coeffs, CostModel
 from oasr_core.cost_model.structure import DEFAULT_KNOBS, Knobs, geometry, tile_cost
 from oasr_core.errors import PluginError
