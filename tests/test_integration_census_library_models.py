@@ -70,8 +70,13 @@ def test_a_raw_audio_wav2vec2_style_encoder_is_censused(tmp_path):
     assert {p.m for p in census.points if p.family == "gemm"} == {2 * frames}
     # The grouped positional convolution (kernel 128, 16 groups) has no lane config: torch's.
     summary = json.loads(result.stdout)
-    torch_only = [s for s in summary["skipped"] if "torch serves it" in s["reason"]]
+    torch_only = [s for s in summary["skipped"] if "no lane config" in s["reason"]]
     assert torch_only and torch_only[0]["calls"] == 1
+    # The attention products (batched matmuls, no weight) are counted too, as torch's.
+    attention, = [s for s in summary["skipped"] if "batched matmul" in s["reason"]]
+    assert attention["calls"] == 2 and attention["examples"] == [
+        f"[2, 12, {frames}, 64] @ [2, 12, 64, {frames}]",
+        f"[2, 12, {frames}, {frames}] @ [2, 12, {frames}, 64]"]
     assert "groups=16" in torch_only[0]["examples"][0] and "k=128" in torch_only[0]["examples"][0]
     assert (768, 768, 128, 1, 64, 1, 16) not in _conv_points(census)
 
@@ -84,7 +89,8 @@ def test_the_summary_prints_one_line_per_skip_reason(tmp_path):
         "--manifest", _manifest(tmp_path, (1.0,)))
     lines = [line for line in result.stdout.splitlines() if line.startswith("skipped ")]
     assert len(lines) == len(census.provenance["skipped"]) >= 1
-    assert any("torch serves it" in line and "groups=16" in line for line in lines)
+    assert any("no lane config" in line and "groups=16" in line for line in lines)
+    assert any("batched matmul" in line for line in lines)
 
 
 def test_a_whisper_style_encoder_with_pre_norm_and_gelu(tmp_path):
@@ -115,7 +121,8 @@ def test_an_attention_mask_and_a_cpu_forward_are_recorded():
     assert out.shape == (2, feature_frames(8000), 64) and torch.isfinite(out).all()
     families_seen = Counter(call.family for call in rec.counts.elements())
     assert families_seen == {"conv1d": 8, "gemm": 7}
-    assert not rec.skipped
+    assert dict(rec.skipped) == {
+        "gemm: a batched matmul, no 2-D weight (attention products): torch serves it": 2}
 
 
 def test_a_grouped_convolution_is_served_by_torch_and_counted():

@@ -7,7 +7,8 @@ plain torch calls they stand for in a model that does not use them yet:
 (``torch.matmul``, ``Tensor.matmul`` i.e. ``x @ w``, ``torch.mm``, ``torch.addmm``). Each call
 is recorded as family ``gemm``, op ``gemm``, ``gemm_activation`` or ``gemm_residual``, dims
 ``(N, K)``, ``M = numel(A) / K``, batch 1 (a torch model's residual add is not a GEMM: its
-linears are recorded as ``gemm``). Only floating-point
+linears are recorded as ``gemm``). A batched matmul of two 3-D+ operands (attention) is
+counted as skipped, torch's. Only floating-point
 operands are the family's (fp16, bf16; an fp32 CPU probe is recorded as the deployment dtype
 by the census); an int8 or fp8 operand belongs to a quantized family and is left to it.
 
@@ -21,7 +22,7 @@ from __future__ import annotations
 from typing import Any
 
 import attrs
-from oasr_core.census.recorder import Call, RecorderPatch, dtype_name
+from oasr_core.census.recorder import Call, RecorderPatch, Skip, dtype_name
 
 FAMILY = "gemm"
 _FLOAT = frozenset({"fp16", "bf16", "fp32"})
@@ -45,8 +46,13 @@ def _linear_call(op: str, a: Any, w: Any) -> Call | None:
     return gemm_call(op, a, int(w.shape[0]), int(w.shape[1]))
 
 
-def _matmul_call(a: Any, b: Any) -> Call | None:
-    """``a @ b`` with ``b`` a 2-D ``[K, N]`` weight; batched (3-D+) ``b`` is not a GEMM here."""
+def _matmul_call(a: Any, b: Any) -> Call | Skip | None:
+    """``a @ b`` with ``b`` a 2-D ``[K, N]`` weight; a batched (3-D+) floating-point ``b``
+    (attention scores and context) is a counted :class:`Skip`: no weight, torch serves it."""
+    if hasattr(b, "dim") and b.dim() >= 3 and hasattr(a, "dim") and a.dim() >= 3 \
+            and dtype_name(b.dtype) in _FLOAT:
+        return Skip("a batched matmul, no 2-D weight (attention products): torch serves it",
+                    f"{list(a.shape)} @ {list(b.shape)}")
     if not hasattr(b, "dim") or b.dim() != 2 or not hasattr(a, "dim") or a.dim() < 1:
         return None
     return gemm_call("gemm", a, int(b.shape[1]), int(b.shape[0]))
@@ -57,7 +63,7 @@ def record_linear(input: Any, weight: Any, bias: Any = None) -> Call | None:
     return _linear_call("gemm", input, weight)
 
 
-def record_matmul(input: Any, other: Any, **_kwargs: Any) -> Call | None:
+def record_matmul(input: Any, other: Any, **_kwargs: Any) -> Call | Skip | None:
     """``torch.matmul(input, other)``, ``torch.mm`` and ``input @ other``."""
     return _matmul_call(input, other)
 
