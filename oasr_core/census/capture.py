@@ -75,7 +75,9 @@ def start_capture(path: str | os.PathLike[str], *,
 def _dump_at_exit(recorder: ShapeRecorder, target: Path, provenance: dict[str, Any]) -> None:
     recorder.stop()
     try:
-        ss.dump(capture_shapeset(recorder.take(), {**provenance, "ended": _now()}), target)
+        ss.dump(capture_shapeset(recorder.take(), {**provenance, "ended": _now(),
+                                                   "skipped": recorder.skipped_json()}),
+                target)
     except ss.ShapeSetError as exc:
         print(f"oasr warning: {ENV}: {exc}", file=sys.stderr)
 

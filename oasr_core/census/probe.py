@@ -171,12 +171,6 @@ class LaneSupport:
         return out
 
 
-def skipped_json(recorder: ShapeRecorder) -> list[dict[str, Any]]:
-    """The recorder's skipped calls, one record per reason, most calls first."""
-    return [{"reason": reason, "calls": n, "examples": list(recorder.examples.get(reason, ()))}
-            for reason, n in sorted(recorder.skipped.items(), key=lambda kv: (-kv[1], kv[0]))]
-
-
 def build_model(workload: Workload, params: Mapping[str, Any], *, device: str,
                 dtype: str) -> tuple[Any, int]:
     """The workload's module in eval mode on ``device``, and its weight bytes at ``dtype``."""
@@ -298,7 +292,7 @@ def run_census(workload: Workload, config: EngineConfig, traffic: Traffic,
         "probe": {"device": probe_device, "keys": len(keys),
                   "seconds": round(time.monotonic() - started, 3),
                   "unresolved_patches": list(recorder.unresolved)},
-        "skipped": skipped_json(recorder),
+        "skipped": recorder.skipped_json(),
     }
     working_set = max(0, working_set - builder.narrower_weight_bytes(dtype))
     return ShapeSet(points=builder.points(), working_set_bytes=working_set,

@@ -351,6 +351,14 @@ class ShapeRecorder:
                 with self._lock:
                     self.counts[call] += 1
 
+    def skipped_json(self) -> list[dict[str, Any]]:
+        """:attr:`skipped` as JSON records (reason, calls, examples), most calls first: the
+        ShapeSet provenance's ``skipped``."""
+        with self._lock:
+            items = sorted(self.skipped.items(), key=lambda kv: (-kv[1], kv[0]))
+            return [{"reason": reason, "calls": n, "examples": list(self.examples.get(reason, ()))}
+                    for reason, n in items]
+
     def skip(self, family: str, reason: str, example: str = "", count: int = 1) -> None:
         """Count ``count`` calls of ``family`` that are not points, under ``reason``."""
         key = f"{family}: {reason}"
