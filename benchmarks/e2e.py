@@ -14,6 +14,8 @@ each from an idle device.
     python benchmarks/e2e.py --workload conformer --batch 8 --frames 1024 --out e2e.md
     python benchmarks/e2e.py --workload conformer --batch 8 --frames 1024 \\
         --quantization int8_w8a8 --out e2e_int8.md     # int8 against its fp16 self
+    python benchmarks/e2e.py --workload conformer --batch 8 --frames 1024 --compile \\
+        --profile --out e2e_compile.md   # + torch.compile and backend="oasr" arms
 """
 
 from __future__ import annotations
@@ -45,6 +47,11 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
     p.add_argument("--warmup", type=int, default=3)
     p.add_argument("--tolerance", type=float, default=None)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--compile", action="store_true",
+                   help="also torch.compile and torch.compile(backend='oasr') of the torch "
+                        "model, in CUDA graphs, with compile times")
+    p.add_argument("--profile", action="store_true",
+                   help="with --compile: GPU time by kernel class of each compiled forward")
     p.add_argument("--cpu", action="store_true",
                    help="tests: eager only, on the CPU in fp32 (the ops take their torch path)")
     p.add_argument("--out", type=Path, default=None,
@@ -80,7 +87,8 @@ def main(argv: list[str] | None = None) -> int:
             graph=args.graph and not args.cpu, eager=args.eager or args.cpu,
             replays=args.replays, iters=args.iters, warmup=args.warmup,
             tolerance=args.tolerance, device="cpu" if args.cpu else "cuda",
-            params=_params(tuple(args.params)), seed=args.seed)
+            params=_params(tuple(args.params)), seed=args.seed, compile=args.compile,
+            profile=args.profile)
         result = run_e2e(workload, options, name=args.workload or args.model)
     except MismatchError as exc:
         print(f"e2e: {exc}", file=sys.stderr)

@@ -138,20 +138,6 @@ def test_dynamic_time_axis_serves_signatures_with_entries() -> None:
     _close(out, ref, 2e-2)
 
 
-def test_census_records_every_site_as_the_family_calls_it() -> None:
-    model = _model(torch.float32)
-    x = torch.randn(2, 100, 256)
-    backend, graph, out, ref = _run(model, x, record=True, rewrite=False, deploy_dtype="fp16")
-    assert backend.rewritten == {}
-    assert dict(backend.recorded) == {
-        ("gemm", "gemm_activation", "fp16", (1024, 256), 200, None): 1,
-        ("gemm", "gemm_residual", "fp16", (256, 1024), 200, None): 1,
-        ("gemm", "gemm", "fp16", (96, 256), 200, None): 1,
-        ("conv1d", "conv1d", "fp16", (256, 512, 1, 1, 0, 1, 1), 200, "2x100"): 1,
-        ("conv1d", "conv1d", "fp16", (256, 256, 31, 1, 15, 1, 256), 200, "2x100"): 1}
-    _close(out, ref, 1e-5)
-
-
 def test_backend_oasr_is_found_through_the_entry_point_and_compiles_with_inductor() -> None:
     eps = importlib.metadata.entry_points(group="torch_dynamo_backends")
     assert [ep.value for ep in eps if ep.name == "oasr"] == ["oasr_core.compile:oasr_backend"]
@@ -228,3 +214,38 @@ def test_folded_conv_traces_without_recompiling_per_layer() -> None:
         out = torch.compile(model, backend="eager", fullgraph=True)(x)
     assert torch.allclose(out, ref, atol=1e-5)
     assert counts["stats"]["unique_graphs"] == 1
+
+
+def test_census_compiled_calls_record_each_key_and_run_without_code_generation() -> None:
+    from oasr_core.census.probe import compiled_calls
+
+    model = _model(torch.float32)
+    with torch.no_grad():
+        calls = compiled_calls(model, (torch.randn(3, 40, 256),), "bf16")
+    labels = {(c.label, c.m, c.point): n for c, n in calls.items()}
+    assert labels[("gemm|op=gemm_activation|dt=bf16|N=1024|K=256", 120, None)] == 1
+    assert labels[("conv1d|op=conv1d|dt=bf16|Cin=256|Cout=256|k=31|stride=1|pad=15|dil=1|"
+                   "groups=256", 120, "3x40")] == 1
+    call = next(c for c in calls if c.op == "gemm_activation")
+    assert (call.flops, call.weight_elements) == (2 * 120 * 1024 * 256, 1024 * 256)
+
+
+def test_kernel_classes_and_compile_option_checks() -> None:
+    from oasr_core.bench.e2e import E2EOptions
+    from oasr_core.bench.kernel_profile import kernel_class, summarize
+    from oasr_core.errors import ConfigurationError
+
+    assert kernel_class("triton_poi_fused_clone_3") == "copies"
+    assert kernel_class("triton_poi_fused_convolution_glu_1") == "pointwise"
+    assert kernel_class("triton_per_fused_add_native_layer_norm_5") == "norms"
+    assert kernel_class("void oasr_conv1d::depthwise::conv_kernel<half, 8>") == "conv"
+    assert kernel_class("void cutlass::device_kernel<GemmUniversal<NumericConverter>>") == \
+        "GEMM"
+    assert kernel_class("nvjet_hsh_128x256_64x4_2x1_v_bz_coopB_TNT") == "GEMM"
+    assert kernel_class("pytorch_flash::flash_fwd_kernel<Flash_fwd_kernel_traits>") == \
+        "attention"
+    profile = summarize([("nvjet_a", 30.0), ("triton_poi_fused_add_0", 10.0)], forwards=2)
+    assert dict((c, ms) for c, ms, _ in profile.classes)["GEMM"] == pytest.approx(0.015)
+    assert profile.table()[-1].startswith("| total | 0.020 |")
+    with pytest.raises(ConfigurationError, match="--compile"):
+        E2EOptions(batch=1, frames=8, device="cpu", compile=True)

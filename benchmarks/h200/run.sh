@@ -40,6 +40,11 @@
 #                    CUDA graph and eager, and the int8 Conformer against its fp16 self
 #   e2e-tuned        per model: census, `oasr tune build` into a temporary user tier
 #                    (--e2e-budget), e2e again with that tier (whole-space modules)
+#   e2e-compile      benchmarks/e2e.py --compile --profile, out of the box: torch, torch.compile and
+#                    torch.compile(backend="oasr") of the Conformer (batch 8 x 1024), the
+#                    Whisper-base encoder (batch 8) and a torchaudio-style Conformer
+#                    (examples/library_conformer.py, batch 8 x 1024), CUDA graphs, compile times,
+#                    GPU time by kernel class of each compiled forward (h200_compile_*.md, .json)
 #   gpu-tests-fp8    `pytest -m gpu` of the fp8 plugin: every tile of both lanes, both ops, the
 #                    numerics bound, graphs, torch.compile, the quantizer, the unquantized route
 #   gpu-tests-residual  `pytest -m gpu` of gemm's op gemm_residual (test_gemm_residual_gpu.py):
@@ -130,7 +135,7 @@ for phase in "${PHASES[@]}"; do
   case "$phase" in
     setup|prebuild|gpu-tests|bench-gemm|ncu|bench-scaled-mm|build-table|build-speed|profile|served|engine|e2e|e2e-tuned) ;;
     gpu-tests-fp8|bench-fp8|gpu-tests-quant|e2e-fp8|conv1d|bench-conv1d) ;;
-    gpu-tests-residual|distributed) ;;
+    gpu-tests-residual|distributed|e2e-compile) ;;
     *) die "unknown phase $phase (see --help)" ;;
   esac
 done
@@ -445,6 +450,24 @@ phase_e2e() {
   e2e_run "$dir" h200_e2e_conformer_int8 --workload conformer --batch 8 --frames 1024 \
     --quantization int8_w8a8
   rm -f "$dir"/*.log
+}
+
+phase_e2e_compile() {
+  local dir=$1 name
+  el "production modules of gemm and conv1d"
+  timeout 240 python3 -m oasr_core.cli tune prebuild --family gemm --family conv1d \
+    --arch 9.0a --jobs 16 --json > "$dir/prebuild.json" 2>&1
+  echo "  prebuild rc=$?"
+  for name in "conformer --workload conformer --batch 8 --frames 1024" \
+              "whisper_encoder --workload whisper_encoder --batch 8" \
+              "library_conformer --model examples.library_conformer:build --batch 8 --frames 1024"; do
+    set -- $name
+    el "e2e --compile $1"
+    PYTHONPATH=$PYTHONPATH:$PWD timeout 280 python3 benchmarks/e2e.py "${@:2}" --compile \
+      --profile --no-eager --replays "$E2E_REPLAYS" --out "$dir/h200_compile_$1.md" \
+      > "$dir/h200_compile_$1.log" 2>&1
+    echo "  rc=$?"; grep -E "^\| |^compile|^sites|^- agreement|e2e:" "$dir/h200_compile_$1.log"
+  done
 }
 
 phase_e2e_tuned() {

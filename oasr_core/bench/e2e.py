@@ -58,6 +58,10 @@ CPU_TOLERANCE = 1e-4
 _TORCH_DTYPES = {"fp16": "float16", "bf16": "bfloat16", "fp32": "float32"}
 
 
+COMPILED = "compiled, CUDA graph"
+"""The mode of the row comparing ``backend="oasr"`` with Inductor alone."""
+
+
 class MismatchError(OasrError):
     """The oasr model's output does not agree with the torch model's."""
 
@@ -85,6 +89,12 @@ class E2EOptions:
     device: str = "cuda"
     params: Mapping[str, Any] = attrs.field(factory=dict)
     seed: int = 0
+    compile: bool = False
+    """Also time the torch model under ``torch.compile`` (Inductor, default mode) and under
+    ``torch.compile(backend="oasr")``, in CUDA graphs, with their compile times."""
+    profile: bool = False
+    """With ``compile``: GPU time by kernel class of one forward of each compiled arm
+    (:mod:`oasr_core.bench.kernel_profile`)."""
 
     def __attrs_post_init__(self) -> None:
         for name in ("batch", "frames", "replays", "iters"):
@@ -97,6 +107,9 @@ class E2EOptions:
             raise ConfigurationError(f"device {self.device!r} is not cuda or cpu")
         if not (self.graph or self.eager):
             raise ConfigurationError("--no-graph with --no-eager leaves nothing to time")
+        if self.compile and self.device != "cuda":
+            raise ConfigurationError("--compile times compiled models in CUDA graphs: it needs "
+                                     "a CUDA device")
         if self.tolerance is not None and not self.tolerance > 0:
             raise ConfigurationError(f"--tolerance {self.tolerance!r}: expected a positive "
                                      "number")
@@ -148,6 +161,12 @@ class E2EResult:
     torch_version: str
     tuning_files: tuple[str, ...]
     baseline: str
+    compile_seconds: tuple[tuple[str, float], ...] = ()
+    """(arm, seconds of its first call: Dynamo, Inductor and the first run) with --compile."""
+    rewritten: tuple[tuple[str, str, int], ...] = ()
+    """(family, op, sites) the oasr backend sent to the families' ops, with --compile."""
+    profiles: tuple[tuple[str, Any], ...] = ()
+    """(arm, :class:`~oasr_core.bench.kernel_profile.KernelProfile`) with --profile."""
 
     @property
     def scheme(self) -> str:
@@ -194,6 +213,10 @@ class E2EResult:
         if "eager" in ran:
             out.append(f"eager under torch.inference_mode(): median of {o.iters} forwards, "
                        "each from an idle device")
+        if COMPILED in ran:
+            out.append(f"{COMPILED}: the torch model under torch.compile (oasr column: "
+                       "backend=\"oasr\"; torch column: Inductor alone, default mode), median "
+                       f"of {o.replays} replays of one captured forward")
         return out
 
     def table(self) -> list[str]:
@@ -204,6 +227,19 @@ class E2EResult:
                  "|---|---|---:|---:|---:|"]
         lines += [f"| {self.model} | {r.mode} | {r.oasr_ms:.3f} | {r.torch_ms:.3f} | "
                   f"{r.speedup:.3f}x |" for r in self.rows]
+        return lines
+
+    def compile_lines(self) -> list[str]:
+        """Compile times, what the backend rewrote, the kernel-class profiles."""
+        if not self.compile_seconds:
+            return []
+        lines = ["compile time (first call, s): " + "; ".join(
+            f"{arm} {s:.1f}" for arm, s in self.compile_seconds)]
+        lines.append("sites the oasr backend sent to oasr's ops: " + (", ".join(
+            f"{f}/{op} x{n}" for f, op, n in self.rewritten) or "none"))
+        for arm, profile in self.profiles:
+            lines += ["", f"GPU time by kernel class, one forward, {arm}:", "",
+                      *profile.table()]
         return lines
 
     def tier_lines(self) -> list[str]:
@@ -224,9 +260,10 @@ class E2EResult:
         title = "end to end" + (f", {self.options.quantization} vs torch "
                                 f"{self.options.compute_dtype}"
                                 if self.options.quantization != "none" else "")
+        compiled = self.compile_lines()
         return [f"# {title}: {self.model} on {self.device_name}", "", *self.no_kernel_line(),
                 *self.header(), "",
-                *self.table(), "", *self.tier_lines()]
+                *self.table(), "", *self.tier_lines(), *([""] + compiled if compiled else [])]
 
     def markdown(self) -> str:
         """:meth:`lines` as a markdown document."""
@@ -248,6 +285,9 @@ class E2EResult:
                       for f, op, w, n in self.calls],
             "resolutions": [{"family": f, "op": op, "tier": t, "resolutions": n}
                             for f, op, t, n in self.resolutions],
+            "compile_seconds": dict(self.compile_seconds),
+            "rewritten": [{"family": f, "op": op, "sites": n} for f, op, n in self.rewritten],
+            "profiles": {arm: p.to_json() for arm, p in self.profiles},
         }
 
 
@@ -402,6 +442,54 @@ def time_graphs(fns: Mapping[str, Callable[[], Any]], options: E2EOptions,
     return Row("CUDA graph", got["oasr"], got["torch"], options.replays), error
 
 
+def time_compiled(twin: Any, inputs: tuple, ref: Any, options: E2EOptions
+                  ) -> tuple[Row, dict[str, Any]]:
+    """The torch model under ``torch.compile`` (Inductor alone) against it under
+    ``torch.compile(backend="oasr")``: each arm a copy of ``twin`` (same weights), compiled
+    by its first call (timed), checked against ``ref``, then both captured and replayed
+    alternating as :func:`time_graphs` does. Returns the row and ``{"seconds", "rewritten",
+    "error", "profiles"}``."""
+    import copy
+
+    import torch
+
+    import oasr_core.compile as oc
+
+    backend = oc.backend(quantization=options.quantization)
+    arms = {"torch": torch.compile(copy.deepcopy(twin)),
+            "oasr": torch.compile(copy.deepcopy(twin), backend=backend)}
+    bound, seconds, error = options.bound(), {}, 0.0
+    for name in ("torch", "oasr"):
+        torch.cuda.synchronize()
+        start = time.perf_counter()
+        out = arms[name](*inputs)
+        torch.cuda.synchronize()
+        seconds["torch.compile" if name == "torch" else "backend=oasr"] = \
+            time.perf_counter() - start
+        error = max(error, check_agreement(out, ref, bound, f"{name} compiled, first call"))
+    profiles: dict[str, Any] = {}
+    if options.profile:
+        from oasr_core.bench.kernel_profile import profile_kernels
+
+        for name, label in (("torch", "torch.compile"), ("oasr", "backend=oasr")):
+            profiles[label] = profile_kernels(lambda name=name: arms[name](*inputs))
+    captured: dict[str, Any] = {}
+
+    def keep(label: str) -> Callable[[], None]:
+        def forward() -> None:
+            captured[label] = arms[label](*inputs)
+        return forward
+
+    row, graph_error = time_graphs(
+        {"oasr": keep("oasr"), "torch": keep("torch")}, options,
+        lambda: max(check_agreement(captured["oasr"], ref, bound, "backend=oasr replay"),
+                    check_agreement(captured["torch"], ref, bound, "torch.compile replay")))
+    rewritten = sorted((f, op, n) for (f, op), n in backend.rewritten.items())
+    return attrs.evolve(row, mode=COMPILED), {
+        "seconds": seconds, "rewritten": rewritten, "error": max(error, graph_error),
+        "profiles": profiles}
+
+
 def _family_op_patches(registry: Any) -> list[Any]:
     """The recorder patches of the families' own ops (not the torch functions they stand for:
     those are the calls oasr does not serve)."""
@@ -495,6 +583,11 @@ def run_e2e(workload: Any, options: E2EOptions, *, name: str | None = None) -> E
             error = max(error, graph_error)
         if options.eager:
             rows.append(time_eager(fns, options))
+        compiled: dict[str, Any] = {}
+        if options.compile:
+            row, compiled = time_compiled(twin, inputs, ref, options)
+            rows.append(row)
+            error = max(error, compiled["error"])
         resolutions = tuple(sorted((f, o, t, n - before.get((f, o, t), 0))
                                    for (f, o, t), n in rt.counts.items()
                                    if n > before.get((f, o, t), 0)))
@@ -505,4 +598,7 @@ def run_e2e(workload: Any, options: E2EOptions, *, name: str | None = None) -> E
                      options=options, rows=tuple(rows), error=error, calls=calls,
                      resolutions=resolutions, device_name=device_name,
                      torch_version=torch.__version__, tuning_files=_tuning_files(arch),
-                     baseline=baseline)
+                     baseline=baseline,
+                     compile_seconds=tuple(compiled.get("seconds", {}).items()),
+                     rewritten=tuple(compiled.get("rewritten", ())),
+                     profiles=tuple(compiled.get("profiles", {}).items()))

@@ -27,6 +27,7 @@ own positions. A capture of the live engine (``--capture``) adds the cache-lengt
 
 from __future__ import annotations
 
+import contextlib
 import time
 from collections import Counter
 from collections.abc import Callable, Mapping, Sequence
@@ -227,7 +228,8 @@ def run_census(workload: Workload, config: EngineConfig, traffic: Traffic,
                params: Mapping[str, Any] | None = None, probe_device: str = "meta",
                probe_limit: int | None = None, strict: bool = False,
                progress: Callable[[EngineKey, int, int], None] | None = None,
-               registry: Any = None, route_quantization: str = "none") -> ShapeSet:
+               registry: Any = None, route_quantization: str = "none",
+               compiled: bool = False) -> ShapeSet:
     """Probe every engine key of ``workload`` and return the (unselected) ShapeSet.
 
     ``route_quantization`` (a scheme, for a model whose factory does not quantize itself:
@@ -239,6 +241,13 @@ def run_census(workload: Workload, config: EngineConfig, traffic: Traffic,
     ``progress(key, done, total)`` is called after each probe. ``registry`` (the installed
     families and lanes) checks each call against its family and its lanes (module
     docstring); without it only the ShapeSet's own rules apply.
+
+    ``compiled``: record what ``torch.compile(model, backend="oasr")`` would serve instead
+    of the families' op calls: for each key the model is compiled at that key's static
+    shapes with the backend in record-only mode (:func:`compiled_calls`), so every
+    GEMM/conv site of each compiled graph is recorded as its family would call it. The
+    model is the one a user compiles (a reference workload without the families' ops) and
+    is probed on the CPU (Inductor has nothing to trace on the meta device).
     """
     import torch
 
@@ -250,7 +259,14 @@ def run_census(workload: Workload, config: EngineConfig, traffic: Traffic,
     if probe_limit is not None:
         keys = keys[:probe_limit]
     total = sum(k.weight for k in keys)
-    model, working_set = build_model(workload, params or {}, device=probe_device, dtype=dtype)
+    params = dict(params or {})
+    if compiled:
+        from oasr_core.census.workloads import ReferenceFactory
+
+        probe_device = "cpu"
+        if isinstance(workload.factory, ReferenceFactory):
+            params["family_ops"] = False
+    model, working_set = build_model(workload, params, device=probe_device, dtype=dtype)
     if route_quantization != "none":
         from oasr_core.routing import route
 
@@ -261,13 +277,17 @@ def run_census(workload: Workload, config: EngineConfig, traffic: Traffic,
     started = time.monotonic()
     families = registry.families if registry is not None else None
     support = LaneSupport(registry) if registry is not None else None
-    with ShapeRecorder(patches, deploy_dtype=dtype, strict=strict,
-                       families=families) as recorder, torch.inference_mode():
+    recorder = ShapeRecorder(patches, deploy_dtype=dtype, strict=strict, families=families)
+    # A compiled census records the compiled graphs, not op calls: no recorder is entered
+    # (Dynamo would trace its torch-function mode).
+    with contextlib.nullcontext() if compiled else recorder, torch.inference_mode():
         for done, key in enumerate(keys, 1):
             inputs = make_inputs(workload, key.batch, key.frames, dtype=input_dtype,
                                  device=probe_device)
             try:
-                model(*inputs)
+                calls = compiled_calls(model, inputs, dtype) if compiled else None
+                if calls is None:
+                    model(*inputs)
             except Exception as exc:  # the model's own error, reported as bad input (-v: cause)
                 shapes = ", ".join(workload.inputs)
                 hint = (f" (inputs given as {shapes}: if that is not what the model takes, fix "
@@ -276,7 +296,7 @@ def run_census(workload: Workload, config: EngineConfig, traffic: Traffic,
                 raise ConfigurationError(f"workload {workload.name!r} failed at {key.label} on "
                                          f"{probe_device}: {type(exc).__name__}: "
                                          f"{' '.join(str(exc).split())[:300]}{hint}") from exc
-            counts = recorder.take()
+            counts = calls if compiled else recorder.take()
             if support is not None:
                 counts = support.split(counts, recorder)
             builder.add(_exact_points(counts, workload), share=key.weight / total,
@@ -285,11 +305,11 @@ def run_census(workload: Workload, config: EngineConfig, traffic: Traffic,
                 progress(key, done, len(keys))
     provenance = {
         "tool": "oasr tune census", "workload": workload.name,
-        "params": {**workload.params, **(params or {})}, "dtype": dtype,
+        "params": {**workload.params, **params}, "dtype": dtype,
         "service_mode": config.service_mode.value, "max_batch_size": config.max_batch_size,
         "engine": _engine_json(config), "traffic": _traffic_json(config, traffic),
         "keys": {k.label: round(k.weight / total, 9) for k in keys},
-        "probe": {"device": probe_device, "keys": len(keys),
+        "probe": {"device": probe_device, "keys": len(keys), "compiled": compiled,
                   "seconds": round(time.monotonic() - started, 3),
                   "unresolved_patches": list(recorder.unresolved)},
         "skipped": recorder.skipped_json(),
@@ -297,6 +317,20 @@ def run_census(workload: Workload, config: EngineConfig, traffic: Traffic,
     working_set = max(0, working_set - builder.narrower_weight_bytes(dtype))
     return ShapeSet(points=builder.points(), working_set_bytes=working_set,
                     signatures=builder.signatures(), provenance=provenance)
+
+
+def compiled_calls(model: Any, inputs: Sequence[Any], dtype: str) -> dict[Call, int]:
+    """The family op calls of ``model`` compiled at ``inputs``' static shapes by the oasr
+    backend in record-only mode (Inductor's post-grad graph, no code generated; the fp32
+    CPU graph stands for ``dtype``)."""
+    import torch
+
+    import oasr_core.compile as oc
+
+    torch._dynamo.reset()
+    backend = oc.backend(record=True, rewrite=False, deploy_dtype=dtype)
+    torch.compile(model, backend=backend, dynamic=False)(*inputs)
+    return dict(backend.recorded)
 
 
 def _engine_json(config: EngineConfig) -> dict[str, Any]:

@@ -62,6 +62,11 @@ Examples:
 @click.option("--cpu", "on_cpu", is_flag=True,
               help="Run eagerly on the CPU in fp32: oasr's ops take their torch path, so no "
               "oasr kernel runs (a check that the model routes and agrees, not a speed).")
+@click.option("--compile", "compiled", is_flag=True,
+              help="Also time the torch model under torch.compile and under torch.compile("
+                   "backend=\"oasr\"), in CUDA graphs, with their compile times.")
+@click.option("--profile", is_flag=True,
+              help="With --compile: GPU time by kernel class of each compiled forward.")
 @click.option("--json", "as_json", is_flag=True, help="Print the result as JSON.")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), default=None,
               help="Also write the report here (markdown; JSON when it ends in .json).")
@@ -72,8 +77,8 @@ Examples:
 def bench_cmd(state: CliState, workload_name: str | None, model: str | None,
               inputs: tuple[str, ...], params: tuple[str, ...], batch: int, frames: int | None,
               dtype: str, quantization: str, graph: bool, eager: bool, replays: int, iters: int,
-              warmup: int, tolerance: float | None, seed: int, on_cpu: bool, as_json: bool,
-              out: Path | None, plot_path: Path | None) -> None:
+              warmup: int, tolerance: float | None, seed: int, on_cpu: bool, compiled: bool,
+              profile: bool, as_json: bool, out: Path | None, plot_path: Path | None) -> None:
     """Time a model with oasr's ops against plain torch, in CUDA graphs and eagerly."""
     from oasr_core.bench.e2e import (
         E2EOptions,
@@ -96,7 +101,7 @@ def bench_cmd(state: CliState, workload_name: str | None, model: str | None,
                          graph=graph and not on_cpu, eager=eager or on_cpu, replays=replays,
                          iters=iters, warmup=warmup, tolerance=tolerance,
                          device="cpu" if on_cpu else "cuda", params=_params(params),
-                         seed=seed)
+                         seed=seed, compile=compiled, profile=profile)
     try:
         result = run_e2e(workload, options, name=workload_name or model)
     except MismatchError as exc:

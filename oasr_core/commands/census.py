@@ -218,6 +218,10 @@ Examples:
               show_default=True, help="meta: shapes only, no arithmetic.")
 @click.option("--probe-limit", type=click.IntRange(min=1), default=None,
               help="Probe only the heaviest N keys.")
+@click.option("--compile", "compiled", is_flag=True,
+              help="Record what torch.compile(model, backend=\"oasr\") runs: every GEMM/conv "
+                   "site of the graph compiled at each engine key's shapes (probes on the "
+                   "CPU; a reference workload without the families' ops, as users compile it).")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True,
               help="Where to write the ShapeSet JSON.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
@@ -232,7 +236,8 @@ def census_cmd(state: CliState, workload_name: str | None, model: str | None,
                frame_granularity: int | None, max_frames: int | None, no_graphs: bool,
                coverage: float,
                captures: tuple[Path, ...], capture_share: float, dtype: str, quantization: str,
-               probe_device: str, probe_limit: int | None, out: Path, as_json: bool) -> None:
+               probe_device: str, probe_limit: int | None, compiled: bool, out: Path,
+               as_json: bool) -> None:
     """Enumerate the shapes a deployment runs, weight them by traffic, write a ShapeSet."""
     from oasr_core.census import capture as cap
     from oasr_core.census import shapeset as ss
@@ -254,6 +259,10 @@ def census_cmd(state: CliState, workload_name: str | None, model: str | None,
     factory_params = _params(params)
     _check_params(workload, factory_params)
     routed = "none"
+    if compiled and quantization != "none":
+        raise ConfigurationError(f"--compile with --quantization {quantization}: no family "
+                                 "declares quantized compile patterns yet; census the "
+                                 "full-precision model")
     if quantization != "none":
         from oasr_core.census.workloads import ReferenceFactory
 
@@ -272,7 +281,8 @@ def census_cmd(state: CliState, workload_name: str | None, model: str | None,
         result = run_census(workload, config, traffic, patches, dtype=dtype,
                             params=factory_params, probe_device=probe_device,
                             probe_limit=probe_limit, strict=registry.strict, progress=advance,
-                            registry=registry, route_quantization=routed)
+                            registry=registry, route_quantization=routed,
+                            compiled=compiled)
     result = result.with_provenance(quantization=quantization)
     for path, recording in recordings:
         result = cap.merge_capture(result, recording, share=capture_share, origin=str(path))

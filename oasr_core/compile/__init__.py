@@ -14,8 +14,10 @@ With options, the same backend is one call::
     compiled = torch.compile(model, backend=oc.backend(quantization="none"))
 
 ``backend(record=True)`` also collects every GEMM/conv site of each compiled graph as the
-family would call it (``.recorded``; ``oasr tune census --compile`` writes a ShapeSet of
-them), and ``rewrite=False`` only records.
+family would call it (``.recorded``: census calls; ``oasr tune census --compile`` writes a
+ShapeSet of them), and ``rewrite=False`` only records: Inductor stops after its post-grad
+passes and the graph runs as traced (no code is generated, so a census compiles quickly, on
+a CPU or the meta device).
 """
 
 from __future__ import annotations
@@ -75,8 +77,30 @@ class OasrBackend:
     def __call__(self, gm: Any, example_inputs: Any) -> Any:
         from torch._inductor.compile_fx import compile_fx
 
-        return compile_fx(gm, example_inputs,
-                          config_patches={"post_grad_custom_post_pass": self.graph_pass})
+        patches = {"post_grad_custom_post_pass": self.graph_pass}
+        if self.rewrite or self.recorded is None:
+            return compile_fx(gm, example_inputs, config_patches=patches)
+        # Record only: Inductor runs up to its post-grad passes (the graph it would lower),
+        # the pass records it and stops; the graph then runs as traced, on any device.
+        try:
+            compile_fx(gm, example_inputs, config_patches=patches)
+        except Exception as exc:  # Inductor wraps what a pass raises (InductorError)
+            if not _stopped(exc):
+                raise
+        return gm.forward
+
+
+def _stopped(exc: BaseException | None) -> bool:
+    """Whether ``exc`` is, or wraps, the record-only pass's stop."""
+    from oasr_core.compile.graph_pass import StopAfterRecording
+
+    seen = 0
+    while exc is not None and seen < 8:
+        if isinstance(exc, StopAfterRecording):
+            return True
+        exc = getattr(exc, "inner_exception", None) or exc.__cause__
+        seen += 1
+    return False
 
 
 def backend(*, quantization: str = "none", arch: str | None = None, record: bool = False,

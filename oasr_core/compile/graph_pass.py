@@ -157,7 +157,34 @@ def _match_residual(node: Any) -> tuple[Any, Any, float] | None:
 # -- the pass -----------------------------------------------------------------------------
 
 class Recorded(Counter):
-    """Family op shapes a pass saw: ``(family, op, dtype, dims, m, point) -> sites``."""
+    """The family op calls a pass saw, as the census records them:
+    :class:`oasr_core.census.recorder.Call` -> sites (one per site per compiled graph)."""
+
+
+class StopAfterRecording(Exception):
+    """Raised by a record-only pass once the graph is recorded: Inductor need generate no
+    code for a census (the backend catches it and runs the graph as traced)."""
+
+
+def site_call(site: Site, family: str, op: str, dims: Sequence[int]) -> Any:
+    """The census :class:`~oasr_core.census.recorder.Call` of ``op`` at ``site``: its dims
+    named as the site's, traffic and flops from the site's shape."""
+    from oasr_core.census.recorder import Call
+
+    named = tuple((name, int(v)) for (name, _), v in zip(site.dims, dims, strict=True))
+    d = dict(named)
+    m = site.m
+    if site.kind == LINEAR:
+        n, k = d["N"], d["K"]
+        elements, flops, weight = m * k + n * k + m * n, 2 * m * n * k, n * k
+    else:
+        cin, cout, k, groups = d["Cin"], d["Cout"], d["k"], d["groups"]
+        batch, t_in = (int(v) for v in site.point.split("x"))
+        cpg = cin // groups
+        weight = cout * cpg * k
+        elements, flops = batch * t_in * cin + weight + m * cout, 2 * m * cout * cpg * k
+    return Call(family=family, op=op, dtype=site.dtype, dims=named, m=m, point=site.point,
+                elements=elements, flops=flops, weight_elements=weight)
 
 
 class OasrPass(CustomGraphPass):
@@ -203,6 +230,8 @@ class OasrPass(CustomGraphPass):
         fake = detect_fake_mode([_val(n) for n in graph.nodes if n.op == "placeholder"])
         rewriter = _Rewriter(self, graph, fake)
         rewriter.run()
+        if not self.rewrite and self.record is not None:
+            raise StopAfterRecording
         if rewriter.changed:
             graph.eliminate_dead_code()
             graph.lint()
@@ -252,7 +281,7 @@ class _Rewriter:
 
     def tiers_serve(self, family: str, op: str, dims: tuple[int, ...], site: Site) -> bool:
         if self.probing:
-            self.probed = (family, op, site.dtype, tuple(dims), site.m, site.point)
+            self.probed = (site, family, op, tuple(dims))
             return True
         if not self.owner.rewrite:
             return False
@@ -267,8 +296,8 @@ class _Rewriter:
             self.probing, self.probed = True, None
             try:
                 if any(p.serve(s) is not None for s in sites for p in patterns) and \
-                        self.probed is not None and self.probed[4] is not None:
-                    record[self.probed] += 1
+                        self.probed is not None and self.probed[0].m is not None:
+                    record[site_call(*self.probed)] += 1
             finally:
                 self.probing = False
         for site in sites:

@@ -87,7 +87,7 @@ class Site:
         family (not torch): the op's own choice at the site's static shape, or, for a
         dynamic ``m``, a user or system entry of the signature naming a config in some M
         region (the op then serves by region at run time)."""
-        return self.arch is not None and self.tiers_serve(family, op, tuple(dims), self)
+        return self.tiers_serve(family, op, tuple(dims), self)
 
 
 @attrs.frozen
