@@ -153,9 +153,15 @@ def _check_blockable(names: list[str]) -> None:
                                      f"installed: {', '.join(known)}", param_hint="-p")
 
 
+def warning_line(text: object) -> str:
+    """A warning as the CLI prints it: ``oasr warning: ...``, the prefix every oasr warning
+    shares (the plugin manager's log lines too); a library warning's own ``oasr: `` goes."""
+    return "oasr warning: " + str(text).removeprefix("oasr: ")
+
+
 def _show_warning(message, category, filename, lineno, file=None, line=None) -> None:
     """Warnings as one line on stderr, without the source location."""
-    click.echo(f"warning: {message}", err=True)
+    click.echo(warning_line(message), err=True)
 
 
 def _emit(data: Any, as_json: bool, lines: list[str]) -> None:
@@ -417,7 +423,7 @@ def select_cmd(state: CliState, family: str, op: str, dtype: str, dims: tuple[st
                 notes.append(f"  note: the tier entries here were tuned for another lane, so "
                              f"they do not apply to lane {lane}; the next tier answers")
             continue
-        click.echo(f"warning: {text}", err=True)
+        click.echo(warning_line(text), err=True)
     data = {"family": family, "op": op, "dtype": dtype, "m": m, "arch": arch,
             "choice": sel.choice_id, "tier": sel.tier.value, "lane": sel.lane,
             "config": sel.config.id if sel.config else None,

@@ -647,8 +647,8 @@ class FamilyContract:
         check_entry_point(*self.entry_point, pyproject=self.pyproject)
 
     @pytest.fixture(scope="class")
-    def contract(self, request: pytest.FixtureRequest) -> Contract:
-        cls = request.cls
+    @classmethod
+    def contract(cls, request: pytest.FixtureRequest) -> Contract:
         return Contract.build(cls.plugin, requires=cls.requires, problems=cls.problems,
                               modules=cls.modules)
 

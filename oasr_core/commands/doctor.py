@@ -213,7 +213,7 @@ def diagnose(rt: Any, arch: str | None) -> dict[str, Any]:
     }
 
 
-@click.command("doctor", epilog="""\\b
+@click.command("doctor", epilog="""\b
 Examples:
   oasr doctor
   oasr doctor --arch 9.0a      also check the production modules prebuilt for sm90
