@@ -39,9 +39,7 @@ from pathlib import Path
 import attrs
 
 ROOT = Path(__file__).resolve().parents[1]
-CENSUS = [ROOT / "benchmarks" / "census" / f"{name}.json"
-          for name in ("conformer_offline_conv", "conformer_s_offline_conv",
-                       "conformer_l_offline_conv")]
+CENSUS = [ROOT / "benchmarks" / "census" / "conformer_offline_int8.json"]
 
 
 def _table_regions(path: Path) -> dict[str, list]:
@@ -113,7 +111,7 @@ def _setup(args):
     registry = get_runtime().registry
     family = registry.family(args.family)
     arch = get_runtime().device_arch()
-    lane = registry.active_lane(family.name, arch)
+    lane = registry.lane(args.lane) if args.lane else registry.active_lane(family.name, arch)
     census = build.read_censuses([Path(c) for c in args.census], family)
     device = RegistryDevice(family.name, lane.name)
 
@@ -277,9 +275,9 @@ def summary(args) -> int:
     plain, dask = doc("plain"), doc("dask")
     lines = [f"# One GPU worker through the scheduler against the same census without it, "
              f"{time.strftime('%Y-%m-%d')}", "",
-             "Three conv1d signatures (Conformer, -S, -L depthwise, `--thin --max-points 2`), "
-             "built on this GPU with `oasr tune build` and with `--scheduler local --gpus 1` "
-             "(one GPU worker, one CPU compile worker); wall = the CLI process, start to exit.",
+             f"{args.what}: built on this GPU with `oasr tune build` and with `--scheduler "
+             "local --gpus 1` (one GPU worker, one CPU compile worker); wall = the CLI "
+             "process, start to exit.",
              "", "| build | wall s | build elapsed s | points | entries |",
              "|---|---:|---:|---:|---:|"]
     for name, d, wall in (("no scheduler", plain, t1 - t0),
@@ -305,7 +303,8 @@ def main(argv: list[str] | None = None) -> int:
     sub = parser.add_subparsers(dest="command", required=True)
     r = sub.add_parser("run", help="scaling, agreement and a killed worker")
     r.add_argument("--gpus", default="1,2,4", help="GPU worker counts (comma list)")
-    r.add_argument("--family", default="conv1d")
+    r.add_argument("--family", default="scaled_mm")
+    r.add_argument("--lane", default=None, help="default: the family's active lane here")
     r.add_argument("--census", nargs="+", default=[str(c) for c in CENSUS])
     r.add_argument("--max-points", type=int, default=2)
     r.add_argument("--kill", action="store_true", help="one more build, a GPU worker killed")
@@ -318,6 +317,7 @@ def main(argv: list[str] | None = None) -> int:
     s = sub.add_parser("summary", help="run.sh distributed's markdown")
     s.add_argument("--work", required=True)
     s.add_argument("--seconds", nargs=3, required=True, metavar=("T0", "T1", "T2"))
+    s.add_argument("--what", default="The census", help="what was built, for the text")
     s.add_argument("--out", required=True)
     args = parser.parse_args(argv)
     os.environ.setdefault("OASR_TUNE_USER_DB", "off")

@@ -76,13 +76,14 @@
 #                    .jsonl), served from the conv1d phase's table when it ran on this machine
 #                    (shapes the table does not cover are served by torch), else out of the box
 #   distributed      the sharded build on this machine's GPUs (oasr-core[distributed]; the dask
-#                    wheels carried): three conv1d signatures (Conformer, -S, -L depthwise) built
-#                    on the GPU with no scheduler, then through `--scheduler local --gpus 1` (one
-#                    GPU worker, one CPU compile worker), each table against its own log's
-#                    replay (byte for byte) and the two tables' diff, wall times and the
-#                    driver's overhead -> distributed.md, distributed_logs.tgz; then, with
-#                    DISTRIBUTED_GPUS (default: 1), benchmarks/distributed_build.py on 1, 2, ...
-#                    GPU workers with a worker killed mid-build (distributed_build.md, .json)
+#                    wheels carried): the int8 Conformer census's scaled_mm signatures (sm80 lane,
+#                    whole-space module carried; DISTRIBUTED_FAMILY, _LANE, _CENSUS change it)
+#                    built on the GPU with no scheduler, then through `--scheduler local --gpus
+#                    1` (one GPU worker, one CPU compile worker), each table against its own
+#                    log's replay (byte for byte) and the two tables' diff, wall times and the
+#                    driver's overhead -> distributed.md, distributed_logs.tgz; then, when
+#                    DISTRIBUTED_GPUS is set (e.g. 1,2,4), benchmarks/distributed_build.py on
+#                    those GPU worker counts with a worker killed mid-build (distributed_build.md)
 # Options:
 #   --pdl on|off|both   programmatic dependent launch for bench-gemm and engine (default: both
 #                       for bench-gemm, on for engine)
@@ -546,44 +547,47 @@ phase_bench_conv1d() {
 
 phase_distributed() {
   local dir=$1 work=/tmp/oasr-distributed arm t0 t1 t2 rc
-  local build=(tune build --family conv1d --census benchmarks/census/conformer_offline_conv.json
-               --census benchmarks/census/conformer_s_offline_conv.json
-               --census benchmarks/census/conformer_l_offline_conv.json --thin --max-points 2
-               --fresh --seed 0 --no-progress --json)
+  # scaled_mm's sm80 lane (it runs on sm90): every config at every point (no cost model) from
+  # its whole-space module, which the carried cache holds, so nothing compiles here.
+  local family=${DISTRIBUTED_FAMILY:-scaled_mm} lane=${DISTRIBUTED_LANE:-sm80_int8_mma}
+  local census=${DISTRIBUTED_CENSUS:-benchmarks/census/conformer_offline_int8.json}
+  local build=(tune build --family "$family" --lane "$lane" --census "$census" --thin
+               --max-points 2 --fresh --seed 0 --no-progress --json)
   rm -rf "$work" && mkdir -p "$work"
-  # Production modules: the whole space, which the carried cache holds (nothing compiles).
-  export OASR_CONV1D_COMPILE_SET=all
-  el "distributed: three conv1d signatures on this GPU, no scheduler"
+  export OASR_SCALED_MM_COMPILE_SET=all OASR_CONV1D_COMPILE_SET=all  # production = carried
+  el "distributed: $family ($lane) from $census on this GPU, no scheduler"
   t0=$(date +%s.%N)
-  timeout 200 python3 -m oasr_core.cli "${build[@]}" --out "$work/plain/conv1d.json" \
+  timeout 200 python3 -m oasr_core.cli "${build[@]}" --out "$work/plain/$family.json" \
     > "$work/plain.json" 2> "$work/plain.err"; rc=$?
   t1=$(date +%s.%N)
   echo "  rc=$rc"; tail -3 "$work/plain.err"
   el "distributed: the same census through --scheduler local --gpus 1"
-  timeout 240 python3 -m oasr_core.cli "${build[@]}" --out "$work/dask/conv1d.json" \
+  timeout 240 python3 -m oasr_core.cli "${build[@]}" --out "$work/dask/$family.json" \
     --scheduler local --gpus 1 > "$work/dask.json" 2> "$work/dask.err"; rc=$?
   t2=$(date +%s.%N)
   echo "  rc=$rc"; tail -6 "$work/dask.err"
   for arm in plain dask; do
-    python3 -m oasr_core.cli tune build --from-log "$work/$arm/measurements/conv1d.jsonl" \
-      --family conv1d --effort default --thin --max-points 2 --fresh \
-      --out "$work/$arm/replay/conv1d.json" --json \
-      > "$work/${arm}_replay.json" 2>&1
-    if cmp -s "$work/$arm/conv1d.json" "$work/$arm/replay/conv1d.json"; then
+    python3 -m oasr_core.cli tune build --from-log "$work/$arm/measurements/$family.jsonl" \
+      --family "$family" --effort default --thin --max-points 2 --fresh \
+      --out "$work/$arm/replay/$family.json" --json > "$work/${arm}_replay.json" 2>&1
+    if cmp -s "$work/$arm/$family.json" "$work/$arm/replay/$family.json"; then
       echo "$arm: the table is its log's replay, byte for byte" | tee -a "$work/replays.txt"
     else
       echo "$arm: the table DIFFERS from its log's replay" | tee -a "$work/replays.txt"
     fi
   done
-  python3 -m oasr_core.cli tune diff "$work/plain/conv1d.json" "$work/dask/conv1d.json" \
+  python3 -m oasr_core.cli tune diff "$work/plain/$family.json" "$work/dask/$family.json" \
     > "$work/diff.txt" 2>&1
   python3 benchmarks/distributed_build.py summary --work "$work" --seconds "$t0" "$t1" "$t2" \
-    --out "$dir/distributed.md"
+    --what "$family ($lane) from $census, --thin --max-points 2" --out "$dir/distributed.md"
   tar -C "$work" -czf "$dir/distributed_logs.tgz" plain dask plain.json dask.json plain.err \
     dask.err diff.txt replays.txt
-  el "distributed: benchmarks/distributed_build.py on ${DISTRIBUTED_GPUS:-1} GPU worker count(s)"
-  timeout 300 python3 benchmarks/distributed_build.py run --gpus "${DISTRIBUTED_GPUS:-1}" \
-    --kill --out "$dir/distributed_build.md" 2>&1 | tail -25
+  if [ -n "${DISTRIBUTED_GPUS:-}" ]; then
+    el "distributed: benchmarks/distributed_build.py on $DISTRIBUTED_GPUS GPU worker count(s)"
+    timeout 400 python3 benchmarks/distributed_build.py run --gpus "$DISTRIBUTED_GPUS" --kill \
+      --family "$family" --lane "$lane" --census "$census" --out "$dir/distributed_build.md" \
+      2>&1 | tail -25
+  fi
   tidy "$dir"
 }
 

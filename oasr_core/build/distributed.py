@@ -293,7 +293,8 @@ def build_distributed(census: Census, *, family: Any, lane: Any, device: Device,
         profile = ArchProfile.from_json(facts["profile"])
     lp = plan_live(census, family=family, lane=lane, arch=facts["arch"], out=out, timer=None,
                    options=options, log_path=log_path, checkpoint_path=checkpoint_path,
-                   rankers=rankers, bench_options=bench_options, soft=soft, profile=profile,
+                   rankers=rankers, bench_options=bench_options,
+                   soft=facts["soft"] if soft is None else soft, profile=profile,
                    run=run, device_name=facts["device"], l2_bytes=facts["l2_bytes"],
                    write_header=not plan_only)
     options = lp.options

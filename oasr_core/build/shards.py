@@ -185,15 +185,19 @@ def _write_result(path: Path, doc: Mapping[str, Any]) -> None:
 
 
 def probe(device: Device, profile: bool) -> dict[str, Any]:
-    """This worker's GPU: arch family, device name, L2 bytes, and (``profile``) the arch
-    profile a cost model is fitted on."""
+    """This worker's GPU: arch family, device name, L2 bytes, the soft stamps a write of its
+    measurements carries (its SKU and nvcc: the driver may run on another machine), and
+    (``profile``) the arch profile a cost model is fitted on."""
+    from oasr_core.stamps import current_soft_validators
+
     from .model import build_profile
 
     family, lane, timer = device.open()
     arch = device.arch()
     prof = build_profile(arch) if profile else None
     return {"arch": arch, "device": getattr(timer, "name", None), "l2_bytes": timer.l2_bytes,
-            "profile": prof.to_json() if prof is not None else None, "worker": worker_name(),
+            "profile": prof.to_json() if prof is not None else None,
+            "soft": current_soft_validators(family), "worker": worker_name(),
             "gpu": os.environ.get("CUDA_VISIBLE_DEVICES")}
 
 
