@@ -3,7 +3,7 @@
 The log times every tile of the lane at every point (the fp8 Conformer widths and a sweep of
 N 512..4096, K 256..4096, M 256..16384), each call followed by a tiny unrelated kernel whose
 separately measured cost is subtracted. This fits the fill thresholds of a ladder
-(:func:`oasr_core.kit.ladders.fit_ladder`: minimum geomean regret against the best tile) over
+(:func:`oasr_scaled_mm.w8a8.ladders.fit_ladder`: minimum geomean regret against the best tile) over
 :data:`RUNGS`, scores it in sample and with each (N, K) width left out of the fit, and writes
 the fitted table (``--out-ladders``, the file the package ships as
 ``oasr_scaled_mm_fp8/fitted_ladders.json``) and a report (``--out``). Every figure is a replay
@@ -87,7 +87,8 @@ def geomean(values: list[float]) -> float:
 
 def picks(ladder, arms: dict, lane) -> dict[tuple[int, int, int], str]:
     """The config ``ladder`` picks at each point of the log."""
-    from oasr_core.kit import ladders
+    from oasr_scaled_mm.w8a8 import ladders
+
     from oasr_core.types import Problem
 
     out = {}
@@ -115,9 +116,8 @@ def score(ladder, arms: dict, lane) -> dict[str, float]:
 
 
 def main(argv: list[str] | None = None) -> int:
+    from oasr_scaled_mm.w8a8 import ladders
     from oasr_scaled_mm_fp8 import heuristic, hooks
-
-    from oasr_core.kit import ladders
 
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("log", nargs="?", type=Path, default=LOG)

@@ -3,7 +3,7 @@
 At every (M, K) and input dtype it times, as arms of one protocol run:
 
 - ``int8`` / ``fp8``: the one-pass row quantizer of each W8A8 family (the kit's
-  :mod:`oasr_core.kit.row_quantizer`, through its C ABI into fixed buffers): reads ``2 M K``
+  :mod:`oasr_scaled_mm.w8a8.row_quantizer`, through its C ABI into fixed buffers): reads ``2 M K``
   bytes, writes ``M K + 4 M``;
 - ``int8_torch`` / ``fp8_torch``: each family's torch definition of the same quantization (what
   serves without the kernel);

@@ -9,8 +9,9 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
+from oasr_scaled_mm.w8a8 import row_quantizer
 
-from oasr_core.kit import normed, row_quantizer
+from oasr_core.kit import normed
 
 SCHEMES = (("oasr_scaled_mm", "int8_w8a8"), ("oasr_scaled_mm_fp8", "fp8_w8a8"))
 

@@ -1,7 +1,7 @@
 """The fused layer norm + row quantizer of both W8A8 families on a GPU, against torch's
 ``F.layer_norm`` then the family's quantizer (:func:`quantize_rows`).
 
-The contract (``oasr_core.kit.row_quantizer``'s norm unit): every row the quantizer holds in
+The contract (``oasr_scaled_mm.w8a8.row_quantizer``'s norm unit): every row the quantizer holds in
 registers (K a multiple of 8 up to 16384, aligned) is quantized in one pass; anything else is
 refused and :func:`oasr_core.kit.normed.quantize_after_norm` runs the two apart. The kernel's
 mean and variance are summed in another order than torch's, so a normalized value may differ
@@ -18,8 +18,7 @@ import math
 import pytest
 import torch
 import torch.nn.functional as F
-
-from oasr_core.kit import row_quantizer
+from oasr_scaled_mm.w8a8 import row_quantizer
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

@@ -17,14 +17,13 @@ serves its ops and keeps its per-epoch state:
   family's lanes from the tiers, and the ``Lane.jit_specs`` / soft-stamp helpers;
 - :mod:`oasr_core.kit.lanes`: :class:`LaneSpaces`, :class:`LaneRules` and per-lane predicates;
 - :mod:`oasr_core.kit.benching`: the family-agnostic half of a family's ``make_bench``;
-- :mod:`oasr_core.kit.devices`: the arch and SM count a shape heuristic reads;
 - :mod:`oasr_core.kit.helpers`: :class:`~oasr_core.kit.helpers.HelperKernel`, a small helper
-  kernel (an activation quantizer) loaded once per arch, torch serving where it cannot load.
-- :mod:`oasr_core.kit.weights`: a quantized linear's weight cache on its layer.
-- :mod:`oasr_core.kit.scaled`: the ctypes side of a W8A8 family's C ABI
-  (:class:`~oasr_core.kit.scaled.ScaledKernel` and its family's :class:`ScaledAbi`);
-  :mod:`oasr_core.kit.scaled_ops` its ops' shape resolution and torch custom ops (imports torch
-  when they are registered).
+  kernel (an activation quantizer) bound from its declared argument types and loaded once per
+  arch, torch serving where it cannot load;
+- :mod:`oasr_core.kit.normed`: the deferred layer norm a quantized family's linears share.
+
+What only quantized W8A8 families need (the row quantizer, tile ladders, the scaled GEMM C ABI,
+the weight cache) is not here: it is the W8A8 code base its plugins share.
 
 Importing the kit (all but :mod:`~oasr_core.kit.launching`) imports no torch and builds no
 runtime; the names above load their module on first access.

@@ -7,9 +7,9 @@ from __future__ import annotations
 
 import pytest
 import torch
-from oasr_core.kit import row_quantizer
 
 from oasr_scaled_mm import quantize, quantize_kernel
+from oasr_scaled_mm.w8a8 import row_quantizer
 
 pytestmark = [pytest.mark.gpu,
               pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]

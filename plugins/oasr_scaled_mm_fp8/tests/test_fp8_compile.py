@@ -17,7 +17,7 @@ import subprocess
 import pytest
 from oasr_core import jit as core_jit
 from oasr_core.jit import BuildStatus
-from oasr_core.kit.row_quantizer import norm_symbol
+from oasr_scaled_mm.w8a8.row_quantizer import norm_symbol
 
 from oasr_scaled_mm_fp8 import codegen, launch, quantize_kernel
 from oasr_scaled_mm_fp8 import config_space as cs

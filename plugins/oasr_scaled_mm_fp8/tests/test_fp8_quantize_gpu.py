@@ -11,7 +11,7 @@ import math
 
 import pytest
 import torch
-from oasr_core.kit import row_quantizer
+from oasr_scaled_mm.w8a8 import row_quantizer
 
 from oasr_scaled_mm_fp8 import numerics, quantize, quantize_kernel
 

@@ -70,11 +70,11 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
     from oasr_core.bench import BenchCase
     from oasr_core.kit import benching
     from oasr_core.kit.gates import within_limit
-    from oasr_core.kit.helpers import quantize_step
 
     from oasr_scaled_mm import numerics, reference
     from oasr_scaled_mm.quantize import quantize_rows_reference
     from oasr_scaled_mm.quantize_kernel import KERNEL
+    from oasr_scaled_mm.w8a8.rows import quantize_step
 
     n, k, m = problem.dim("N"), problem.dim("K"), problem.m
     quant = problem.op == OP_QUANT

@@ -21,7 +21,7 @@ measured rows, with the evidence behind them; it is read once at import into
 (naming the file and the problem) and ignored as a whole, so the unfitted tables serve.
 ``benchmarks/scaled_mm_vs_torch.py sweep`` measures the rows on a GPU and ``... fit`` fits
 and writes the file (:func:`write_fitted`). The mechanism (tables, fitting, the file format)
-is the kit's :mod:`oasr_core.kit.ladders`, shared with the fp8 family; this module holds the
+is the kit's :mod:`oasr_scaled_mm.w8a8.ladders`, shared with the fp8 family; this module holds the
 int8 lanes' tables and re-exports the kit's names it always offered.
 """
 
@@ -32,10 +32,13 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from oasr_core.kit import ladders
-from oasr_core.kit.devices import DEFAULT_SM_COUNT
-from oasr_core.kit.devices import current_index as _device_index
-from oasr_core.kit.ladders import (  # noqa: F401  (re-exported: this module's API)
+from oasr_core.types import Config, Lane, Problem
+
+from oasr_scaled_mm.config_space import LANE_SM80, LANE_SM90, LANES, space
+from oasr_scaled_mm.w8a8 import ladders
+from oasr_scaled_mm.w8a8.devices import DEFAULT_SM_COUNT
+from oasr_scaled_mm.w8a8.devices import current_index as _device_index
+from oasr_scaled_mm.w8a8.ladders import (  # noqa: F401  (re-exported: this module's API)
     FILL_GRID,
     HALF_WAVE,
     INF,
@@ -48,9 +51,6 @@ from oasr_core.kit.ladders import (  # noqa: F401  (re-exported: this module's A
     describe,
     ladder_regret,
 )
-from oasr_core.types import Config, Lane, Problem
-
-from oasr_scaled_mm.config_space import LANE_SM80, LANE_SM90, LANES, space
 
 K_BOUNDS = (1024, 4096)
 """K bands of the shipped tables: K <= 1024, 1024 < K <= 4096, K > 4096."""
@@ -89,21 +89,21 @@ _check_rungs = ladders.data_parallel_check(LANES, space)
 
 
 def read_fitted(path: str | os.PathLike[str]) -> list[FittedLadder]:
-    """The entries of a fitted-ladder file (:func:`oasr_core.kit.ladders.read_fitted` with this
-    package's lane check)."""
+    """The entries of a fitted-ladder file (:func:`oasr_scaled_mm.w8a8.ladders.read_fitted`
+    with this package's lane check)."""
     return ladders.read_fitted(path, _check_rungs)
 
 
 def write_fitted(path: str | os.PathLike[str],
                  tables: Iterable[FittedLadder] | Mapping[tuple[str, str], Ladder]) -> Path:
-    """Write a fitted-ladder file (:func:`oasr_core.kit.ladders.write_fitted`)."""
+    """Write a fitted-ladder file (:func:`oasr_scaled_mm.w8a8.ladders.write_fitted`)."""
     return ladders.write_fitted(path, tables, _check_rungs)
 
 
 def load_fitted(path: str | os.PathLike[str] = FITTED_FILE) -> dict[tuple[str, str], Ladder]:
     """The tables of a fitted-ladder file by ``(lane, arch)``, for :data:`ARCH_LADDERS`; a
     missing file is none, a malformed one one warning and none
-    (:func:`oasr_core.kit.ladders.load_fitted`)."""
+    (:func:`oasr_scaled_mm.w8a8.ladders.load_fitted`)."""
     return ladders.load_fitted(path, _check_rungs, label="oasr_scaled_mm")
 
 
@@ -199,7 +199,7 @@ def _device_facts(device: int | None) -> Any:
 
 def fit_ladder(rows: Iterable[Row], *, lane: Lane, sm_count: int, start: Ladder | None = None,
                **options: Any) -> LadderFit:
-    """:func:`oasr_core.kit.ladders.fit_ladder` from ``start`` (default: the lane's current
+    """:func:`oasr_scaled_mm.w8a8.ladders.fit_ladder` from ``start`` (default: the lane's current
     table)."""
     return ladders.fit_ladder(rows, lane=lane, sm_count=sm_count,
                               start=start or ladder_for(lane), **options)

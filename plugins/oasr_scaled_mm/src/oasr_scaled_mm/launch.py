@@ -20,13 +20,13 @@ from typing import Any, ClassVar
 import attrs
 from oasr_core.jit.kit import CallArgs
 from oasr_core.kit import BufferKind, LaunchError, Serving, WorkspacePool
-from oasr_core.kit.scaled import ScaledAbi, ScaledKernel, out_scale_args, status_text
-from oasr_core.kit.scaled import bind_all as _bind_all
 from oasr_core.types import Config
 
 from oasr_scaled_mm import codegen
 from oasr_scaled_mm.config_space import OP_MM, OP_QUANT, OPS, serves
 from oasr_scaled_mm.feasibility import fits_arch
+from oasr_scaled_mm.w8a8.scaled import ScaledAbi, ScaledKernel, out_scale_args, status_text
+from oasr_scaled_mm.w8a8.scaled import bind_all as _bind_all
 
 OUT_DTYPE_OF_OP = {OP_QUANT: "int8"}
 __all__ = ["CallArgs", "Kernel", "LaunchError", "SERVING", "WORKSPACES", "bind_all",
@@ -36,7 +36,7 @@ __all__ = ["CallArgs", "Kernel", "LaunchError", "SERVING", "WORKSPACES", "bind_a
 @attrs.define(eq=False)
 class Kernel(ScaledKernel):
     """One (config, op)'s launcher and workspace query in a loaded library (the kit's
-    :class:`~oasr_core.kit.scaled.ScaledKernel` with the int8 family's ABI): ``prepare``
+    :class:`~oasr_scaled_mm.w8a8.scaled.ScaledKernel` with the int8 family's ABI): ``prepare``
     gives the per-shape prepared call, ``run`` launches on torch tensors (tests, benchmarks;
     fp16 out by default, int8 for ``scaled_mm_quant``)."""
 

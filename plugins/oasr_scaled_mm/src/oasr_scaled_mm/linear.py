@@ -15,9 +15,8 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from oasr_core.kit.scaled_ops import layer_linear
-
 from oasr_scaled_mm.quantize import QUANTIZATION
+from oasr_scaled_mm.w8a8.scaled_ops import layer_linear
 
 DTYPES = ("fp16", "bf16")
 """Activation dtypes the quantized linear takes (and returns)."""
@@ -26,7 +25,7 @@ DTYPES = ("fp16", "bf16")
 linear = layer_linear("oasr_scaled_mm.quantize", "int8")
 """``linear(x, layer, activation=None, *, residual=None, alpha=1.0)``: each layer through
 :func:`oasr_scaled_mm.quantize.quantized_linear`
-(:func:`oasr_core.kit.scaled_ops.layer_linear`)."""
+(:func:`oasr_scaled_mm.w8a8.scaled_ops.layer_linear`)."""
 
 
 def linear_for(dtype: str, quantization: str) -> Callable[..., Any] | None:

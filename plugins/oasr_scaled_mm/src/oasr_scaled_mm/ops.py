@@ -40,7 +40,7 @@ import sys
 from typing import Any
 
 import torch
-from oasr_core.kit import TORCH, scaled_ops
+from oasr_core.kit import TORCH
 from oasr_core.kit.launching import into_out, on_device
 from oasr_core.types import Config, Problem
 
@@ -48,6 +48,7 @@ from oasr_scaled_mm import heuristic, launch, reference
 from oasr_scaled_mm.config_space import FAMILY, OP_MM, OP_QUANT, serves
 from oasr_scaled_mm.feasibility import ALIGN
 from oasr_scaled_mm.launch import SERVING, reserve_workspace
+from oasr_scaled_mm.w8a8 import scaled_ops
 
 __all__ = ["scaled_mm", "scaled_mm_quant", "select_config", "select_quant_config",
            "unquantized", "reserve_workspace", "stats", "reset_stats", "clear_memo"]
@@ -89,7 +90,7 @@ def unquantized(n: int, k: int, m: int, device: int) -> bool:
     measured the layer, the activation quantizer included, slower than fp16 there). A shape no
     entry covers stays int8 (the heuristic's tile: at the widths the H200 sweep measured, int8
     was 1.28x fp16 ``F.linear``). Memoised per epoch
-    (:func:`oasr_core.kit.scaled_ops.unquantized_route`)."""
+    (:func:`oasr_scaled_mm.w8a8.scaled_ops.unquantized_route`)."""
     return scaled_ops.unquantized_route(SERVING, FAMILY, OP_MM, DTYPE, n, k, m, device,
                                         label="oasr_scaled_mm")
 

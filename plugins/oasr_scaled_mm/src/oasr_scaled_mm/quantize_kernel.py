@@ -1,7 +1,7 @@
 """The one-kernel activation quantizer: ``quantize_rows`` on a CUDA device.
 
 :func:`quantize_rows_cuda` quantizes a ``[..., K]`` fp16/bf16 CUDA tensor per row in one
-bandwidth-bound pass (the kit's :mod:`oasr_core.kit.row_quantizer` in the int8 format
+bandwidth-bound pass (the kit's :mod:`oasr_scaled_mm.w8a8.row_quantizer` in the int8 format
 :data:`FORMAT`), bit for bit what :func:`oasr_scaled_mm.quantize.quantize_rows_reference`
 computes in about nine torch kernels. Its JIT module (:func:`spec`) is tiny (no CUTLASS) and
 is part of both lanes' production modules' prebuild (:func:`oasr_scaled_mm.jit.lane_specs`);
@@ -15,13 +15,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from oasr_core.kit.helpers import (
+from oasr_scaled_mm.w8a8.row_quantizer import RowFormat, jit_spec
+from oasr_scaled_mm.w8a8.rows import (
     norm_quantize_rows_with,
     norm_quantizer,
     quantize_rows_with,
     row_quantizer,
 )
-from oasr_core.kit.row_quantizer import RowFormat, jit_spec
 
 SYMBOL = "oasr_quantize_rows"
 MODULE = "scaled_mm_quantize_rows"

@@ -50,7 +50,7 @@ FULL = Libraries(load=_load_full)
 def quantizer(x: Any, q: Any, scale: Any, index: int) -> Any:
     """``quantize()``: per-token e4m3 quantization of ``x`` into ``q``/``scale`` on device
     ``index``'s current stream (the one-kernel quantizer; torch when it cannot load)."""
-    from oasr_core.kit.helpers import quantize_step
+    from oasr_scaled_mm.w8a8.rows import quantize_step
 
     from oasr_scaled_mm_fp8 import numerics
     from oasr_scaled_mm_fp8.quantize_kernel import KERNEL

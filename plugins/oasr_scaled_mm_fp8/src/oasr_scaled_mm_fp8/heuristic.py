@@ -1,5 +1,5 @@
 """The scaled_mm_fp8 shape heuristic (``Sentinel.HEURISTIC``, the family's untuned selector):
-a tile ladder (:mod:`oasr_core.kit.ladders`, the mechanism the int8 family uses too).
+a tile ladder (:mod:`oasr_scaled_mm.w8a8.ladders`, the mechanism the int8 family uses too).
 
 Unfitted (:data:`LADDERS`), the ladder is "the largest data-parallel tile that still launches
 at least half a wave": the lane's :func:`rungs` are one config per tile shape, largest tile
@@ -19,7 +19,7 @@ for the fitted table (1.006 with each width left out of the fit; 1.005 on a late
 file that is missing or malformed leaves the unfitted tables serving (one warning for a
 malformed one).
 
-The SM count is the device's (:func:`oasr_core.kit.devices.heuristic_device`), the ``sku``
+The SM count is the device's (:func:`oasr_scaled_mm.w8a8.devices.heuristic_device`), the ``sku``
 stamp of a tuning file; the tables are the ``heuristic`` soft stamp (:func:`ladder_digest`).
 """
 
@@ -29,10 +29,10 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from oasr_core.kit import ladders
-from oasr_core.kit.devices import heuristic_device
-from oasr_core.kit.ladders import FittedLadder, Ladder
 from oasr_core.types import Config, Lane, Problem
+from oasr_scaled_mm.w8a8 import ladders
+from oasr_scaled_mm.w8a8.devices import heuristic_device
+from oasr_scaled_mm.w8a8.ladders import FittedLadder, Ladder
 
 from oasr_scaled_mm_fp8.config_space import LANES, space
 
@@ -75,13 +75,13 @@ _check_rungs = ladders.data_parallel_check(LANES, space)
 
 
 def read_fitted(path: str | os.PathLike[str]) -> list[FittedLadder]:
-    """The entries of a fitted-ladder file (:func:`oasr_core.kit.ladders.read_fitted`)."""
+    """The entries of a fitted-ladder file (:func:`oasr_scaled_mm.w8a8.ladders.read_fitted`)."""
     return ladders.read_fitted(path, _check_rungs)
 
 
 def write_fitted(path: str | os.PathLike[str],
                  tables: Iterable[FittedLadder] | Mapping[tuple[str, str], Ladder]) -> Path:
-    """Write a fitted-ladder file (:func:`oasr_core.kit.ladders.write_fitted`)."""
+    """Write a fitted-ladder file (:func:`oasr_scaled_mm.w8a8.ladders.write_fitted`)."""
     return ladders.write_fitted(path, tables, _check_rungs)
 
 
@@ -108,7 +108,7 @@ def heuristic_config(problem: Problem, lane: Lane, *, sm_count: int | None = Non
                      arch: str | None = None) -> Config | None:
     """The ladder's config for ``problem`` on ``lane`` with ``sm_count`` SMs on ``arch``
     (both default to this process's device, else the lane's default arch); None when no rung
-    can run the shape (:func:`oasr_core.kit.ladders.pick_config`)."""
+    can run the shape (:func:`oasr_scaled_mm.w8a8.ladders.pick_config`)."""
     if sm_count is None or arch is None:
         found_arch, found_sms = heuristic_device(lane.arch_families, lane.default_on)
         arch = arch or found_arch

@@ -16,9 +16,9 @@ from typing import Any, ClassVar
 import attrs
 from oasr_core.jit.kit import CallArgs
 from oasr_core.kit import BufferKind, LaunchError, Serving, WorkspacePool
-from oasr_core.kit.scaled import ScaledAbi, ScaledKernel, out_scale_args, status_text
-from oasr_core.kit.scaled import bind_all as _bind_all
 from oasr_core.types import Config
+from oasr_scaled_mm.w8a8.scaled import ScaledAbi, ScaledKernel, out_scale_args, status_text
+from oasr_scaled_mm.w8a8.scaled import bind_all as _bind_all
 
 from oasr_scaled_mm_fp8 import codegen
 from oasr_scaled_mm_fp8.config_space import OP_MM, OP_QUANT, OPS
@@ -31,7 +31,7 @@ __all__ = ["CallArgs", "Kernel", "LaunchError", "SERVING", "WORKSPACES", "bind_a
 @attrs.define(eq=False)
 class Kernel(ScaledKernel):
     """One (config, op)'s launcher and workspace query in a loaded library (the kit's
-    :class:`~oasr_core.kit.scaled.ScaledKernel` with the fp8 family's ABI): ``prepare`` gives
+    :class:`~oasr_scaled_mm.w8a8.scaled.ScaledKernel` with the fp8 family's ABI): ``prepare`` gives
     the per-shape prepared call, ``run`` launches on torch tensors (tests, benchmarks; bf16
     out by default, e4m3 for ``scaled_mm_fp8_quant``)."""
 

@@ -13,7 +13,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-from oasr_core.kit.scaled_ops import layer_linear
+from oasr_scaled_mm.w8a8.scaled_ops import layer_linear
 
 from oasr_scaled_mm_fp8.quantize import QUANTIZATION
 
@@ -24,7 +24,7 @@ DTYPES = ("bf16", "fp16")
 linear = layer_linear("oasr_scaled_mm_fp8.quantize", "fp8")
 """``linear(x, layer, activation=None, *, residual=None, alpha=1.0)``: each layer through
 :func:`oasr_scaled_mm_fp8.quantize.quantized_linear`
-(:func:`oasr_core.kit.scaled_ops.layer_linear`)."""
+(:func:`oasr_scaled_mm.w8a8.scaled_ops.layer_linear`)."""
 
 
 def linear_for(dtype: str, quantization: str) -> Callable[..., Any] | None:

@@ -36,9 +36,10 @@ import sys
 from typing import Any
 
 import torch
-from oasr_core.kit import TORCH, scaled_ops
+from oasr_core.kit import TORCH
 from oasr_core.kit.launching import into_out, on_device
 from oasr_core.types import Config, Tier
+from oasr_scaled_mm.w8a8 import scaled_ops
 
 from oasr_scaled_mm_fp8 import launch, reference
 from oasr_scaled_mm_fp8.config_space import DTYPE, FAMILY, OP_MM, OP_QUANT
@@ -99,7 +100,7 @@ def unquantized(n: int, k: int, m: int, device: int, *, normed: bool = False) ->
     its activation dtype (``F.linear``): the tiers name ``Sentinel.UNQUANTIZED`` there, or no
     entry covers the shape and the untuned route (:func:`oasr_scaled_mm_fp8.untuned.fp8_wins`)
     does not predict the heuristic's fp8 tile plus the quantizer to beat bf16
-    (:func:`oasr_core.kit.scaled_ops.unquantized_route`, memoised per epoch). ``normed``: the
+    (:func:`oasr_scaled_mm.w8a8.scaled_ops.unquantized_route`, memoised per epoch). ``normed``: the
     activation comes quantized by its layer norm (:class:`oasr_core.kit.normed.NormedRows`),
     so the untuned route counts no quantizer; a tuning entry's verdict, measured with the
     quantizer, stands."""

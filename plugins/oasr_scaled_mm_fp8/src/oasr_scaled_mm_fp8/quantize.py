@@ -25,8 +25,8 @@ from oasr_core.kit.normed import (
     quantize_after_norm,
     quantized_rows,
 )
-from oasr_core.kit.scaled_ops import add_residual, linear_in_dtype
-from oasr_core.kit.weights import QuantizedWeight, cached_weight
+from oasr_scaled_mm.w8a8.scaled_ops import add_residual, linear_in_dtype
+from oasr_scaled_mm.w8a8.weights import QuantizedWeight, cached_weight
 
 CACHE_ATTR = "_oasr_fp8_w8a8"
 """The attribute of an ``nn.Linear`` holding its :class:`QuantizedWeight`."""
@@ -68,7 +68,7 @@ def quantized_linear(x: Any, layer: Any, activation: str | None = None, *,
     """``activation(layer(x))`` with the layer a W8A8 fp8 GEMM and the activation in torch,
     or, where the table or the untuned route says unquantized, the layer in ``x``'s dtype
     through the installed unquantized linear with the activation fused
-    (:func:`oasr_core.kit.scaled_ops.linear_in_dtype`); with ``residual``, ``residual + alpha
+    (:func:`oasr_scaled_mm.w8a8.scaled_ops.linear_in_dtype`); with ``residual``, ``residual + alpha
     * layer(x)`` (fused there where the unquantized linear fuses it, else added in torch). The
     output has ``x``'s dtype (an fp32 input computes with a bf16 output).
 

@@ -1,7 +1,7 @@
 """The one-kernel activation quantizer: per-token e4m3 quantization on a CUDA device.
 
 :func:`quantize_rows_cuda` quantizes a ``[..., K]`` fp16/bf16 CUDA tensor per row in one
-bandwidth-bound pass (the kit's :mod:`oasr_core.kit.row_quantizer` in the e4m3 format
+bandwidth-bound pass (the kit's :mod:`oasr_scaled_mm.w8a8.row_quantizer` in the e4m3 format
 :data:`FORMAT`), bit for bit what :func:`oasr_scaled_mm_fp8.numerics.quantize_rows` computes
 in about eight torch kernels (NaN payloads aside). Its JIT module (:func:`spec`, no CUTLASS)
 is part of both lanes' prebuild (:func:`oasr_scaled_mm_fp8.jit.lane_specs`) and loads once per
@@ -14,13 +14,13 @@ from __future__ import annotations
 
 from typing import Any
 
-from oasr_core.kit.helpers import (
+from oasr_scaled_mm.w8a8.row_quantizer import RowFormat, jit_spec
+from oasr_scaled_mm.w8a8.rows import (
     norm_quantize_rows_with,
     norm_quantizer,
     quantize_rows_with,
     row_quantizer,
 )
-from oasr_core.kit.row_quantizer import RowFormat, jit_spec
 
 SYMBOL = "oasr_fp8_quantize_rows"
 MODULE = "scaled_mm_fp8_quantize_rows"

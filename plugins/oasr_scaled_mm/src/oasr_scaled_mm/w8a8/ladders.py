@@ -29,7 +29,6 @@ from pathlib import Path
 from typing import Any
 
 import attrs
-
 from oasr_core.errors import OasrWarning
 from oasr_core.types import Config, Lane, Problem, Sentinel
 

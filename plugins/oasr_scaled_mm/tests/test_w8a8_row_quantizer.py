@@ -11,13 +11,13 @@ import shutil
 import subprocess
 
 import pytest
-from oasr_scaled_mm import quantize_kernel as int8
+from oasr_core.jit import BuildStatus
 from oasr_scaled_mm_fp8 import quantize_kernel as fp8
 
-from oasr_core.jit import BuildStatus
-from oasr_core.kit import row_quantizer
-from oasr_core.kit.helpers import ROW_QUANTIZER_ARGTYPES
-from oasr_core.kit.helpers import row_quantizer as helper
+from oasr_scaled_mm import quantize_kernel as int8
+from oasr_scaled_mm.w8a8 import row_quantizer
+from oasr_scaled_mm.w8a8.rows import ROW_QUANTIZER_ARGTYPES
+from oasr_scaled_mm.w8a8.rows import row_quantizer as helper
 
 
 def SMOKE_UNITS():

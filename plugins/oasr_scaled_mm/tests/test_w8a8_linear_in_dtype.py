@@ -1,19 +1,20 @@
-"""A quantized linear's unquantized path (``oasr_core.kit.scaled_ops.linear_in_dtype``): through
-the unquantized linear an installed plugin serves for the activation dtype, with the activation
-handed to it, resolved once per epoch; ``F.linear`` and the activation in torch without one."""
+"""A quantized linear's unquantized path (``oasr_scaled_mm.w8a8.scaled_ops.linear_in_dtype``):
+through the unquantized linear an installed plugin serves for the activation dtype, with the
+activation handed to it, resolved once per epoch; ``F.linear`` and the activation in torch
+without one."""
 
 from __future__ import annotations
 
 import pytest
 import torch
-from oasr_scaled_mm import ops as int8_ops
+from oasr_core import hookimpl, runtime
+from oasr_core.errors import OasrWarning
+from oasr_core.plugins import make_plugin_manager
 from torch import nn
 from torch.nn import functional as F
 
-from oasr_core import hookimpl, runtime
-from oasr_core.errors import OasrWarning
-from oasr_core.kit import scaled_ops
-from oasr_core.plugins import make_plugin_manager
+from oasr_scaled_mm import ops as int8_ops
+from oasr_scaled_mm.w8a8 import scaled_ops
 
 
 class Unquantized:
@@ -148,9 +149,9 @@ def test_a_residual_is_handed_to_a_linear_that_takes_one_else_added_in_torch(ins
 
 
 def test_both_quantized_linears_take_a_residual():
-    from oasr_scaled_mm import linear as int8_linear
+    from oasr_core.census.models import takes_residual
     from oasr_scaled_mm_fp8 import linear as fp8_linear
 
-    from oasr_core.census.models import takes_residual
+    from oasr_scaled_mm import linear as int8_linear
 
     assert takes_residual(int8_linear.linear) and takes_residual(fp8_linear.linear)

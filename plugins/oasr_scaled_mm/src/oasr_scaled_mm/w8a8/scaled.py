@@ -19,7 +19,6 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 import attrs
-
 from oasr_core.jit.kit import STATUS, CallArgs
 from oasr_core.kit.calls import PreparedCall
 from oasr_core.kit.serving import LaunchError
