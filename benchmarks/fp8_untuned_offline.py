@@ -143,9 +143,10 @@ def linear_fit(samples: list[tuple[float, float]]) -> tuple[float, float]:
 def fit(points: list[Point], margin: float | None = None) -> Any:
     """The :class:`~oasr_scaled_mm_fp8.untuned.RouteModel` fitted on ``points``' bf16, tile
     and quantize arms (the shipped margin and HBM bandwidth unless given)."""
+    from oasr_scaled_mm.w8a8 import untuned as w8a8_untuned
     from oasr_scaled_mm_fp8 import untuned
 
-    hbm = untuned.HBM_BYTES_PER_US
+    hbm = w8a8_untuned.HBM_BYTES_PER_US
     b_launch, b_flops = roofline_fit(
         [(2.0 * p.m * p.n * p.k, 2.0 * (p.m * p.k + p.n * p.k + p.m * p.n), p.bf16_us)
          for p in points], hbm)
@@ -164,9 +165,9 @@ def fit(points: list[Point], margin: float | None = None) -> Any:
         norm = dict(norm_quantizer_launch_us=nq_launch, norm_quantizer_bytes_per_us=nq_bw,
                     layer_norm_launch_us=ln_launch, layer_norm_bytes_per_us=ln_bw,
                     norm_extra_floor_us=floor)
-    return untuned.RouteModel(
-        bf16_launch_us=b_launch, bf16_flops_per_us=b_flops, fp8_launch_us=f_launch,
-        fp8_flops_per_us=f_flops, quantizer_launch_us=q_launch, quantizer_bytes_per_us=q_bw,
+    return w8a8_untuned.RouteModel(
+        dense_launch_us=b_launch, dense_flops_per_us=b_flops, gemm_launch_us=f_launch,
+        gemm_flops_per_us=f_flops, quantizer_launch_us=q_launch, quantizer_bytes_per_us=q_bw,
         hbm_bytes_per_us=hbm, margin=untuned.MARGIN if margin is None else margin, **norm)
 
 
@@ -205,7 +206,7 @@ def leave_one_width_out(points: list[Point]) -> list[bool]:
     picks = []
     fits = {w: fit([q for q in points if q.width != w]) for w in {p.width for p in points}}
     for p in points:
-        picks.append(fits[p.width].fp8_wins(p.m, p.n, p.k))
+        picks.append(fits[p.width].quantized_wins(p.m, p.n, p.k))
     return picks
 
 
@@ -216,10 +217,10 @@ def rules(points: list[Point], refit: Any | None) -> dict[str, list[bool]]:
     shipped = untuned.MODELS[LANE]
     out = {"old: the heuristic's tile everywhere": [True] * len(points),
            "new: fp8 where the shipped route predicts it wins":
-               [shipped.fp8_wins(p.m, p.n, p.k) for p in points],
+               [shipped.quantized_wins(p.m, p.n, p.k) for p in points],
            "new, leave one width out": leave_one_width_out(points)}
     if refit is not None:
-        out["new, refitted on this log"] = [refit.fp8_wins(p.m, p.n, p.k) for p in points]
+        out["new, refitted on this log"] = [refit.quantized_wins(p.m, p.n, p.k) for p in points]
     out["oracle: the faster of fp8 and bf16"] = [p.fp8_us < p.bf16_us for p in points]
     return out
 
@@ -273,7 +274,7 @@ def main(argv: list[str] | None = None) -> int:
               "|---:|---:|---:|---:|---:|"]
     for margin in MARGINS:
         model = attrs.evolve(shipped, margin=margin)
-        got = score(points, [model.fp8_wins(p.m, p.n, p.k) for p in points])
+        got = score(points, [model.quantized_wins(p.m, p.n, p.k) for p in points])
         summary.setdefault("margins", {})[f"{margin:g}"] = got
         lines.append(f"| {margin:g} | {got['fp8']} | {got['geomean']:.3f}x | {got['slower']} | "
                      f"{got['worst']:.3f}x |")
@@ -287,7 +288,7 @@ def main(argv: list[str] | None = None) -> int:
               "|---:|---:|---:|---:|---:|"]
     for margin in MARGINS:
         model = attrs.evolve(shipped, margin=margin)
-        got = score(points, [model.fp8_wins(p.m, p.n, p.k, quantizer=False) for p in points],
+        got = score(points, [model.quantized_wins(p.m, p.n, p.k, quantizer=False) for p in points],
                     quantizer=False)
         summary.setdefault("normed margins", {})[f"{margin:g}"] = got
         lines.append(f"| {margin:g} | {got['fp8']} | {got['geomean']:.3f}x | {got['slower']} | "
@@ -300,9 +301,9 @@ def main(argv: list[str] | None = None) -> int:
     lines += ["", "| N | K | M | uncovered | heuristic | fp8 us | bf16 us | bf16 / fp8 | "
               "predicted | new rule |", "|---|---|---|---|---|---:|---:|---:|---:|---|"]
     for p in points:
-        predicted = shipped.bf16_us(p.m, p.n, p.k) / (shipped.fp8_us(p.m, p.n, p.k)
+        predicted = shipped.dense_us(p.m, p.n, p.k) / (shipped.gemm_us(p.m, p.n, p.k)
                                                       + shipped.quantizer_us(p.m, p.k))
-        pick = "fp8" if shipped.fp8_wins(p.m, p.n, p.k) else "bf16"
+        pick = "fp8" if shipped.quantized_wins(p.m, p.n, p.k) else "bf16"
         lines.append(f"| {p.n} | {p.k} | {p.m} | {'yes' if p.uncovered else 'no'} | "
                      f"`{p.heuristic}` | {p.fp8_us:.2f} | {p.bf16_us:.2f} | "
                      f"{p.bf16_us / p.fp8_us:.2f}x | {predicted:.2f}x | {pick} |")
@@ -311,7 +312,7 @@ def main(argv: list[str] | None = None) -> int:
     args.out.with_suffix(".json").write_text(json.dumps(
         {"log": Path(args.log).name, "timing": modes, "shipped": attrs.asdict(shipped),
          "refit": attrs.asdict(refit) if refit is not None else None, "summary": summary,
-         "points": [{**attrs.asdict(p), "new_rule_fp8": shipped.fp8_wins(p.m, p.n, p.k)}
+         "points": [{**attrs.asdict(p), "new_rule_fp8": shipped.quantized_wins(p.m, p.n, p.k)}
                     for p in points]}, indent=1) + "\n")
     print("\n".join(lines[:len(lines) - len(points) - 2]))
     return 0

@@ -84,11 +84,11 @@ def test_after_a_norm_the_route_leaves_no_point_slower_than_bf16(normed_points):
 
     offline = script("fp8_untuned_offline")
     model = untuned.MODELS["sm90_fp8_wgmma"]
-    picks = [model.fp8_wins(p.m, p.n, p.k, quantizer=False) for p in normed_points]
+    picks = [model.quantized_wins(p.m, p.n, p.k, quantizer=False) for p in normed_points]
     got = offline.score(normed_points, picks, quantizer=False)
     assert got["slower"] == 0 and got["fp8"] > 100 and got["geomean"] > 1.2
     # Counting no norm cost at all (the fit's floor off) picks fp8 where it loses.
-    bare = [(model.fp8_us(p.m, p.n, p.k)) * model.margin < model.bf16_us(p.m, p.n, p.k)
+    bare = [(model.gemm_us(p.m, p.n, p.k)) * model.margin < model.dense_us(p.m, p.n, p.k)
             for p in normed_points]
     assert offline.score(normed_points, bare, quantizer=False)["slower"] > 0
 
@@ -134,3 +134,37 @@ def test_the_bandwidth_benchmark_without_a_gpu_says_so_in_one_line(tmp_path):
     bad = subprocess.run([sys.executable, str(BENCH / "quantizer_bandwidth.py"), "--out-dir",
                           str(tmp_path), "--ks", "x"], capture_output=True, text=True)
     assert bad.returncode == 2 and "comma lists of integers" in bad.stderr
+
+
+def test_the_int8_route_is_the_fit_of_the_committed_sweep_and_its_report_is_current(tmp_path):
+    import attrs
+    from oasr_scaled_mm import untuned
+
+    offline = script("int8_untuned_offline")
+    sweep = offline.sweep_points()
+    assert len(sweep) == 270
+    fitted = attrs.asdict(offline.fit(sweep))
+    for name, value in attrs.asdict(untuned.MODELS["sm90_int8_wgmma"]).items():
+        assert fitted[name] == pytest.approx(value, rel=2e-3), name
+    out = tmp_path / "int8_untuned_offline.md"
+    assert offline.main(["--out", str(out)]) == 0
+    assert out.read_text() == (RESULTS / "int8_untuned_offline.md").read_text()
+    assert out.with_suffix(".json").read_text() == \
+        (RESULTS / "int8_untuned_offline.json").read_text()
+
+
+def test_the_int8_route_leaves_no_point_slower_than_fp16_also_held_out():
+    from oasr_scaled_mm import untuned
+
+    offline = script("int8_untuned_offline")
+    model = untuned.MODELS["sm90_int8_wgmma"]
+    sweep, layers = offline.sweep_points(), offline.layer_points()
+    new = offline.score(sweep, [model.quantized_wins(p.m, p.n, p.k) for p in sweep], model)
+    old = offline.score(sweep, [True] * len(sweep), model)
+    held = offline.score(sweep, offline.leave_one_width_out(sweep), model)
+    assert new["slower"] == 0 and held["slower"] == 0 and new["int8"] > 0
+    assert new["geomean"] > 1.0 > old["geomean"]
+    # The layers the shipped table's build measured with the real int8 quantizer: all fp16.
+    measured = offline.score(layers, [model.quantized_wins(p.m, p.n, p.k) for p in layers],
+                             model)
+    assert measured["slower"] == 0 and len(layers) == 56

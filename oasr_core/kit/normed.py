@@ -8,9 +8,9 @@ computing it: each linear asks for the form it
 runs on, and each form is computed once per handle, whoever asks first:
 
 - :meth:`NormedRows.quantized`: the family's quantized rows ``(q, scale)``, from one fused
-  kernel reading ``x`` (layer norm, absmax, quantization; the family's
-  its fused norm-and-quantize kernel) where it applies, else the norm in
-  torch and the family's quantizer;
+  kernel reading ``x`` (layer norm, absmax, quantization: the family's fused
+  norm-and-quantize kernel) where it applies, else the norm in torch and the family's
+  quantizer;
 - :meth:`NormedRows.dense`: ``h`` itself (``F.layer_norm``), for a linear whose route says
   unquantized, or any consumer that is not the family's.
 

@@ -1,7 +1,7 @@
 """The int8 family's ``unquantized`` arm through the generic build, on a scripted device: a
 build measures it beside every tile, names it where fp16 ``F.linear`` beats int8 with the
 activation quantizer, and the quantized linear's route then runs those shapes in fp16; a shape
-no entry covers stays int8."""
+no entry covers stays int8 only where the untuned route predicts int8 to win."""
 
 from __future__ import annotations
 
@@ -60,8 +60,35 @@ def test_the_route_runs_unquantized_regions_in_fp16_and_leaves_the_rest_int8(scr
     sel = oasr_core.select(cs.FAMILY, cs.OP_MM, ops.DTYPE, (256, 1024), 64, ARCH)
     assert (sel.choice, sel.tier, sel.config) == (Sentinel.UNQUANTIZED, Tier.USER, None)
     assert ops.select_config(256, 1024, 64, ARCH) is None  # a direct op call serves torch
-    # A shape no entry covers keeps the heuristic's int8 tile.
-    assert ops.unquantized(1024, 1024, 4096, 0) is False
+
+
+def test_uncovered_shapes_run_int8_only_where_the_untuned_route_predicts_a_win(scripted):
+    from oasr_scaled_mm import untuned
+
+    pretend_cuda_device(0, ARCH)
+    model = untuned.MODELS[cs.LANE_SM90]
+    for n, k, m in ((1024, 1024, 4096), (512, 512, 64), (5120, 1280, 16384), (4096, 4096, 8192)):
+        sel = oasr_core.select(cs.FAMILY, cs.OP_MM, ops.DTYPE, (n, k), m, ARCH)
+        assert sel.tier is Tier.HEURISTIC and sel.config is not None  # the op keeps its tile
+        assert ops.unquantized(n, k, m, 0) is not model.quantized_wins(m, n, k)
+    assert ops.unquantized(1024, 1024, 4096, 0) and ops.unquantized(512, 512, 64, 0)
+    assert not ops.unquantized(4096, 4096, 8192, 0)
+    assert ops.unquantized(256, 1024, 4000, 0) is False     # a tuned entry is not second-guessed
+    # After a layer norm that quantizes, only what the fused norm adds is counted: the
+    # quantizer's cost no longer tips (1024, 1024) at M 4096 to fp16.
+    assert model.quantized_wins(4096, 1024, 1024, quantizer=False)
+    assert ops.unquantized(1024, 1024, 4096, 0, normed=True) is False
+
+
+def test_the_route_model_is_the_w8a8_rooflines_and_a_lane_without_one_stays_int8():
+    from oasr_scaled_mm import untuned
+
+    assert cs.LANE_SM80 not in untuned.MODELS
+    assert untuned.int8_wins(cs.LANE_SM80, 256, 256, 16) is True
+    assert untuned.int8_wins(None, 256, 256, 16) is True
+    # The sweep's widths: narrow layers lose to fp16 with the quantizer, wide deep ones win.
+    assert not untuned.int8_wins(cs.LANE_SM90, 256, 256, 16384)
+    assert untuned.int8_wins(cs.LANE_SM90, 5120, 1280, 16384)
 
 
 def test_the_quantized_linear_takes_f_linear_where_the_route_says(scripted, monkeypatch):
@@ -70,7 +97,8 @@ def test_the_quantized_linear_takes_f_linear_where_the_route_says(scripted, monk
     monkeypatch.setattr(torch.Tensor, "is_cuda", property(lambda _t: True))
     monkeypatch.setattr(torch.Tensor, "device", property(lambda _t: torch.device("cuda", 0)))
     calls = []
-    monkeypatch.setattr(ops, "unquantized", lambda n, k, m, d: calls.append((n, k, m, d)) or True)
+    monkeypatch.setattr(ops, "unquantized",
+                        lambda n, k, m, d, normed=False: calls.append((n, k, m, d)) or True)
     y = quantized_linear(x, layer)
     assert calls == [(256, 1024, 300, 0)]
     assert torch.equal(y, torch.nn.functional.linear(x, layer.weight, layer.bias))

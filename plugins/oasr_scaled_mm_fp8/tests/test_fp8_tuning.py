@@ -98,7 +98,7 @@ def test_uncovered_shapes_run_fp8_only_where_the_untuned_route_predicts_a_win(tm
     for n, k, m in ((512, 1024, 64), (1024, 1024, 16384), (4096, 4096, 4096)):
         sel = oasr_core.select(cs.FAMILY, cs.OP_MM, cs.DTYPE, (n, k), m, ARCH)
         assert sel.tier is Tier.HEURISTIC and sel.config is not None  # the op keeps its tile
-        assert ops.unquantized(n, k, m, 0) is not model.fp8_wins(m, n, k)
+        assert ops.unquantized(n, k, m, 0) is not model.quantized_wins(m, n, k)
     assert ops.unquantized(512, 1024, 64, 0) and ops.unquantized(1024, 1024, 16384, 0)
     assert not ops.unquantized(4096, 4096, 4096, 0)
     assert ops.unquantized(256, 1024, 4000, 0) is False      # a tuned entry is not second-guessed

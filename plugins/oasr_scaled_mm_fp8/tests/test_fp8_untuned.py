@@ -5,26 +5,29 @@ from __future__ import annotations
 
 import attrs
 import pytest
+from oasr_scaled_mm.w8a8 import untuned as w8a8_untuned
 
 from oasr_scaled_mm_fp8 import untuned
 from oasr_scaled_mm_fp8.config_space import LANE_SM89, LANE_SM90
 
 MODEL = untuned.MODELS[LANE_SM90]
+HBM = w8a8_untuned.HBM_BYTES_PER_US
 
 
 def test_the_rooflines_are_the_stated_formulas():
     m, n, k = 4096, 2048, 1024
     flops = 2.0 * m * n * k
-    assert MODEL.bf16_us(m, n, k) == pytest.approx(
-        MODEL.bf16_launch_us + max(flops / MODEL.bf16_flops_per_us,
-                                   2.0 * (m * k + n * k + m * n) / untuned.HBM_BYTES_PER_US))
-    assert MODEL.fp8_us(m, n, k) == pytest.approx(
-        MODEL.fp8_launch_us + max(flops / MODEL.fp8_flops_per_us,
-                                  (m * k + n * k + 2.0 * m * n) / untuned.HBM_BYTES_PER_US))
+    assert MODEL.dense_us(m, n, k) == pytest.approx(
+        MODEL.dense_launch_us + max(flops / MODEL.dense_flops_per_us,
+                                    2.0 * (m * k + n * k + m * n) / HBM))
+    assert MODEL.gemm_us(m, n, k) == pytest.approx(
+        MODEL.gemm_launch_us + max(flops / MODEL.gemm_flops_per_us,
+                                   (m * k + n * k + 2.0 * m * n) / HBM))
     assert MODEL.quantizer_us(m, k) == pytest.approx(
-        untuned.QUANTIZER_LAUNCH_US + (3.0 * m * k + 4.0 * m) / untuned.QUANTIZER_BYTES_PER_US)
-    fp8 = MODEL.fp8_us(m, n, k) + MODEL.quantizer_us(m, k)
-    assert MODEL.fp8_wins(m, n, k) is (fp8 * untuned.MARGIN < MODEL.bf16_us(m, n, k))
+        w8a8_untuned.QUANTIZER_LAUNCH_US
+        + (3.0 * m * k + 4.0 * m) / w8a8_untuned.QUANTIZER_BYTES_PER_US)
+    fp8 = MODEL.gemm_us(m, n, k) + MODEL.quantizer_us(m, k)
+    assert MODEL.quantized_wins(m, n, k) is (fp8 * untuned.MARGIN < MODEL.dense_us(m, n, k))
 
 
 def test_fp8_serves_wide_layers_and_bf16_narrow_ones():
@@ -42,8 +45,8 @@ def test_a_faster_quantizer_only_adds_fp8_picks():
     fast = attrs.evolve(MODEL, quantizer_bytes_per_us=4.5e6, quantizer_launch_us=1.5)
     shapes = [(m, n, k) for m in (256, 1024, 4096, 16384) for n in (512, 1024, 2048, 4096)
               for k in (256, 1024, 4096)]
-    slow_picks = {s for s in shapes if MODEL.fp8_wins(*s)}
-    fast_picks = {s for s in shapes if fast.fp8_wins(*s)}
+    slow_picks = {s for s in shapes if MODEL.quantized_wins(*s)}
+    fast_picks = {s for s in shapes if fast.quantized_wins(*s)}
     assert slow_picks < fast_picks
     assert (1024, 4096, 1024) in fast_picks - slow_picks
 

@@ -42,7 +42,7 @@ from typing import Any
 import torch
 from oasr_core.kit import TORCH
 from oasr_core.kit.launching import into_out, on_device
-from oasr_core.types import Config, Problem
+from oasr_core.types import Config, Problem, Tier
 
 from oasr_scaled_mm import heuristic, launch, reference
 from oasr_scaled_mm.config_space import FAMILY, OP_MM, OP_QUANT, serves
@@ -84,15 +84,25 @@ def scaled_mm_quant(a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor,
     return _run(OP_QUANT, a, w, a_scale, w_scale, bias, torch.int8, out_scale, out)
 
 
-def unquantized(n: int, k: int, m: int, device: int) -> bool:
+def unquantized(n: int, k: int, m: int, device: int, *, normed: bool = False) -> bool:
     """Whether a quantized linear of width ``(N, K)`` at ``M`` rows on CUDA ``device`` runs in
-    its activation dtype (``F.linear``): where the tiers name ``Sentinel.UNQUANTIZED`` (a build
-    measured the layer, the activation quantizer included, slower than fp16 there). A shape no
-    entry covers stays int8 (the heuristic's tile: at the widths the H200 sweep measured, int8
-    was 1.28x fp16 ``F.linear``). Memoised per epoch
-    (:func:`oasr_scaled_mm.w8a8.scaled_ops.unquantized_route`)."""
+    its activation dtype (``F.linear``): the tiers name ``Sentinel.UNQUANTIZED`` there (a build
+    measured the layer, the activation quantizer included, slower than fp16), or no entry
+    covers the shape and the untuned route (:func:`oasr_scaled_mm.untuned.int8_wins`) does not
+    predict the heuristic's int8 tile plus the quantizer to beat fp16
+    (:func:`oasr_scaled_mm.w8a8.scaled_ops.unquantized_route`, memoised per epoch).
+    ``normed``: the activation comes quantized by its layer norm
+    (:class:`oasr_core.layers.NormedRows`), so the untuned route counts no quantizer; a tuning
+    entry's verdict, measured with the quantizer, stands."""
+    from oasr_scaled_mm import untuned
+
+    def untuned_high(sel: Any) -> bool:
+        return (sel.tier is Tier.HEURISTIC and sel.config is not None
+                and not untuned.int8_wins(sel.lane, n, k, m, quantizer=not normed))
+
     return scaled_ops.unquantized_route(SERVING, FAMILY, OP_MM, DTYPE, n, k, m, device,
-                                        label="oasr_scaled_mm")
+                                        untuned_high=untuned_high,
+                                        label="oasr_scaled_mm", variant=normed)
 
 
 def select_config(n: int, k: int, m: int, arch: str | None = None) -> Config | None:

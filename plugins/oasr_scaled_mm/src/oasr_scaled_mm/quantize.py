@@ -17,6 +17,7 @@ from __future__ import annotations
 from typing import Any
 
 from oasr_core.kit.normed import (
+    NormedRows,
     fused_kernel,
     layer_norm_answer,
     quantize_after_norm,
@@ -79,10 +80,11 @@ def quantized_weight(layer: Any) -> QuantizedWeight:
 def quantized_linear(x: Any, layer: Any, activation: str | None = None, *,
                      residual: Any = None, alpha: float = 1.0) -> Any:
     """``activation(layer(x))`` with the layer a W8A8 int8 GEMM and the activation in torch,
-    or, where the table says unquantized (:func:`oasr_scaled_mm.ops.unquantized`), the layer
-    in ``x``'s dtype through the installed unquantized linear with the activation fused
-    (:func:`oasr_scaled_mm.w8a8.scaled_ops.linear_in_dtype`); with ``residual``, ``residual + alpha
-    * layer(x)`` (fused there where the unquantized linear fuses it, else added in torch). The
+    or, where the table or the untuned route says unquantized
+    (:func:`oasr_scaled_mm.ops.unquantized`), the layer in ``x``'s dtype through the installed
+    unquantized linear with the activation fused
+    (:func:`oasr_scaled_mm.w8a8.scaled_ops.linear_in_dtype`); with ``residual``, ``residual +
+    alpha * layer(x)`` (fused there where the unquantized linear fuses it, else added in torch). The
     output has ``x``'s dtype.
 
     fp16/bf16 inputs get their own dtype from the kernel; an fp32 input (a CPU probe) is
@@ -95,7 +97,9 @@ def quantized_linear(x: Any, layer: Any, activation: str | None = None, *,
     from oasr_scaled_mm import ops
 
     n, k = layer.weight.shape
-    if x.is_cuda and ops.unquantized(n, k, x.numel() // k if k else 0, x.device.index):
+    normed = isinstance(x, NormedRows) and x.scheme == QUANTIZATION
+    if x.is_cuda and ops.unquantized(n, k, x.numel() // k if k else 0, x.device.index,
+                                     normed=normed):
         return linear_in_dtype(x, layer, activation, serving=ops.SERVING, residual=residual,
                                alpha=alpha)
     import torch
