@@ -10,8 +10,9 @@ What it finds (:mod:`oasr_core.compile.patterns` says what families declare):
 * a **linear**: ``mm(a, permute(w, [1, 0]))`` or ``addmm(bias, a, permute(w, [1, 0]))``
   (``nn.Linear`` and ``F.linear`` after decomposition) with a 2-D weight, seen through the
   row views around it; then, each step only where the previous value has no other user, the
-  bias add Inductor split off (``add(mm, bias)``), an activation (``relu``; SiLU as Inductor
-  decomposes it, ``x / (1 + exp(-x))`` or ``x * sigmoid(x)``, with its fp32 casts), or a
+  bias add Inductor split off (``add(mm, bias)``), an activation (``relu``; SiLU and GELU as
+  Inductor decomposes them, ``x / (1 + exp(-x))`` or ``x * sigmoid(x)``, and
+  ``x * 0.5 * (1 + erf(x / sqrt(2)))``, with their fp32 casts), or a
   residual add (``r + y``, ``r + alpha * y``);
 * a **1-D convolution**: ``aten.convolution`` with a 3-D weight, not transposed, and the
   activation after it. torch code writes it channels-first, ``[B, C, T]``; the families'
@@ -105,7 +106,7 @@ def _match_activation(node: Any) -> tuple[Any, str] | None:
         src = user
     users = set(src.users)
     dtype = _val(node).dtype
-    end = None
+    end, name = None, "silu"
     if len(users) == 2:
         neg = next((u for u in users if _is(u, aten.neg.default)), None)
         div = next((u for u in users if _is(u, aten.div.Tensor)), None)
@@ -120,6 +121,9 @@ def _match_activation(node: Any) -> tuple[Any, str] | None:
         if sig is not None and mul is not None and _sole_user(sig) is mul and \
                 set(mul.args) == {src, sig}:
             end = mul
+        gelu = _match_gelu(src, users)
+        if gelu is not None:
+            end, name = gelu, "gelu"
     if end is None:
         return None
     back = _sole_user(end)
@@ -127,7 +131,25 @@ def _match_activation(node: Any) -> tuple[Any, str] | None:
         if not (_is(back, prims.convert_element_type.default) and back.args[1] == dtype):
             return None
         end = back
-    return end, "silu"
+    return end, name
+
+
+def _match_gelu(src: Any, users: set) -> Any:
+    """GELU (erf) as Inductor decomposes it: ``(x * 0.5) * (1 + erf(x * M_SQRT1_2))``."""
+    half = next((u for u in users if _is(u, aten.mul.Tensor) and u.args[1] == 0.5), None)
+    scaled = next((u for u in users if _is(u, aten.mul.Tensor) and u is not half
+                   and isinstance(u.args[1], float) and abs(u.args[1] - 0.7071067811865476)
+                   < 1e-12), None)
+    if half is None or scaled is None or half.args[0] is not src or scaled.args[0] is not src:
+        return None
+    erf = _sole_user(scaled)
+    add = _sole_user(erf) if _is(erf, aten.erf.default) else None
+    if not (_is(add, aten.add.Tensor) and add.args[1] == 1):
+        return None
+    out = _sole_user(add)
+    if _is(out, aten.mul.Tensor) and set(out.args) == {half, add} and _sole_user(half) is out:
+        return out
+    return None
 
 
 def _match_residual(node: Any) -> tuple[Any, Any, float] | None:
