@@ -37,6 +37,8 @@ from oasr_core.errors import OasrError
 
 SHIPPED = REPO / "db/sm90/gemm.json"
 SHIPPED_INT8 = REPO / "db/sm90/scaled_mm.json"
+SHIPPED_FP8 = REPO / "db/sm90/scaled_mm_fp8.json"
+SHIPPED_CONV1D = REPO / "db/sm90/conv1d.json"
 CENSUS = REPO / "benchmarks/census/build_speed_14.json"
 LOG = REPO / "db/sm90/measurements/gemm.jsonl"
 HANG_S = 20.0
@@ -87,26 +89,84 @@ def _system_tier(path: Path, tmp: Path, stem: str = "gemm") -> None:
     runtime.install_runtime(None)
 
 
-SELECT_SHAPES = (("gemm", "gemm_activation", "fp16", (1024, 256), 64),
-                 ("gemm", "gemm_activation", "fp16", (1024, 256), 20000),
-                 ("gemm", "gemm", "fp16", (512, 2048), 16),
-                 ("gemm", "gemm", "bf16", (768, 256), 300),
-                 ("scaled_mm", "scaled_mm", "int8", (768, 256), 7136),
-                 ("scaled_mm", "scaled_mm_quant", "int8", (1000, 256), 64))
+_CONV = {"Cin": 80, "Cout": 512, "k": 3, "stride": 1, "pad": 1, "dil": 1, "groups": 1}
+_DW = {"Cin": 512, "Cout": 512, "k": 31, "stride": 1, "pad": 15, "dil": 1, "groups": 512}
+_FP8 = "float8_e4m3fn"
+SELECT_SHAPES = {
+    # (family, op, dtype, dims, m, exact point)
+    "gemm": (("gemm", "gemm_activation", "fp16", {"N": 1024, "K": 256}, 64, None),
+             ("gemm", "gemm_activation", "fp16", {"N": 1024, "K": 256}, 20000, None),
+             ("gemm", "gemm", "fp16", {"N": 512, "K": 2048}, 16, None),
+             ("gemm", "gemm", "bf16", {"N": 768, "K": 256}, 300, None),
+             ("gemm", "gemm", "fp16", {"N": 999, "K": 256}, 64, None)),
+    "scaled_mm": (("scaled_mm", "scaled_mm", "int8", {"N": 768, "K": 256}, 7136, None),
+                  ("scaled_mm", "scaled_mm_quant", "int8", {"N": 1000, "K": 256}, 64, None)),
+    "scaled_mm_fp8": (("scaled_mm_fp8", "scaled_mm_fp8", _FP8, {"N": 1024, "K": 256}, 64, None),
+                      ("scaled_mm_fp8", "scaled_mm_fp8", _FP8, {"N": 256, "K": 1024}, 30000,
+                       None),
+                      ("scaled_mm_fp8", "scaled_mm_fp8_quant", _FP8, {"N": 1000, "K": 256}, 7,
+                       None)),
+    "conv1d": (("conv1d", "conv1d_gelu", "fp16", _CONV, 3000, "1x3000"),
+               ("conv1d", "conv1d_gelu", "fp16", _CONV, 6000, "2x3000"),
+               ("conv1d", "conv1d_gelu", "fp16", _CONV, 12000, "4x3000"),
+               ("conv1d", "conv1d_gelu", "fp16", _CONV, 640, None),
+               ("conv1d", "conv1d_silu", "fp16", _DW, 1, None),
+               ("conv1d", "conv1d_silu", "fp16", _DW, 20000, None)),
+}
 
 
-def _api_select(path: Path, tmp: Path, stem: str) -> None:
+def _select_all(stem: str) -> list[Any]:
+    """Every shape of ``stem``'s family selected and checked; the answers."""
     from oasr_core.selection import select
     from oasr_core.types import Problem
 
-    _system_tier(path, tmp, stem)
-    for family, op, dtype, dims, m in SELECT_SHAPES:
-        if not family.startswith(stem.split("_")[0]):
-            continue
-        sel = select(family, op, dtype, dims, m, "sm90")
-        problem = Problem(family=family, op=op, dtype=dtype,
-                          dims=(("N", dims[0]), ("K", dims[1])), m=m)
+    answers = []
+    for family, op, dtype, dims, m, point in SELECT_SHAPES[stem]:
+        sel = select(family, op, dtype, dims, m, "sm90", point=point)
+        problem = Problem(family=family, op=op, dtype=dtype, dims=tuple(dims.items()), m=m,
+                          point=point)
         _check_selection(sel, problem)
+        answers.append((sel.tier.value, sel.config.id if sel.config else str(sel.choice)))
+    return answers
+
+
+def _api_select(path: Path, tmp: Path, stem: str) -> None:
+    _system_tier(path, tmp, stem)
+    _select_all(stem)
+
+
+def _api_user_select(path: Path, tmp: Path, stem: str) -> None:
+    """The file as the user tier (the shipped tables as the system tier), read three ways:
+    unmarked (the full first check), marked as a writer marks what it wrote (the lazy path:
+    only looked-up entries checked), and a second marked read in a new runtime. A file the
+    first read accepted must answer the same every time."""
+    import os
+
+    from oasr_core.database import validated
+    from oasr_core.selection import clear_memo
+
+    user = tmp / "user"
+    (user / "sm90").mkdir(parents=True, exist_ok=True)
+    target = user / "sm90" / f"{stem}.json"
+    target.write_bytes(path.read_bytes())
+    os.environ["OASR_TUNE_USER_DB"] = str(user)
+    os.environ["OASR_TUNE_SYSTEM_DB"] = str(REPO / "db")
+    try:
+        runtime.install_runtime(None)
+        clear_memo()
+        first = _select_all(stem)
+        fam = runtime.get_runtime().registry.family(SELECT_SHAPES[stem][0][0])
+        validated.record(validated.mark_for(target.read_bytes(), fam))
+        for _ in range(2):
+            runtime.install_runtime(None)
+            clear_memo()
+            again = _select_all(stem)
+            accepted = any(tier == "user" for tier, _ in first)
+            if accepted and again != first:
+                raise BadServe(f"a marked read answered {again}, the first read {first}")
+    finally:
+        os.environ["OASR_TUNE_USER_DB"] = "off"
+        runtime.install_runtime(None)
 
 
 def _cli_select(path: Path, tmp: Path):
@@ -188,6 +248,13 @@ READERS = (
     Reader("tune diff", "tier", _cli_diff),
     Reader("select()", "tier", lambda p, t: _api_select(p, t, "gemm")),
     Reader("select() int8", "tier_int8", lambda p, t: _api_select(p, t, "scaled_mm")),
+    Reader("select() fp8", "tier_fp8", lambda p, t: _api_select(p, t, "scaled_mm_fp8")),
+    Reader("select() conv1d", "tier_conv1d", lambda p, t: _api_select(p, t, "conv1d")),
+    Reader("select() user gemm", "tier", lambda p, t: _api_user_select(p, t, "gemm")),
+    Reader("select() user conv1d", "tier_conv1d",
+           lambda p, t: _api_user_select(p, t, "conv1d")),
+    Reader("select() user fp8", "tier_fp8",
+           lambda p, t: _api_user_select(p, t, "scaled_mm_fp8")),
     Reader("write_entries()", "tier", _writer),
     Reader("tune status --census", "census", _census_status),
     Reader("tune build --census", "census", _census_build),
@@ -237,6 +304,8 @@ def seed_documents(tmp: Path) -> dict[str, tuple[Any, bytes | None]]:
     log = b"".join(LOG.read_bytes().splitlines(keepends=True)[:LOG_LINES])
     return {"tier": (json.loads(SHIPPED.read_text()), None),
             "tier_int8": (json.loads(SHIPPED_INT8.read_text()), None),
+            "tier_fp8": (json.loads(SHIPPED_FP8.read_text()), None),
+            "tier_conv1d": (json.loads(SHIPPED_CONV1D.read_text()), None),
             "census": (json.loads(CENSUS.read_text()), None),
             "cache": (json.loads(cache_path.read_text()), None),
             "log": (None, log)}

@@ -1,7 +1,11 @@
 """The standing fuzz check: seeded mutations of a tier file, a census, a measurement log and
 an autotune cache through every reader (``tune select``, ``tune status [--census]``,
 ``tune diff``, ``tune build --census/--from-log``, ``tune evaluate``, the writer and the
-Python API): zero tracebacks, zero multi-line errors, zero served configs a lane rejects.
+Python API): zero tracebacks, zero multi-line errors, zero served configs a lane rejects,
+zero hangs. Tier files of all four families (gemm, int8, fp8, conv1d with its exact
+points) are read as the system tier and as the user tier, unmarked and then marked as a
+writer marks them (the lazy path), and a file the first read accepted answers the same on
+every read.
 
 The CI run tries a fixed, small set of mutations. The long run is opt-in::
 
@@ -48,6 +52,7 @@ def test_the_seeds_pass_every_reader(isolated):
 def test_mutations_crash_no_reader(isolated):
     figures = fuzz(isolated, seed=20261201, per_reader=CI_ROUNDS)
     assert figures["crashes"] == [], json.dumps(figures["crashes"], indent=1)
+    assert figures["hangs"] == 0, figures
     assert figures["files_tried"] == CI_ROUNDS * len(READERS)
 
 
