@@ -89,8 +89,13 @@ def test_good_values_pass(monkeypatch, tmp_path):
 def test_a_huge_file_limit_reads_every_file(monkeypatch, limit, command):
     """A huge OASR_MAX_FILE_MB ("no limit") reads files at their size: no MemoryError or
     OverflowError from reserving the limit."""
+    from pathlib import Path
+
     monkeypatch.setenv("OASR_MAX_FILE_MB", limit)
+    monkeypatch.setenv("OASR_TUNE_SYSTEM_DB", str(Path(__file__).resolve().parents[1] / "db"))
     runtime.install_runtime(None)
     got = CliRunner().invoke(main, COMMANDS[command], obj=CliState())
     assert got.exit_code == 0, got.output
     assert "Traceback" not in got.output and "warning" not in got.stderr
+    if command == "covered_select":
+        assert "tier system" in got.stdout

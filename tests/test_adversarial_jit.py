@@ -169,6 +169,25 @@ def test_a_damaged_object_is_compiled_again(built):
     assert jit.load(spec, build_missing=False).function("adv_value")() == 7
 
 
+@pytest.mark.parametrize("truncate", [False, True])
+def test_an_object_from_before_hashes_is_adopted_when_whole(built, truncate):
+    """An object without a recorded hash (compiled by an older oasr) is kept when it is a
+    complete ELF file (its hash recorded now) and compiled again when truncated."""
+    spec, root, library = built
+    objects = sorted((root / "obj").glob("*/*.o"))
+    for obj in objects:
+        obj.with_name(obj.name + ".sha256").unlink()
+        if truncate:
+            with open(obj, "r+b") as handle:
+                handle.truncate(obj.stat().st_size // 2)
+    shutil.rmtree(library.parent)
+    result = jit.build(spec, jobs=1)
+    assert result.status is jit.BuildStatus.BUILT, result.error
+    assert all(u.compiled is truncate for u in result.units.values())
+    assert all(obj.with_name(obj.name + ".sha256").is_file() for obj in objects)
+    assert jit.load(spec, build_missing=False).function("adv_value")() == 7
+
+
 @pytest.mark.parametrize("units", [[], {}, {"adv": []}, {"adv": {"status": "linked"}},
                                    {"adv": {"status": 3, "exports": []}}])
 def test_a_malformed_manifest_is_an_incomplete_build(built, units):

@@ -10,6 +10,7 @@ and loading on a GPU machine are separate steps (see :mod:`oasr_core.jit.loader`
 
 from __future__ import annotations
 
+import contextlib
 import enum
 import os
 import resource
@@ -283,14 +284,50 @@ def _cached(p: Plan, root: Path, retry_failed: bool, started: float) -> ModuleBu
 
 
 def object_intact(root: Path, key: str) -> bool:
-    """Whether the cached object of ``key`` is there with the sha256 its compile recorded
-    (a truncated or altered object, or one without a recorded hash, is compiled again)."""
+    """Whether the cached object of ``key`` is there with the sha256 its compile recorded; a
+    truncated or altered object is compiled again. An object compiled before hashes were
+    recorded is adopted (its hash recorded now) when it is a complete ELF file: its section
+    header table lies within the file, which a truncated copy fails."""
     obj = cache.object_path(root, key)
+    if not obj.is_file():
+        return False
+    sidecar = cache.object_hash_path(root, key)
     try:
-        recorded = cache.object_hash_path(root, key).read_text().strip()
-        return obj.is_file() and trust.cached_sha256(obj) == recorded
+        recorded = sidecar.read_text().strip()
+    except FileNotFoundError:
+        if not _elf_complete(obj):
+            return False
+        with contextlib.suppress(OSError):
+            cache.atomic_write(sidecar, trust.file_sha256(obj) + "\n")
+        return True
     except (OSError, UnicodeDecodeError):
         return False
+    try:
+        return trust.cached_sha256(obj) == recorded
+    except OSError:
+        return False
+
+
+def _elf_complete(path: Path) -> bool:
+    """Whether ``path`` is an ELF file whose section header table ends within it."""
+    try:
+        with open(path, "rb") as handle:
+            head = handle.read(64)
+            size = os.fstat(handle.fileno()).st_size
+    except OSError:
+        return False
+    if len(head) < 52 or head[:4] != b"\x7fELF" or head[4] not in (1, 2):
+        return False
+    order = "little" if head[5] == 1 else "big"
+    if head[4] == 2:
+        if len(head) < 64:
+            return False
+        shoff = int.from_bytes(head[0x28:0x30], order)
+        entsize, count = (int.from_bytes(head[i:i + 2], order) for i in (0x3A, 0x3C))
+    else:
+        shoff = int.from_bytes(head[0x20:0x24], order)
+        entsize, count = (int.from_bytes(head[i:i + 2], order) for i in (0x2E, 0x30))
+    return 0 < shoff and shoff + entsize * count <= size
 
 
 def _compile_units(

@@ -4,8 +4,8 @@ Layout under :func:`cache_dir`::
 
     obj/<key[:2]>/<key>.cu            the text a unit compiled (for reading errors and reruns)
     obj/<key[:2]>/<key>.o             its object
-    obj/<key[:2]>/<key>.o.sha256      the object's sha256, written after it (a missing or
-                                      different hash means a damaged object: recompiled)
+    obj/<key[:2]>/<key>.o.sha256      the object's sha256, written after it (a different
+                                      hash means a damaged object: recompiled)
     obj/<key[:2]>/<key>.failed.json   or why it failed to compile (not retried unless asked)
     lib/<name>/<key>/<name>.so        a module's library
     lib/<name>/<key>/manifest.json    what it holds; written last, so it marks a complete module
