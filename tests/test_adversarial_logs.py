@@ -69,6 +69,7 @@ def test_a_log_naming_configs_the_lane_lacks_is_refused(tmp_path):
     log = tmp_path / "renamed.jsonl"
     log.write_text("".join(json.dumps(r) + "\n" for r in keep))
     out = tmp_path / "renamed" / "sm90" / "gemm.json"
+    out.parent.mkdir(parents=True)
     got = _invoke("tune", "build", "--from-log", log, "--out", out)
     assert got.exit_code == 2, got.output
     [line] = [x for x in got.stderr.splitlines() if x.startswith("error:")]
