@@ -31,6 +31,7 @@ import argparse
 import functools
 import json
 import math
+import sys
 from collections import defaultdict
 from pathlib import Path
 from typing import Any
@@ -315,6 +316,7 @@ def main(argv: list[str] | None = None) -> int:
          "points": [{**attrs.asdict(p), "new_rule_fp8": shipped.quantized_wins(p.m, p.n, p.k)}
                     for p in points]}, indent=1) + "\n")
     print("\n".join(lines[:len(lines) - len(points) - 2]))
+    print(f"wrote {args.out} and {args.out.with_suffix('.json')}", file=sys.stderr)
     return 0
 
 

@@ -29,6 +29,16 @@ def _fail(message: str, code: int = 2) -> None:
     sys.exit(code)
 
 
+def _closed_stdout() -> None:
+    """The reader of stdout went away (``oasr tune status | head``): stop quietly, as a
+    shell tool does, without a message about it (Python's documented recipe)."""
+    import os
+
+    devnull = os.open(os.devnull, os.O_WRONLY)
+    os.dup2(devnull, sys.stdout.fileno())
+    sys.exit(1)
+
+
 def handle_errors(fn: Callable) -> Callable:
     """Map OasrError to a one-line message and exit 2 (traceback with -v)."""
 
@@ -37,6 +47,8 @@ def handle_errors(fn: Callable) -> Callable:
         state = click.get_current_context().find_object(CliState)
         try:
             return fn(*args, **kwargs)
+        except BrokenPipeError:
+            _closed_stdout()
         except OasrError as exc:
             if state is not None and state.verbose:
                 traceback.print_exc()

@@ -55,6 +55,9 @@ class Tracker:
     every: int = 10
     interval_s: float = 60.0
     stream: Any = None
+    quiet_s: float = 2.0
+    """No plain line before this many seconds but the last: a job done in a blink (a log
+    replay) prints its one summary line, not ten."""
     counts: Counter = attrs.field(factory=Counter)
     started: float = attrs.field(factory=time.monotonic)
     _bar: Any = None
@@ -108,7 +111,8 @@ class Tracker:
     def _maybe_line(self) -> None:
         done, now = self.done, time.monotonic()
         last_done, last_t = self._last_line
-        if done < self.total and done - last_done < self.every and now - last_t < self.interval_s:
+        if done < self.total and (now - self.started < self.quiet_s or (
+                done - last_done < self.every and now - last_t < self.interval_s)):
             return
         self._last_line = (done, now)
         eta = self.eta_s()
@@ -118,10 +122,12 @@ class Tracker:
 
 @contextlib.contextmanager
 def track(what: str, total: int, mode: ProgressMode, *, every: int | None = None,
-          stream: Any = None) -> Iterator[Tracker]:
+          stream: Any = None, quiet_s: float = 2.0) -> Iterator[Tracker]:
     """A :class:`Tracker` for ``total`` units of ``what``, shown in ``mode`` while the block
-    runs (``every``: units per plain line, default a tenth of the total, at least 1)."""
-    tracker = Tracker(what, total, mode, every or max(1, total // 10), stream=stream)
+    runs (``every``: units per plain line, default a tenth of the total, at least 1; no
+    plain line but the last in the first ``quiet_s`` seconds)."""
+    tracker = Tracker(what, total, mode, every or max(1, total // 10), stream=stream,
+                      quiet_s=quiet_s)
     if mode is not ProgressMode.BAR:
         yield tracker
         return

@@ -133,7 +133,8 @@ class TuningReport:
             out.append(f"{fs.arch}/{fs.family} (lane {fs.lane or '-'})")
             for t in fs.tiers:
                 if t.problem and not t.loaded:
-                    state = f"SKIPPED: {t.problem}"
+                    # "SKIPPED: user tier skipped: ..." said it twice
+                    state = "SKIPPED: " + t.problem.split(" tier skipped: ", 1)[-1]
                 elif not t.loaded:
                     state = "absent" if t.path else "disabled"
                 else:

@@ -43,6 +43,23 @@ def _path(name: str, value: str) -> str:
     return value
 
 
+def _jit_dir(name: str, value: str) -> str:
+    """A directory, or a path whose nearest existing parent is a directory this user may
+    create entries in (the cache is made on first build; nothing is created here)."""
+    _path(name, value)
+    path = os.path.abspath(os.path.expanduser(value))
+    if os.path.exists(path):
+        if not os.path.isdir(path):
+            raise bad_value(name, value, "a directory (this is a file)")
+        return value
+    parent = os.path.dirname(path)
+    while not os.path.exists(parent):
+        parent = os.path.dirname(parent)
+    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
+        raise bad_value(name, value, f"a directory oasr can create ({parent} does not let it)")
+    return value
+
+
 def _tier_dir(must_exist: bool) -> Callable[[str, str], object]:
     def check(name: str, value: str) -> object:
         if paths._disabled(value):
@@ -76,7 +93,7 @@ VARIABLES: Mapping[str, Callable[[str, str], object]] = {
     "OASR_DISABLE_PLUGIN_AUTOLOAD": parse_bool,
     "OASR_TRACE_PLUGINS": parse_bool,
     "OASR_CUDA_ARCH_LIST": _arch_list,
-    "OASR_JIT_DIR": _path,
+    "OASR_JIT_DIR": _jit_dir,
     "OASR_NVCC": _path,
     "OASR_CAPTURE": _path,
     MAX_FILE_ENV: parse_max_file_mb,

@@ -99,3 +99,17 @@ def test_a_huge_file_limit_reads_every_file(monkeypatch, limit, command):
     assert "Traceback" not in got.output and "warning" not in got.stderr
     if command == "covered_select":
         assert "tier system" in got.stdout
+
+
+def test_a_jit_dir_that_cannot_be_one_is_one_line_naming_the_variable(tmp_path, monkeypatch):
+    afile = tmp_path / "file"
+    afile.write_text("")
+    for value, allowed in ((afile, "a directory (this is a file)"),
+                           (afile / "jit", f"a directory oasr can create ({afile} does not")):
+        monkeypatch.setenv("OASR_JIT_DIR", str(value))
+        with pytest.raises(ConfigurationError, match="OASR_JIT_DIR=") as caught:
+            check_environment()
+        assert allowed in str(caught.value)
+    monkeypatch.setenv("OASR_JIT_DIR", str(tmp_path / "new" / "jit"))
+    check_environment()  # made on first build
+    assert not (tmp_path / "new").exists()

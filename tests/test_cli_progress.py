@@ -25,6 +25,16 @@ class Tty(io.StringIO):
         return True
 
 
+def test_a_job_done_in_a_blink_prints_one_line():
+    out = io.StringIO()
+    with track("points", 98, ProgressMode.LINES, stream=out) as t:
+        for _ in range(98):
+            t.advance("done")
+    assert out.getvalue().splitlines() == [line for line in out.getvalue().splitlines()
+                                           if line.startswith("progress: 98/98 points")]
+    assert len(out.getvalue().splitlines()) == 1
+
+
 def test_mode_follows_the_flag_and_the_terminal():
     assert ProgressMode.choose(False, Tty()) is ProgressMode.OFF
     assert ProgressMode.choose(None, Tty()) is ProgressMode.BAR
@@ -34,7 +44,7 @@ def test_mode_follows_the_flag_and_the_terminal():
 
 def test_plain_lines_every_tenth_and_a_summary():
     out = io.StringIO()
-    with track("units", 20, ProgressMode.LINES, stream=out) as t:
+    with track("units", 20, ProgressMode.LINES, stream=out, quiet_s=0) as t:
         t.advance("cached", 4)
         for _ in range(16):
             t.advance("built")

@@ -157,7 +157,8 @@ def render(doc: dict[str, Any]) -> list[str]:
     if env:
         lines.append(f"target    OASR_CUDA_ARCH_LIST={os.environ.get('OASR_CUDA_ARCH_LIST')}"
                      + (f" ({env['error']})" if isinstance(env, dict) else ""))
-    lines.append(f"JIT cache {cache['dir']}" + ("" if cache["exists"] else " (empty)")
+    lines.append(f"JIT cache {cache['dir']}" + ("" if cache["exists"] else
+                                                 " (absent: made by the first build)")
                  + (f": {cache['objects']} objects, {cache['failure_markers']} failed"
                     if cache["exists"] else "")
                  + (f", {cache['damaged_manifests']} damaged modules (rebuilt when next built "

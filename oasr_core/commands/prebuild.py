@@ -185,6 +185,12 @@ def prebuild_cmd(state: CliState, families: tuple[str, ...], arch: str | None,
         follower.start()
         try:
             builds = jit.prebuild(specs, jobs=jobs)
+        except OSError as exc:
+            # The cache directory itself (a pseudo filesystem, a full or read-only disk).
+            raise ConfigurationError(
+                f"JIT cache {jit.cache_dir()} (OASR_JIT_DIR): cannot write {exc.filename or ''}"
+                f" ({exc.strerror or exc}); point OASR_JIT_DIR at a writable directory"
+            ) from None
         finally:
             stop.set()
             follower.join()
