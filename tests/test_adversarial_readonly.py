@@ -1,23 +1,28 @@
 """Read-only commands write nothing anywhere; what writers create is bounded and never
 follows a link planted in a tier.
 
-Each command runs as a real subprocess (the installed CLI) with its own home, cache, user
-tier and working directory, all empty; every file under them is listed before and after.
+Each command runs through the CLI with its own home, cache, user tier, JIT directory and
+working directory, all empty (in process: the commands resolve every one of them from the
+environment when they run); every file under them is listed before and after.
 """
 
 from __future__ import annotations
 
 import json
 import os
-import subprocess
-import sys
 import time
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
+from click.testing import CliRunner
+
+from oasr_core import runtime
 
 ROOT = Path(__file__).resolve().parents[1]
 LOG = ROOT / "db/sm90/measurements/gemm.jsonl"
+SMALL_LOG_LINES = 120
+"""Rows of the shipped log the writers here replay (one signature's points: well under 1 s)."""
 SELECT = ["tune", "select", "--family", "gemm", "--op", "gemm", "--dtype", "fp16",
           "--dim", "N=256", "--dim", "K=1024", "--m", "700", "--arch", "sm90"]
 READ_ONLY = {
@@ -31,20 +36,29 @@ READ_ONLY = {
 
 
 @pytest.fixture
-def home(tmp_path):
+def home(tmp_path, monkeypatch):
     places = {name: tmp_path / name for name in ("home", "cache", "user", "cwd", "jit")}
     for place in places.values():
         place.mkdir()
+    monkeypatch.setenv("HOME", str(places["home"]))
+    monkeypatch.setenv("XDG_CACHE_HOME", str(places["cache"]))
+    monkeypatch.setenv("OASR_TUNE_USER_DB", str(places["user"]))
+    monkeypatch.setenv("OASR_JIT_DIR", str(places["jit"]))
+    monkeypatch.setenv("OASR_TUNE_SYSTEM_DB", str(ROOT / "db"))
+    monkeypatch.chdir(places["cwd"])
+    places["log"] = tmp_path / "small.jsonl"
+    places["log"].write_bytes(b"".join(LOG.read_bytes().splitlines(keepends=True)
+                                       [:SMALL_LOG_LINES]))
     return places
 
 
-def _oasr(home, *args, user=None):
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OASR_", "XDG_"))}
-    env.update(HOME=str(home["home"]), XDG_CACHE_HOME=str(home["cache"]),
-               OASR_TUNE_USER_DB=str(user or home["user"]), OASR_JIT_DIR=str(home["jit"]),
-               OASR_TUNE_SYSTEM_DB=str(ROOT / "db"), PYTHONDONTWRITEBYTECODE="1")
-    return subprocess.run([sys.executable, "-m", "oasr_core.cli", *args], env=env,
-                          cwd=home["cwd"], capture_output=True, text=True, timeout=300)
+def _oasr(home, *args):
+    from oasr_core.cli import CliState, main
+
+    runtime.install_runtime(None)
+    got = CliRunner().invoke(main, list(args), obj=CliState())
+    assert got.exception is None or isinstance(got.exception, SystemExit), got.exception
+    return SimpleNamespace(returncode=got.exit_code, stderr=got.stderr, stdout=got.stdout)
 
 
 def _files(root: Path) -> set[str]:
@@ -61,7 +75,7 @@ def test_a_read_only_command_writes_nothing(home, tmp_path, command):
 
 def test_a_user_tier_written_by_oasr_is_read_lazily_and_reading_writes_nothing(home,
                                                                                tmp_path):
-    out = _oasr(home, "tune", "build", "--from-log", str(LOG), "--out", "user", "--arch",
+    out = _oasr(home, "tune", "build", "--from-log", str(home["log"]), "--out", "user", "--arch",
                 "sm90")
     assert out.returncode == 0, out.stderr
     marks = list((home["user"] / ".validated").rglob("*/*"))
@@ -70,7 +84,7 @@ def test_a_user_tier_written_by_oasr_is_read_lazily_and_reading_writes_nothing(h
     for command in ("select", "status", "doctor"):
         assert _oasr(home, *READ_ONLY[command]).returncode == 0
     assert {p: p.stat().st_mtime_ns for p in tmp_path.rglob("*")} == before
-    again = _oasr(home, "tune", "build", "--from-log", str(LOG), "--out", "user", "--arch",
+    again = _oasr(home, "tune", "build", "--from-log", str(home["log"]), "--out", "user", "--arch",
                   "sm90", "--fresh")
     assert again.returncode == 0, again.stderr
     assert len(list((home["user"] / ".validated").rglob("*/*"))) == 1  # the old mark swept
@@ -85,7 +99,7 @@ def test_a_planted_link_is_never_followed(home, tmp_path, link):
     planted.symlink_to(victim)
     for command in ("select", "status", "doctor"):
         assert _oasr(home, *READ_ONLY[command]).returncode == 0
-    build = _oasr(home, "tune", "build", "--from-log", str(LOG), "--out", "user", "--arch",
+    build = _oasr(home, "tune", "build", "--from-log", str(home["log"]), "--out", "user", "--arch",
                   "sm90")
     assert list(victim.iterdir()) == []
     if link == ".validated":
@@ -132,7 +146,8 @@ def test_system_tier_locks_are_swept(tmp_path, monkeypatch):
 
 def test_fresh_builds_keep_a_bounded_number_of_replaced_files(home):
     for _ in range(5):
-        proc = _oasr(home, "tune", "build", "--from-log", str(LOG), "--out", "user",
+        time.sleep(0.002)  # distinct names to the microsecond
+        proc = _oasr(home, "tune", "build", "--from-log", str(home["log"]), "--out", "user",
                      "--arch", "sm90", "--fresh")
         assert proc.returncode == 0, proc.stderr
     kept = list((home["user"] / "sm90").glob("gemm.json.replaced-*"))
