@@ -15,7 +15,12 @@ Rows, per grad mode and M (fp16, N = K = ``--width``):
 - ``gemm launch only``: that plan's prepared call alone on preallocated tensors (the ctypes
   call, the launcher's host side and the launch: what the op adds its Python side to);
 - ``scaled_mm kernel``: ``oasr_scaled_mm.ops.scaled_mm`` (int8, fp32 bias) on a prepared
-  kernel.
+  kernel;
+- ``nn.Linear``: the torch model's layer called (``Module.__call__``, its forward reading
+  ``self.weight`` and ``self.bias`` through ``Module.__getattr__``, ``F.linear``);
+- ``routed nn.Linear torch``: the same layer with its forward routed to the family's linear
+  (``oasr_core.bench.e2e.route_linears``, what ``oasr tune bench`` does to a model it did not
+  write) where the plan is the torch path: the per-layer plan's cost, against the row above.
 
 The ops are called through their module, bound once, as an engine would; reaching them as
 ``oasr_gemm.gemm`` goes through the package's lazy ``__getattr__`` on every access (a few
@@ -196,9 +201,11 @@ def _at(m: int, width: int, number: int, repeat: int, cuda: bool,
         stub: bool) -> list[tuple[str, Any, Any]]:
     """The rows at one M, under the caller's grad mode: ``(path, best us, median ratio to
     F.linear over the rounds)``; every round times each path once, in turn."""
+    from oasr_gemm import linear as gemm_linear
     from oasr_gemm import ops as gemm_ops
     from oasr_scaled_mm import ops as smm_ops
 
+    from oasr_core.bench.e2e import route_linears
     from oasr_core.kit import TORCH
 
     device = "cuda" if cuda else "cpu"
@@ -216,6 +223,10 @@ def _at(m: int, width: int, number: int, repeat: int, cuda: bool,
     def scaled_mm() -> Any:
         return smm_ops.scaled_mm(qa, qw, sa, sw, qb)
 
+    layer = _layer(w, b)
+    routed = _layer(w, b)
+    route_linears(routed, gemm_linear.linear)
+
     real_plans = gemm_ops._plan, smm_ops._plan
     context = contextlib.nullcontext() if cuda else _CudaLike()
     try:
@@ -230,15 +241,19 @@ def _at(m: int, width: int, number: int, repeat: int, cuda: bool,
             paths: dict[str, Callable[[], Any] | None] = {
                 "F.linear": lambda: F.linear(a, w, b), "gemm torch": gemm, "gemm kernel": None,
                 "gemm launch only": None, "scaled_mm kernel": None}
-            plans: dict[str, Any] = {"gemm torch": TORCH}
+            paths["nn.Linear"] = lambda: layer(a)
+            paths["routed nn.Linear torch"] = lambda: routed(a)
+            plans: dict[str, Any] = {"gemm torch": TORCH, "routed nn.Linear torch": TORCH}
             if _kernel_served(gemm_ops, gemm):
                 (key, plan), = gemm_ops.SERVING.plans.table.items()
                 paths["gemm kernel"], plans["gemm kernel"] = gemm, plan
                 paths["gemm launch only"] = _launch_only(key, plan, a, w, b)
             if _kernel_served(smm_ops, scaled_mm):
                 paths["scaled_mm kernel"] = scaled_mm
-            for fn in paths.values():
+            for path, fn in paths.items():
                 if fn is not None:
+                    if path in plans:  # the routed layer's plan follows the op's at its first call
+                        gemm_ops.SERVING.plans.table[key] = plans[path]
                     for _ in range(min(number, 500)):
                         fn()
             times: dict[str, list[float]] = {p: [] for p, fn in paths.items() if fn}
@@ -255,6 +270,15 @@ def _at(m: int, width: int, number: int, repeat: int, cuda: bool,
     return [(path, min(times[path]),
              statistics.median(t / f for t, f in zip(times[path], linear, strict=True)))
             if path in times else (path, None, None) for path in paths]
+
+
+def _layer(w: torch.Tensor, b: torch.Tensor) -> torch.nn.Linear:
+    """An ``nn.Linear`` holding ``w`` and ``b`` (on their device, in their dtype)."""
+    layer = torch.nn.Linear(w.shape[1], w.shape[0], device=w.device, dtype=w.dtype)
+    with torch.no_grad():
+        layer.weight.copy_(w)
+        layer.bias.copy_(b)
+    return layer.requires_grad_(False).eval()
 
 
 def _launch_only(key: tuple, plan: Any, a: torch.Tensor, w: torch.Tensor,

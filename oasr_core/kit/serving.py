@@ -12,7 +12,11 @@ calls it from its op functions:
 - :meth:`Serving.fallback` whenever the torch path serves, counted by reason
   (:meth:`Serving.stats`);
 - :meth:`Serving.refused` when a launcher returns a non-zero status: the shape turns to torch
-  for the rest of the epoch.
+  for the rest of the epoch;
+- ``serving.layers.table.get(key)``: the epoch's memo of per-layer plans (a family's layer
+  call keyed by the layer object and its input's shape and dtype), :data:`TORCH` where the
+  op's plan for that call is torch, so a layer's repeated call skips the op's key and
+  checks; :meth:`Serving.layer_plan` fills it after the layer's first call.
 
 The memo lives on the process runtime's epoch (:mod:`oasr_core.epoch`), so a reload or a
 new runtime empties it with no call from here; on a reload the serving object also refreshes
@@ -36,6 +40,8 @@ from oasr_core.types import Config
 
 TORCH = "torch"
 """The plan of a call shape that the torch path serves."""
+OP = "op"
+"""The per-layer plan of a layer call that the family's op serves (its checks and plan)."""
 
 
 class LaunchError(OasrError):
@@ -58,6 +64,7 @@ class Serving:
         self.label = label or f"oasr_{family}"
         self.category = category
         self.plans = EpochMemo(f"{family}:plans")
+        self.layers = EpochMemo(f"{family}:layers")
         self.libraries = Libraries(load=load, ids=ids, wanted=wanted)
         self.fallbacks: Counter = Counter()
         self._watched: Any = None
@@ -99,9 +106,12 @@ class Serving:
         self.libraries.refresh()
 
     def clear(self) -> None:
-        """Forget this family's plans of the current epoch (the epoch goes on)."""
-        self.bind()
+        """Forget this family's plans and layer plans of the current epoch (the epoch goes
+        on)."""
+        epoch = self.bind()
         self.plans.clear()
+        self.layers.bind(epoch)
+        self.layers.clear()
 
     def warn_once(self, key: str, message: str, stacklevel: int = 4) -> bool:
         """Warn ``message`` once per epoch for this family's ``key``; True if it warned."""
@@ -197,6 +207,19 @@ class Serving:
                     self.warn_once(f"prepare:{kernel_key(config)}",
                                    f"{self.label}: {exc}; torch serves", stacklevel=5)
         return self.plans.store(key, plan, epoch)
+
+    def layer_plan(self, layer_key: Hashable, op_key: Hashable | None) -> str:
+        """Memoise, for this epoch, how the layer call ``layer_key`` is served from now on:
+        :data:`TORCH` when the op's plan under ``op_key`` (the op key of the call the layer
+        just made; None: it has none) is torch, else :data:`OP` (the op serves: its checks
+        run per call, a kernel launches or the reason is counted). Returns the plan.
+
+        A torch plan is torch's own function on the layer's tensors, which takes anything:
+        a later call under the same layer key on other operands (another device) is served
+        right, at worst by torch where the op would have launched a kernel.
+        """
+        plan = TORCH if op_key is not None and self.plans.table.get(op_key) is TORCH else OP
+        return self.layers.store(layer_key, plan)
 
     def refused(self, key: Hashable, config: Config, status: str, what: str) -> None:
         """A launcher refused ``key``'s shape (``status`` says why): torch serves it from now

@@ -26,7 +26,20 @@ _OPS: Any = None
 def linear(x: Any, layer: Any, activation: str | None = None, *, residual: Any = None,
            alpha: float = 1.0) -> Any:
     """``activation(layer(x))`` with the family's ops; with ``residual``,
-    ``residual + alpha * layer(x)`` in one call (no activation then: the op has none)."""
+    ``residual + alpha * layer(x)`` in one call (no activation then: the op has none).
+
+    A plain or activated call has a per-layer plan (the family's ``Serving.layers`` memo,
+    keyed by the layer's ``id``, the activation and the input's shape and dtype, filled after
+    the layer's first call of that shape in an epoch): where the op's plan is torch, a repeated
+    call is ``F.linear`` (and the activation) on the layer's registered weight and bias,
+    read from its parameter dict, with no op key or operand checks, so it costs what the
+    torch model's layer costs (whose ``self.weight`` goes through ``Module.__getattr__``);
+    otherwise the op serves it. A call while compiling, or while a census recorder has rebound the op, goes through
+    the op as always. The memo holds ids, not layers (it keeps no model alive): a new layer
+    that reuses a dead one's id inherits a plan that is right for any operands (torch's
+    function, or the op with all its checks), at worst torch where a kernel would serve,
+    until the epoch ends.
+    """
     ops = _OPS or _load_ops()
     if residual is not None:
         if activation is not None:
@@ -34,16 +47,65 @@ def linear(x: Any, layer: Any, activation: str | None = None, *, residual: Any =
                              "fused op (gemm_residual takes none)")
         return ops.gemm_residual(x, layer.weight, layer.bias, residual, alpha)
     if activation is None:
+        if ops.gemm is _OWN[0] and not _compiling():
+            key = (id(layer), None, x.shape, x.dtype)
+            plan = _LAYERS.table.get(key)
+            if plan is _TORCH:
+                # Only a layer whose weight and bias are registered parameters gets a torch
+                # plan (_first): read from its parameter dict, not through Module.__getattr__.
+                p = layer._parameters
+                w = p.get("weight")
+                if w is not None and "bias" in p:
+                    _FALLBACKS[_SELECTED] += 1
+                    return _linear(x, w, p["bias"])
+            elif plan is None:
+                return _first(key, "gemm", None, x, layer)
+            return _run("gemm", None, x, layer.weight, layer.bias, None)
         return ops.gemm(x, layer.weight, layer.bias)
+    if ops.gemm_activation is _OWN[1] and not _compiling():
+        key = (id(layer), activation, x.shape, x.dtype)
+        plan = _LAYERS.table.get(key)
+        if plan is _TORCH:
+            p = layer._parameters
+            w = p.get("weight")
+            if w is not None and "bias" in p:
+                _FALLBACKS[_SELECTED] += 1
+                return _activate(_linear(x, w, p["bias"]), activation)
+        elif plan is None:
+            return _first(key, "gemm_activation", activation, x, layer)
+        return _run("gemm_activation", activation, x, layer.weight, layer.bias, None)
     return ops.gemm_activation(x, layer.weight, layer.bias, activation)
+
+
+def _first(key: tuple, op: str, activation: str | None, x: Any, layer: Any) -> Any:
+    """A layer call with no plan yet in this epoch: the op serves it, then the layer's plan
+    follows the op's (``Serving.layer_plan``). A layer whose ``weight`` and ``bias`` are not
+    both in its parameter dict (a parametrized or non-module layer) always calls the op."""
+    w = layer.weight
+    out = _run(op, activation, x, w, layer.bias, None)
+    params = getattr(layer, "_parameters", None)
+    plain = isinstance(params, dict) and params.get("weight") is w and "bias" in params
+    _SERVING.layer_plan(key, _OPS._key(op, activation, x, w) if plain else None)
+    return out
 
 
 def _load_ops() -> Any:
     """The ops module, imported on the first call (an import statement per call costs ~1 us
-    of host time on a slow host); its attributes are still read per call."""
-    global _OPS
+    of host time on a slow host); its attributes are still read per call. Binds the names the
+    per-layer path reads."""
+    global _OPS, _OWN, _LAYERS, _SERVING, _FALLBACKS, _SELECTED, _TORCH, \
+        _run, _compiling, _linear, _activate
+    import torch.nn.functional as F
+    from oasr_core.kit import TORCH
+
     from oasr_gemm import ops
 
+    # In a tuple: a census recorder rebinds every module global that is the op it wraps
+    # (this module's too), not the items of a tuple, so ``ops.gemm is _OWN[0]`` tells it.
+    _OWN = (ops.gemm, ops.gemm_activation)
+    _SERVING, _LAYERS, _FALLBACKS = ops.SERVING, ops.SERVING.layers, ops.SERVING.fallbacks
+    _SELECTED, _TORCH, _run, _compiling = ops._SELECTED, TORCH, ops._run, ops._compiling
+    _linear, _activate = F.linear, ops.apply_activation
     _OPS = ops
     return ops
 

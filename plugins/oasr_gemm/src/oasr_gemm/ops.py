@@ -127,28 +127,44 @@ def _check_out(out: torch.Tensor, a: torch.Tensor, n: int) -> None:
                          f"{out.dtype} {tuple(out.shape)} on {out.device}")
 
 
+def _key(op: str, activation: str | None, a: torch.Tensor, w: torch.Tensor) -> tuple | None:
+    """The plan key of a call, ``(op, activation, dtype, N, K, M, device)`` (:func:`_run`'s);
+    None when ``w`` is not 2-D. A CPU tensor's device is -1 and an empty input's M is 0: no
+    plan is ever stored under either."""
+    try:
+        n, k = w.shape
+    except ValueError:
+        return None
+    return (op, activation, a.dtype, n, k, a.numel() // k if k else 0, a.get_device())
+
+
 def _run(op: str, activation: str | None, a: torch.Tensor, w: torch.Tensor,
          bias: torch.Tensor | None, out: torch.Tensor | None) -> torch.Tensor:
-    ashape, wshape = a.shape, w.shape
-    if len(wshape) != 2 or not ashape or ashape[-1] != wshape[1]:
+    # The memo first: a shape the tiers leave to torch costs the key and one lookup on top of
+    # F.linear (which checks the operands itself). The key holds M = numel / K, not a's
+    # shape: a mismatched K still reaches F.linear, which raises as it would for the model.
+    try:
+        n, k = w.shape
+    except ValueError:
         return _torch_path("shape", activation, a, w, bias, out)
-    n, k = wshape
+    key = (op, activation, a.dtype, n, k, a.numel() // k if k else 0, a.get_device())
+    plan = _PLANS.table.get(key)
+    if plan is TORCH and out is None and activation is None:
+        # The tiers chose torch for this shape: no operand checks, torch takes anything.
+        _FALLBACKS[_SELECTED] += 1
+        return F.linear(a, w, bias)
+    ashape = a.shape
+    if not ashape or ashape[-1] != k:
+        return _torch_path("shape", activation, a, w, bias, out)
     if out is not None:
         _check_out(out, a, n)
-    dev = a.get_device()
+    dev, m = key[6], key[5]
     if dev < 0:
         return _torch_path("cpu", activation, a, w, bias, out)
-    m = a.numel() // k if k else 0
     if m == 0:
         return _torch_path("empty", activation, a, w, bias, out)
-    dtype = a.dtype
-    key = (op, activation, dtype, n, k, m, dev)
-    plan = _PLANS.table.get(key)
+    dtype = key[2]
     if plan is TORCH:
-        # The tiers chose torch for this shape: no operand checks, torch takes anything.
-        if out is None and activation is None:
-            _FALLBACKS[_SELECTED] += 1
-            return F.linear(a, w, bias)
         return _torch_path("selected", activation, a, w, bias, out)
     # A plan exists only for a dtype the kernels take and aligned N, K (the key holds them);
     # the rest is per call, checked inline, the reason looked up only when a check fails.
