@@ -219,7 +219,7 @@ class Serving:
         right, at worst by torch where the op would have launched a kernel.
         """
         plan = TORCH if op_key is not None and self.plans.table.get(op_key) is TORCH else OP
-        return self.layers.store(layer_key, plan)
+        return self.layers.store(layer_key, plan, self.bind())
 
     def refused(self, key: Hashable, config: Config, status: str, what: str) -> None:
         """A launcher refused ``key``'s shape (``status`` says why): torch serves it from now

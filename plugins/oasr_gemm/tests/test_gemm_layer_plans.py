@@ -41,9 +41,11 @@ def _op_runs(monkeypatch):
 
 
 def _torch_plan(x, n=128, k=64):
-    ops._PLANS.store(("gemm", None, x.dtype, n, k, x.numel() // k, x.get_device()), ops.TORCH)
+    epoch = ops.SERVING.bind()
+    ops._PLANS.store(("gemm", None, x.dtype, n, k, x.numel() // k, x.get_device()), ops.TORCH,
+                     epoch)
     ops._PLANS.store(("gemm_activation", "relu", x.dtype, n, k, x.numel() // k,
-                      x.get_device()), ops.TORCH)
+                      x.get_device()), ops.TORCH, epoch)
 
 
 def test_a_layer_the_tiers_gave_to_torch_calls_f_linear_from_its_second_call(monkeypatch):
@@ -65,9 +67,10 @@ def test_the_layer_plan_computes_what_the_layer_does():
     layer = nn.Linear(16, 8).half().requires_grad_(False)
     x = torch.randn(3, 16, generator=gen).half()
     key = (id(layer), None, x.shape, x.dtype)
-    ops.SERVING.layers.store(key, ops.TORCH)  # as a CUDA layer's torch plan would be
+    epoch = ops.SERVING.bind()
+    ops.SERVING.layers.store(key, ops.TORCH, epoch)  # as a CUDA layer's torch plan would be
     assert torch.equal(gemm_linear.linear(x, layer), F.linear(x, layer.weight, layer.bias))
-    ops.SERVING.layers.store((id(layer), "gelu", x.shape, x.dtype), ops.TORCH)
+    ops.SERVING.layers.store((id(layer), "gelu", x.shape, x.dtype), ops.TORCH, epoch)
     assert torch.equal(gemm_linear.linear(x, layer, "gelu"),
                        F.gelu(F.linear(x, layer.weight, layer.bias)))
 
