@@ -44,7 +44,9 @@
 #                    torch.compile(backend="oasr") of the Conformer (batch 8 x 1024), the
 #                    Whisper-base encoder (batch 8) and a torchaudio-style Conformer
 #                    (examples/library_conformer.py, batch 8 x 1024), CUDA graphs, compile times,
-#                    GPU time by kernel class of each compiled forward (h200_compile_*.md, .json)
+#                    GPU time by kernel class of each compiled forward (h200_compile_*.md, .json);
+#                    E2E_COMPILE_MODELS picks models (default "conformer whisper_encoder
+#                    library_conformer")
 #   gpu-tests-fp8    `pytest -m gpu` of the fp8 plugin: every tile of both lanes, both ops, the
 #                    numerics bound, graphs, torch.compile, the quantizer, the unquantized route
 #   gpu-tests-residual  `pytest -m gpu` of gemm's op gemm_residual (test_gemm_residual_gpu.py):
@@ -459,10 +461,11 @@ phase_e2e_compile() {
   timeout 240 python3 -m oasr_core.cli tune prebuild --family gemm --family conv1d \
     --arch 9.0a --jobs 16 --json > "$dir/prebuild.json" 2>&1
   echo "  prebuild rc=$?"
-  for name in "conformer --workload conformer --batch 8 --frames 1024" \
-              "whisper_encoder --workload whisper_encoder --batch 8" \
-              "library_conformer --model examples.library_conformer:build --batch 8 --frames 1024"; do
-    set -- $name
+  local -A args=([conformer]="--workload conformer --batch 8 --frames 1024"
+                 [whisper_encoder]="--workload whisper_encoder --batch 8"
+                 [library_conformer]="--model examples.library_conformer:build --batch 8 --frames 1024")
+  for name in ${E2E_COMPILE_MODELS:-conformer whisper_encoder library_conformer}; do
+    set -- $name ${args[$name]:?unknown model $name}
     el "e2e --compile $1"
     PYTHONPATH=$PYTHONPATH:$PWD timeout 280 python3 benchmarks/e2e.py "${@:2}" --compile \
       --profile --no-eager --replays "$E2E_REPLAYS" --out "$dir/h200_compile_$1.md" \

@@ -338,6 +338,28 @@ def build_pair(workload: Any, pm: Any, options: E2EOptions) -> tuple[Any, Any, s
     return oasr, twin, baseline
 
 
+def torch_copy(workload: Any, options: E2EOptions, twin: Any) -> Any:
+    """Another torch model like ``twin`` (built by the workload's factory, its layers
+    torch's) holding ``twin``'s state dict: what a compiled arm compiles, so each arm has
+    a module of its own (a reference model holds read-only mappings deepcopy refuses)."""
+    import torch
+
+    from oasr_core.census.workloads import ReferenceFactory
+
+    params = dict(workload.params)
+    params.update(options.params)
+    if workload.dtype_param is not None:
+        params[workload.dtype_param] = options.dtype
+    if isinstance(workload.factory, ReferenceFactory):
+        model = workload.factory(family_ops=False, quantization="none", **params)
+    else:
+        model = workload.factory(**params)
+    dtype = getattr(torch, _TORCH_DTYPES[options.compute_dtype])
+    model = model.to(device=options.device, dtype=dtype).eval()
+    model.load_state_dict(twin.state_dict(), strict=True)
+    return model
+
+
 def relative_error(out: Any, ref: Any) -> float:
     """``max |out - ref| / max |ref|`` over every tensor of two outputs (inf when a shape
     differs or a value is not finite)."""
@@ -442,22 +464,20 @@ def time_graphs(fns: Mapping[str, Callable[[], Any]], options: E2EOptions,
     return Row("CUDA graph", got["oasr"], got["torch"], options.replays), error
 
 
-def time_compiled(twin: Any, inputs: tuple, ref: Any, options: E2EOptions
+def time_compiled(make: Callable[[], Any], inputs: tuple, ref: Any, options: E2EOptions
                   ) -> tuple[Row, dict[str, Any]]:
     """The torch model under ``torch.compile`` (Inductor alone) against it under
-    ``torch.compile(backend="oasr")``: each arm a copy of ``twin`` (same weights), compiled
+    ``torch.compile(backend="oasr")``: each arm a model of its own from ``make()`` (the
+    same weights), compiled
     by its first call (timed), checked against ``ref``, then both captured and replayed
     alternating as :func:`time_graphs` does. Returns the row and ``{"seconds", "rewritten",
     "error", "profiles"}``."""
-    import copy
-
     import torch
 
     import oasr_core.compile as oc
 
     backend = oc.backend(quantization=options.quantization)
-    arms = {"torch": torch.compile(copy.deepcopy(twin)),
-            "oasr": torch.compile(copy.deepcopy(twin), backend=backend)}
+    arms = {"torch": torch.compile(make()), "oasr": torch.compile(make(), backend=backend)}
     bound, seconds, error = options.bound(), {}, 0.0
     for name in ("torch", "oasr"):
         torch.cuda.synchronize()
@@ -585,7 +605,8 @@ def run_e2e(workload: Any, options: E2EOptions, *, name: str | None = None) -> E
             rows.append(time_eager(fns, options))
         compiled: dict[str, Any] = {}
         if options.compile:
-            row, compiled = time_compiled(twin, inputs, ref, options)
+            row, compiled = time_compiled(lambda: torch_copy(workload, options, twin), inputs,
+                                          ref, options)
             rows.append(row)
             error = max(error, compiled["error"])
         resolutions = tuple(sorted((f, o, t, n - before.get((f, o, t), 0))

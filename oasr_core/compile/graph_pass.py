@@ -485,11 +485,27 @@ class _Rewriter:
             return False
 
 
+def _tuned_tiers() -> frozenset:
+    from oasr_core.types import Tier
+
+    return frozenset({Tier.USER, Tier.SYSTEM, Tier.MODEL})
+
+
+TUNED_TIERS = _tuned_tiers()
+"""The tiers whose choice of a family config moves a site out of Inductor's hands. The
+untuned fallback (a family's heuristic or default behind its untuned gate) is not among them:
+that gate was measured against eager torch (transposes, cuDNN, separate activations), not
+against Inductor, which runs a 1x1 convolution as a GEMM and fuses the pointwise work around
+it. On the H200 the conv1d heuristic under compile made a torchaudio-style Conformer 0.82x of
+torch.compile alone (benchmarks/results/h200_compile_library_conformer_untuned_gate.md)."""
+
+
 def tiers_choose(family: str, op: str, dtype: str, dims: Sequence[int], m: int | None,
                  arch: str | None, point: str | None) -> bool:
     """Whether the tiers serve ``op`` of ``family`` with one of its configs (not torch):
-    :func:`oasr_core.select` at a static ``m``; for a dynamic one, whether a user or system
-    entry of the signature names a config in some region (the op chooses per call)."""
+    :func:`oasr_core.select` at a static ``m``, answered by the user, system or cost-model
+    tier (:data:`TUNED_TIERS`); for a dynamic one, whether a user or system entry of the
+    signature names a config in some region (the op chooses per call)."""
     from oasr_core.errors import OasrError
 
     if arch is None:
@@ -498,8 +514,8 @@ def tiers_choose(family: str, op: str, dtype: str, dims: Sequence[int], m: int |
         if m is not None:
             from oasr_core.selection import select
 
-            return select(family, op, dtype, tuple(dims), m, arch, point=point).config \
-                is not None
+            sel = select(family, op, dtype, tuple(dims), m, arch, point=point)
+            return sel.config is not None and sel.tier in TUNED_TIERS
         return _entry_names_config(family, op, dtype, tuple(dims), arch)
     except OasrError:
         return False
@@ -521,7 +537,8 @@ def _entry_names_config(family: str, op: str, dtype: str, dims: tuple[int, ...],
             continue
         for dt in fam.key_dtypes(dtype):
             entry = tf.entries.get(signature_key(fam, op, dt, dims))
-            if entry is not None and any(Sentinel.parse(c) is None for c in entry.choices()):
+            if entry is not None and any(Sentinel.parse(c) is not Sentinel.TORCH
+                                         for c in entry.choices()):
                 return True
     return False
 
