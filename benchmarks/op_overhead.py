@@ -19,8 +19,8 @@ Rows, per grad mode and M (fp16, N = K = ``--width``):
 - ``nn.Linear``: the torch model's layer called (``Module.__call__``, its forward reading
   ``self.weight`` and ``self.bias`` through ``Module.__getattr__``, ``F.linear``);
 - ``routed nn.Linear torch``: the same layer with its forward routed to the family's linear
-  (``oasr_core.bench.e2e.route_linears``, what ``oasr tune bench`` does to a model it did not
-  write) where the plan is the torch path: the per-layer plan's cost, against the row above.
+  (:func:`oasr_core.route`, what ``oasr tune bench`` does to a model it did not write)
+  where the plan is the torch path: the per-layer plan's cost, against the row above.
 
 The ops are called through their module, bound once, as an engine would; reaching them as
 ``oasr_gemm.gemm`` goes through the package's lazy ``__getattr__`` on every access (a few
@@ -64,6 +64,7 @@ import torch
 import torch.nn.functional as F
 
 MS = (16, 256, 1000)
+_DTYPE_NAMES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _NOOP_C = """
 #include <stdint.h>
 int32_t noop_gemm(const void* c, const void* a, const void* w, const void* b, void* d,
@@ -133,12 +134,12 @@ def _stub_plans(lib: ctypes.CDLL, streams: bool) -> None:
     def gemm_plan(key: tuple) -> Any:
         op, activation, tdtype, n, k, m, _dev = key
         return gemm_ops.SERVING.plans.store(key, gemm_kernel.prepare(
-            gemm_ops._DTYPES[tdtype], m, n, k, activation))
+            gemm_ops._DTYPES[tdtype], m, n, k, activation), gemm_ops.SERVING.bind())
 
     def smm_plan(key: tuple) -> Any:
         op, out_dtype, n, k, m, _dev = key
         return smm_ops.SERVING.plans.store(key, smm_kernel.prepare(
-            smm_ops._OUT_NAMES[out_dtype], m, n, k))
+            smm_ops._OUT_NAMES[out_dtype], m, n, k), smm_ops.SERVING.bind())
 
     gemm_ops._plan = gemm_plan
     smm_ops._plan = smm_plan
@@ -183,7 +184,8 @@ def _torch_plans() -> None:
 
     from oasr_core.kit import TORCH
 
-    gemm_ops._plan = lambda key: gemm_ops.SERVING.plans.store(key, TORCH)
+    gemm_ops._plan = lambda key: gemm_ops.SERVING.plans.store(key, TORCH,
+                                                              gemm_ops.SERVING.bind())
 
 
 def _rows(width: int, number: int, repeat: int, cuda: bool,
@@ -201,11 +203,10 @@ def _at(m: int, width: int, number: int, repeat: int, cuda: bool,
         stub: bool) -> list[tuple[str, Any, Any]]:
     """The rows at one M, under the caller's grad mode: ``(path, best us, median ratio to
     F.linear over the rounds)``; every round times each path once, in turn."""
-    from oasr_gemm import linear as gemm_linear
     from oasr_gemm import ops as gemm_ops
     from oasr_scaled_mm import ops as smm_ops
 
-    from oasr_core.bench.e2e import route_linears
+    from oasr_core.routing import route
     from oasr_core.kit import TORCH
 
     device = "cuda" if cuda else "cpu"
@@ -225,7 +226,7 @@ def _at(m: int, width: int, number: int, repeat: int, cuda: bool,
 
     layer = _layer(w, b)
     routed = _layer(w, b)
-    route_linears(routed, gemm_linear.linear)
+    route(routed, dtype=_DTYPE_NAMES[w.dtype], conv1d=False)
 
     real_plans = gemm_ops._plan, smm_ops._plan
     context = contextlib.nullcontext() if cuda else _CudaLike()
