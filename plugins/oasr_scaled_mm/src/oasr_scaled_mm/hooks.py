@@ -1,53 +1,30 @@
 """Entry point of the scaled_mm plugin (``[project.entry-points.oasr] scaled_mm =
 "oasr_scaled_mm.hooks"``).
 
-Only imports and returns records; the work lives in the sibling modules.
+Only imports and returns records: they are the W8A8 code base's
+(:mod:`oasr_scaled_mm.w8a8.plugin`) for this package's format
+(:data:`oasr_scaled_mm.format.INT8`).
 """
 
 from __future__ import annotations
-
-import functools
 
 from oasr_core import hookimpl
 
 
 @hookimpl
 def oasr_register_families():
-    from oasr_core.types import Family, Sentinel
+    from oasr_scaled_mm.format import INT8
+    from oasr_scaled_mm.w8a8 import plugin
 
-    from oasr_scaled_mm import bench, heuristic, linear, numerics, recorder
-    from oasr_scaled_mm.config_space import FAMILY, OPS
-
-    return [Family(
-        name=FAMILY, ops=OPS, dims=("N", "K"), dtypes=("int8",), key_dtype=False,
-        sentinels={Sentinel.HEURISTIC, Sentinel.TORCH, Sentinel.UNQUANTIZED},
-        fallback=Sentinel.HEURISTIC,
-        sentinel_heuristic=heuristic.sentinel_heuristic, numerics_gate=numerics.numerics_gate,
-        soft_validators=heuristic.soft_validators, recorder_patches=recorder.recorder_patches,
-        make_bench=bench.make_bench, quantizations={linear.QUANTIZATION: linear.DTYPES},
-        description="int8 W8A8 A W^T with per-token / per-channel scales (+bias, +int8 out)")]
+    return plugin.families(INT8)
 
 
 @hookimpl
 def oasr_register_lanes():
-    from oasr_core.types import Lane
+    from oasr_scaled_mm.format import INT8
+    from oasr_scaled_mm.w8a8 import plugin
 
-    from oasr_scaled_mm import config_space as cs
-    from oasr_scaled_mm import feasibility as fe
-    from oasr_scaled_mm import jit, launch
-
-    # No cost_features: the int8 lanes are measured exhaustively and served user ▸ system ▸
-    # heuristic (the spec's scaled_mm rules); the core's model tier and pruning skip them.
-    common = dict(family=cs.FAMILY, is_feasible=fe.is_feasible, supports=fe.supports,
-                  is_available=launch.is_available, jit_module=jit.ScaledMmKernelModule)
-    return [Lane(name=cs.LANE_SM80, arch_families=fe.SM80_ARCHES, default_on=fe.SM80_DEFAULT_ON,
-                 config_space=cs.space(cs.LANE_SM80), default_config=cs.SM80_DEFAULT,
-                 jit_specs=functools.partial(jit.lane_specs, cs.LANE_SM80),
-                 description="CUTLASS 2.x int8 mma.sync, fused scale EVT", **common),
-            Lane(name=cs.LANE_SM90, arch_families=fe.SM90_ARCHES, default_on=fe.SM90_ARCHES,
-                 config_space=cs.space(cs.LANE_SM90), default_config=cs.SM90_DEFAULT,
-                 jit_specs=functools.partial(jit.lane_specs, cs.LANE_SM90),
-                 description="CUTLASS 3.x int8 TMA + wgmma, fused scale EVT", **common)]
+    return plugin.lanes(INT8)
 
 
 @hookimpl

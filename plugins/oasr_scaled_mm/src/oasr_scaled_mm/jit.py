@@ -149,6 +149,10 @@ class ScaledMmKernelModule:
         return codegen.symbol(self.config, op), codegen.workspace_symbol(self.config, op)
 
 
+KernelModule = ScaledMmKernelModule
+"""``Lane.jit_module`` (the name the W8A8 lane records read)."""
+
+
 def soft_validators() -> dict[str, str | None]:
     """The family's soft stamps: the generator/headers hash and the CUTLASS version."""
     return cutlass_stamps(codegen.impl_hash())

@@ -1,66 +1,44 @@
-"""W8A8 int8 quantized linear layers for the census and for engines (``int8_w8a8``).
+"""W8A8 int8 quantized linear layers for the census and for engines (``int8_w8a8``): the W8A8 code
+base's (:mod:`oasr_scaled_mm.w8a8.linear`) for :data:`oasr_scaled_mm.format.INT8`.
 
-:func:`quantized_linear` is what the ``oasr_quantized_linear("int8_w8a8")`` hook returns: it
-runs ``layer(x)`` as an int8 GEMM. The activation is quantized dynamically per token
-(symmetric, absmax / 127, float32 scales); the weight once per output channel, cached on the
-layer (:data:`CACHE_ATTR`) together with a float32 copy of the bias, and recomputed only when
-the layer's weight or bias changes (a new tensor, device, or in-place update). The GEMM is
-``oasr_scaled_mm.ops.scaled_mm``, called through the module attribute so that the census
-recorder, which rebinds that attribute, sees every call.
-
-On the meta device (how the census probes a model) everything stays on meta: the int8 copies
-are meta tensors and the GEMM returns an empty meta tensor of the right shape.
+:func:`quantized_linear` is what ``oasr_quantized_linear("int8_w8a8")`` returns: ``layer(x)`` as
+the int8 GEMM ``oasr_scaled_mm.ops.scaled_mm``, the activation quantized per token
+(:func:`quantize_rows`), the weight once per output channel and cached on the layer
+(:data:`CACHE_ATTR`); or, where the family's route says unquantized
+(:func:`oasr_scaled_mm.ops.unquantized`: the table, or the untuned route at a shape no entry
+covers), the layer in its own dtype. The torch definition of the quantizer is
+:func:`quantize_rows_reference`.
 """
 
 from __future__ import annotations
 
 from typing import Any
 
-from oasr_core.kit.normed import (
-    NormedRows,
-    fused_kernel,
-    layer_norm_answer,
-    quantize_after_norm,
-    quantized_rows,
-)
+from oasr_core.kit.normed import fused_kernel, layer_norm_answer, quantize_after_norm
 
-from oasr_scaled_mm.w8a8.scaled_ops import add_residual, linear_in_dtype
-from oasr_scaled_mm.w8a8.weights import QuantizedWeight, cached_weight
+from oasr_scaled_mm.format import INT8
+from oasr_scaled_mm.w8a8 import linear
+from oasr_scaled_mm.w8a8.weights import QuantizedWeight
 
-CACHE_ATTR = "_oasr_int8_w8a8"
+CACHE_ATTR = INT8.cache_attr
 """The attribute of an ``nn.Linear`` holding its :class:`QuantizedWeight`."""
-QUANTIZATION = "int8_w8a8"
+QUANTIZATION = INT8.quantization
 
 
 def quantize_rows(x: Any) -> tuple[Any, Any]:
-    """Symmetric int8 per row of the last dim: ``(q int8 [..., K], scale float32 [...])``.
-
-    ``scale = absmax / 127`` (1 for an all-zero row), ``q = round_half_even(x / scale)``
-    clamped to [-127, 127], both divisions IEEE. A contiguous fp16/bf16 CUDA tensor (outside
-    ``torch.compile`` tracing) takes the one-kernel quantizer
-    (:mod:`oasr_scaled_mm.quantize_kernel`), bit for bit :func:`quantize_rows_reference`;
-    anything else, or a quantizer that cannot be loaded, takes the reference.
-    """
-    import torch
-
-    if (x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and x.is_contiguous()
-            and x.dim() >= 1 and not torch.compiler.is_compiling()):
-        from oasr_core.runtime import device_arch_of
-
-        from oasr_scaled_mm.quantize_kernel import quantize_rows_cuda
-
-        got = quantize_rows_cuda(x.detach(), device_arch_of(x.device.index))
-        if got is not None:
-            return got
-    return quantize_rows_reference(x)
+    """Per-token int8 quantization: ``(q [..., K], scale float32 [...])``
+    (:func:`oasr_scaled_mm.w8a8.linear.quantize_rows`: the one-kernel quantizer on CUDA)."""
+    return linear.quantize_rows(INT8, x)
 
 
 def quantize_rows_reference(x: Any) -> tuple[Any, Any]:
     """:func:`quantize_rows` in torch ops (any device): the definition the kernel matches.
 
-    The scale divides by a tensor of 127s rather than the scalar 127: torch turns a division
-    by a CPU scalar into a multiplication by its reciprocal on CUDA, which is not the IEEE
-    quotient the kernel computes.
+    Symmetric int8 per row of the last dim: ``scale = absmax / 127`` (1 for an all-zero row),
+    ``q = round_half_even(x / scale)`` clamped to [-127, 127], both divisions IEEE. The scale
+    divides by a tensor of 127s rather than the scalar 127: torch turns a division by a CPU
+    scalar into a multiplication by its reciprocal on CUDA, which is not the IEEE quotient the
+    kernel computes.
     """
     import torch
 
@@ -74,43 +52,17 @@ def quantize_rows_reference(x: Any) -> tuple[Any, Any]:
 
 def quantized_weight(layer: Any) -> QuantizedWeight:
     """The cached int8 copy of ``layer.weight`` (computed on first use and on change)."""
-    return cached_weight(layer, CACHE_ATTR, quantize_rows)
+    return linear.quantized_weight(INT8, layer)
 
 
 def quantized_linear(x: Any, layer: Any, activation: str | None = None, *,
                      residual: Any = None, alpha: float = 1.0) -> Any:
-    """``activation(layer(x))`` with the layer a W8A8 int8 GEMM and the activation in torch,
-    or, where the table or the untuned route says unquantized
-    (:func:`oasr_scaled_mm.ops.unquantized`), the layer in ``x``'s dtype through the installed
-    unquantized linear with the activation fused
-    (:func:`oasr_scaled_mm.w8a8.scaled_ops.linear_in_dtype`); with ``residual``, ``residual +
-    alpha * layer(x)`` (fused there where the unquantized linear fuses it, else added in torch). The
-    output has ``x``'s dtype.
-
-    fp16/bf16 inputs get their own dtype from the kernel; an fp32 input (a CPU probe) is
-    computed with a bf16 output and converted back.
-
-    ``x`` may be the family's :class:`~oasr_core.kit.normed.NormedRows` (its layer norm
-    deferred): the GEMM then takes the rows the fused norm quantized, shared with the other
-    linears after that norm, and the unquantized path its dense rows.
-    """
-    from oasr_scaled_mm import ops
-
-    n, k = layer.weight.shape
-    normed = isinstance(x, NormedRows) and x.scheme == QUANTIZATION
-    if x.is_cuda and ops.unquantized(n, k, x.numel() // k if k else 0, x.device.index,
-                                     normed=normed):
-        return linear_in_dtype(x, layer, activation, serving=ops.SERVING, residual=residual,
-                               alpha=alpha)
-    import torch
-    from oasr_core.census.models import activate
-
-    state = quantized_weight(layer)
-    q, a_scale = quantized_rows(x, QUANTIZATION, quantize_rows)
-    out_dtype = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
-    y = ops.scaled_mm(q, state.weight, a_scale, state.scale, state.bias, out_dtype=out_dtype)
-    y = activate(y if y.dtype == x.dtype else y.to(x.dtype), activation)
-    return y if residual is None else add_residual(y, residual, alpha)
+    """``activation(layer(x))`` (with ``residual``: ``residual + alpha * layer(x)``) with the
+    layer a W8A8 int8 GEMM or, where the route says unquantized, in ``x``'s dtype
+    (:func:`oasr_scaled_mm.w8a8.linear.quantized_linear`). ``x`` may be the family's
+    :class:`~oasr_core.layers.NormedRows` (its layer norm deferred and fused with the
+    quantizer)."""
+    return linear.quantized_linear(INT8, x, layer, activation, residual=residual, alpha=alpha)
 
 
 norm_quantize_rows = fused_kernel("oasr_scaled_mm.quantize_kernel")

@@ -1,0 +1,88 @@
+"""A W8A8 format's quantized linear layer (``oasr_quantized_linear`` / ``oasr_linear``).
+
+:func:`quantized_linear` runs ``layer(x)`` as the format's GEMM: the activation quantized
+dynamically per token (:func:`quantize_rows`: the family's one-kernel quantizer, bit for bit
+its torch reference, which serves everything else), the weight once per output channel, cached
+on the layer (:attr:`Format.cache_attr`) with a float32 copy of the bias and recomputed only
+when the layer's weight or bias changes. The layer keeps its own high-precision weight, which
+serves where the family's route (``<package>.ops.unquantized``) says unquantized: a tuning
+entry's ``Sentinel.UNQUANTIZED``, or an uncovered shape its untuned route does not predict the
+quantized layer to win. The GEMM is ``<package>.ops.<op>``, looked up on the module at call
+time so the census recorder, which rebinds it, sees every call; on the meta device (how the
+census probes a model) everything stays on meta. Importing this module imports no torch.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from oasr_core.kit.normed import NormedRows, quantized_rows
+
+from oasr_scaled_mm.w8a8.formats import Format
+from oasr_scaled_mm.w8a8.scaled_ops import add_residual, linear_in_dtype
+from oasr_scaled_mm.w8a8.weights import QuantizedWeight, cached_weight
+
+
+def reference_rows(fmt: Format, x: Any) -> tuple[Any, Any]:
+    """The format's torch definition of the per-row quantizer (``Format.reference``)."""
+    module, function = fmt.reference
+    return getattr(fmt.module(module), function)(x)
+
+
+def quantize_rows(fmt: Format, x: Any) -> tuple[Any, Any]:
+    """``(q [..., K] in the format, scale float32 [...])``, one scale per row of the last dim.
+
+    A contiguous fp16/bf16 CUDA tensor (outside ``torch.compile`` tracing) takes the one-kernel
+    quantizer (``<package>.quantize_kernel``); anything else, or a quantizer that cannot be
+    loaded, takes the torch reference (:func:`reference_rows`).
+    """
+    import torch
+
+    if (x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and x.is_contiguous()
+            and x.dim() >= 1 and not torch.compiler.is_compiling()):
+        from oasr_core.runtime import device_arch_of
+
+        got = fmt.module("quantize_kernel").quantize_rows_cuda(
+            x.detach(), device_arch_of(x.device.index))
+        if got is not None:
+            return got
+    return reference_rows(fmt, x)
+
+
+def quantized_weight(fmt: Format, layer: Any) -> QuantizedWeight:
+    """The cached quantized copy of ``layer.weight`` (computed on first use and on change)."""
+    return cached_weight(layer, fmt.cache_attr, lambda w: reference_rows(fmt, w))
+
+
+def quantized_linear(fmt: Format, x: Any, layer: Any, activation: str | None = None, *,
+                     residual: Any = None, alpha: float = 1.0) -> Any:
+    """``activation(layer(x))`` with the layer the format's W8A8 GEMM and the activation in
+    torch, or, where the family's route says unquantized, the layer in ``x``'s dtype through
+    the installed unquantized linear with the activation fused
+    (:func:`~oasr_scaled_mm.w8a8.scaled_ops.linear_in_dtype`); with ``residual``,
+    ``residual + alpha * layer(x)`` (fused there where the unquantized linear fuses it, else
+    added in torch). The output has ``x``'s dtype (an fp32 input, a CPU probe, computes with a
+    bf16 output and is converted back).
+
+    ``x`` may be the family's :class:`~oasr_core.layers.NormedRows` (its layer norm deferred):
+    the GEMM then takes the rows the fused norm quantized, shared with the other linears after
+    that norm (the untuned route then counts no quantizer), and the unquantized path its dense
+    rows.
+    """
+    ops, quantize = fmt.module("ops"), fmt.module("quantize")
+    n, k = layer.weight.shape
+    normed = isinstance(x, NormedRows) and x.scheme == fmt.quantization
+    if x.is_cuda and ops.unquantized(n, k, x.numel() // k if k else 0, x.device.index,
+                                     normed=normed):
+        return linear_in_dtype(x, layer, activation, serving=ops.SERVING, residual=residual,
+                               alpha=alpha)
+    import torch
+    from oasr_core.layers import activate
+
+    state = quantize.quantized_weight(layer)
+    q, a_scale = quantized_rows(x, fmt.quantization, quantize.quantize_rows)
+    out_dtype = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
+    y = getattr(ops, fmt.op_mm)(q, state.weight, a_scale, state.scale, state.bias,
+                                out_dtype=out_dtype)
+    y = activate(y if y.dtype == x.dtype else y.to(x.dtype), activation)
+    return y if residual is None else add_residual(y, residual, alpha)
