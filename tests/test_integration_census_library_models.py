@@ -221,3 +221,22 @@ def test_a_routed_library_style_encoder_computes_what_torch_does():
     # it (on CPU, its torch path); the strided stack's [B, C, T] runs the modules' forwards.
     assert oasr_conv1d.stats() == {"torch:grouped": 1, "torch:cpu": 1}
     assert unroute(model) == sum(counts.values())
+
+
+def test_a_model_whose_every_call_is_skipped_says_why(tmp_path, monkeypatch):
+    (tmp_path / "census_attention_only.py").write_text(
+        "import torch\n\n"
+        "class Scores(torch.nn.Module):\n"
+        "    def forward(self, x):\n"
+        "        q = x.view(x.shape[0], x.shape[1], 4, -1).transpose(1, 2)\n"
+        "        return q @ q.transpose(-1, -2)\n\n"
+        "def build():\n"
+        "    return Scores()\n")
+    monkeypatch.syspath_prepend(str(tmp_path))
+    result = CliRunner().invoke(census_cmd, [
+        "--model", "census_attention_only:build", "--service-mode", "offline",
+        "--max-batch-size", "1", "--manifest", str(_manifest(tmp_path, (1.0,))),
+        "--out", str(tmp_path / "o.json")], obj=cli.CliState(plugin_manager=make_plugin_manager()))
+    assert result.exit_code == 2
+    assert "nothing to tune; the calls seen were skipped, first 'gemm: a batched matmul" in \
+        result.stderr

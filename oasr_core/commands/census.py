@@ -287,8 +287,10 @@ def census_cmd(state: CliState, workload_name: str | None, model: str | None,
     for path, recording in recordings:
         result = cap.merge_capture(result, recording, share=capture_share, origin=str(path))
     if not result.points:
+        seen = list(result.provenance.get("skipped") or ())
+        why = f"; the calls seen were skipped, first {seen[0]['reason']!r}" if seen else ""
         raise ConfigurationError(f"workload {workload.name!r} made no call any installed "
-                                 "family records; nothing to tune")
+                                 f"family records; nothing to tune{why}")
     selected = result.select(coverage)
     ss.dump(selected, out)
     _summary(selected, out, as_json)
