@@ -138,3 +138,19 @@ def test_compiling_goes_through_the_op(monkeypatch):
         monkeypatch.setattr(ops, "gemm", lambda *args: seen.append(args) or x)
         gemm_linear.linear(x, layer)
     assert len(seen) == 1
+
+
+def test_a_torch_served_residual_call_still_names_a_mismatched_residual():
+    import pytest
+
+    with FakeTensorMode():
+        layer, x = _layer_and_input()
+        ops._PLANS.store(("gemm_residual", None, x.dtype, 128, 64, 4, x.get_device()),
+                         ops.TORCH, ops.SERVING.bind())
+        good = torch.empty(4, 128, device="cuda", dtype=torch.float16)
+        assert ops.gemm_residual(x, layer.weight, layer.bias, good, 0.5).shape == (4, 128)
+        for bad in (torch.empty(1, 128, device="cuda", dtype=torch.float16),
+                    torch.empty(4, 128, device="cuda", dtype=torch.float32)):
+            with pytest.raises(ValueError, match="residual must be"):
+                ops.gemm_residual(x, layer.weight, layer.bias, bad)
+    assert oasr_gemm.stats() == {"torch:selected": 1}

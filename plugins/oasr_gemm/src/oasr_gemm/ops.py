@@ -220,27 +220,37 @@ def _check_residual(residual: torch.Tensor, a: torch.Tensor, n: int) -> None:
 def _run_residual(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
                   residual: torch.Tensor, alpha: float, out: torch.Tensor | None
                   ) -> torch.Tensor:
-    """:func:`gemm_residual` outside compilation: :func:`_run`'s checks plus the residual's."""
-    ashape, wshape = a.shape, w.shape
-    if len(wshape) != 2 or not ashape or ashape[-1] != wshape[1]:
+    """:func:`gemm_residual` outside compilation: :func:`_run`'s checks plus the residual's.
+
+    As in :func:`_run`, the memo comes first: a shape the tiers leave to torch is
+    ``F.linear`` and the add, the residual checked against the linear's output (shape and
+    dtype, what the add would otherwise broadcast or promote) and, only when they differ,
+    named by :func:`_check_residual`'s error."""
+    try:
+        n, k = w.shape
+    except ValueError:
         return _torch_residual("shape", a, w, bias, residual, alpha, out)
-    n, k = wshape
+    key = (RESIDUAL_OP, None, a.dtype, n, k, a.numel() // k if k else 0, a.get_device())
+    plan = _PLANS.table.get(key)
+    if plan is TORCH and out is None:
+        y = F.linear(a, w, bias)
+        if residual.shape != y.shape or residual.dtype is not y.dtype:
+            _check_residual(residual, a, n)
+        _FALLBACKS[_SELECTED] += 1
+        return residual.add(y, alpha=alpha)
+    ashape = a.shape
+    if not ashape or ashape[-1] != k:
+        return _torch_residual("shape", a, w, bias, residual, alpha, out)
     _check_residual(residual, a, n)
     if out is not None:
         _check_out(out, a, n)
-    dev = a.get_device()
+    dev, m = key[6], key[5]
     if dev < 0:
         return _torch_residual("cpu", a, w, bias, residual, alpha, out)
-    m = a.numel() // k if k else 0
     if m == 0:
         return _torch_residual("empty", a, w, bias, residual, alpha, out)
-    dtype = a.dtype
-    key = (RESIDUAL_OP, None, dtype, n, k, m, dev)
-    plan = _PLANS.table.get(key)
+    dtype = key[2]
     if plan is TORCH:
-        if out is None:
-            _FALLBACKS[_SELECTED] += 1
-            return residual.add(F.linear(a, w, bias), alpha=alpha)
         return _torch_residual("selected", a, w, bias, residual, alpha, out)
     if plan is None or not (
             a.is_cuda and w.is_cuda and w.dtype is dtype and a.is_contiguous()
