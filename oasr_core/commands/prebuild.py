@@ -42,7 +42,9 @@ def collect_specs(registry, families: tuple[str, ...], arch: str, scope: str) ->
         registry.family(name)
         lanes = registry.lanes_of(name, arch_f)
         if not lanes:
-            raise ConfigurationError(f"family {name!r} has no lane for {arch_f} (arch {arch})")
+            runs_on = sorted({a for lane in registry.lanes_of(name) for a in lane.arch_families})
+            raise ConfigurationError(f"--arch {arch}: no lane of family {name!r} runs on "
+                                     f"{arch_f} (its lanes run on {', '.join(runs_on)})")
         if scope == "production":
             active = registry.active_lane(name, arch_f)
             lanes = (active,) if active is not None else lanes
