@@ -102,14 +102,20 @@ def lane_specs(lane: str, arch: str, scope: str, *, production: ProductionSet,
 
 def bundled(spec: Any, space: Iterable[Config]) -> Any:
     """``spec`` with its units' variants bundled (:func:`lane_specs`), the primaries being
-    the units of the lane's configs ``space``; a spec that is not a
-    :class:`~oasr_core.jit.JitSpec` is returned as it is."""
+    the units of the lane's configs ``space``.
+
+    A spec holding every unit of the space (``OASR_<FAMILY>_COMPILE_SET=all``) is returned as
+    it is: it is the module ``oasr tune prebuild --all`` compiles unit by unit, and bundling
+    it would name other objects than the ones that prebuild left in the cache. So is a spec
+    that is not a :class:`~oasr_core.jit.JitSpec`."""
     units = getattr(spec, "units", None)
     if units is None:
         return spec
     from oasr_core.jit.bundles import variant_bundles
 
     primaries = {str(c.params.get("unit", c.id)) for c in space}
+    if primaries <= {u.name for u in units}:
+        return spec
     grouped = variant_bundles(units, primaries)
     return spec if grouped == tuple(units) else attrs.evolve(spec, units=grouped)
 
