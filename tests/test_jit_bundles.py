@@ -72,3 +72,25 @@ def test_units_are_bundled_per_prelude_and_each_maps_to_its_bundle():
     out = bundles.bundles_of([a, b, c])
     assert out["a"] is out["b"] and out["a"].name == "a+1"
     assert out["c"] is c  # alone under its prelude
+
+
+def test_a_config_s_variants_share_its_file_and_other_configs_stay_apart():
+    from oasr_core.jit import JitSpec
+    from oasr_core.kit.production import bundled
+    from oasr_core.types import Config
+
+    units = [_unit("a"), _unit("a_e64"), _unit("a_res", header="lane_residual.cuh"),
+             _unit("a_e64_res", header="lane_residual.cuh"), _unit("b_quant"), _unit("c"),
+             _unit("c_odd", "#undef GDC\n")]
+    primaries = {"a", "a_e64", "c", "b"}  # a_e64 is a config of its own; b is not compiled
+    got = bundles.variant_bundles(units, primaries)
+    assert [u.name for u in got] == ["a+1", "a_e64+1", "b_quant", "c", "c_odd"]
+    assert [bundles.members_of(u) for u in got[:2]] == [("a", "a_res"), ("a_e64", "a_e64_res")]
+    assert bundles.members_of(units[0]) == ("a",)
+    # Through the kit: a subset of the lane's space is bundled, the whole space is not (it is
+    # what prebuild --all compiles unit by unit).
+    space = [Config(id=n, lane="l", params={"unit": n}) for n in ("a", "a_e64", "c")]
+    spec = JitSpec(name="m", arch="90a", units=tuple(units[:4]), cutlass=False)
+    assert [u.name for u in bundled(spec, space).units] == ["a+1", "a_e64+1"]
+    whole = JitSpec(name="m", arch="90a", units=(*units[:4], units[5]), cutlass=False)
+    assert bundled(whole, space) is whole
