@@ -132,3 +132,10 @@ def unit_name(config: Config, op: str) -> str:
 def units_of(config: Config) -> tuple[tuple[str, str], ...]:
     """``(op, unit name)`` of every unit behind ``config``."""
     return tuple((op, unit_name(config, op)) for op in OPS)
+
+
+def serves(config: Config, op: str) -> bool:
+    """Whether ``config`` has a launcher for ``op``: every fp8 config has both."""
+    if op not in OPS:
+        raise ValueError(f"op {op!r} is not one of {OPS}")
+    return True
