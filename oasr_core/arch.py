@@ -26,7 +26,10 @@ from typing import Any
 
 import attrs
 
+from oasr_core.database import user_root
+from oasr_core.database.codec import read_document
 from oasr_core.errors import ConfigurationError
+from oasr_core.files import atomic_write
 from oasr_core.types import freeze, thaw
 
 SCHEMA_VERSION = 1
@@ -220,15 +223,11 @@ def sku_slug(sku: str) -> str:
 
 def cache_path(sku: str, sms: int) -> Path | None:
     """``<user_root>/arch/<sku>_<sms>.json``, or None when the user tier is off."""
-    from oasr_core.database import user_root
-
     root = user_root()
     return None if root is None else root / "arch" / f"{sku_slug(sku)}_{sms}.json"
 
 
 def _read_cache(path: Path, queried: Mapping[str, Any]) -> ArchProfile | None:
-    from oasr_core.database.codec import read_document
-
     try:
         raw = read_document(path, error=ConfigurationError)
         if not isinstance(raw, dict) or raw.get("protocol") != PROTOCOL:
@@ -242,8 +241,6 @@ def _read_cache(path: Path, queried: Mapping[str, Any]) -> ArchProfile | None:
 
 
 def _write_cache(path: Path, profile: ArchProfile) -> None:
-    from oasr_core.files import atomic_write
-
     atomic_write(path, json.dumps(profile.to_json(), indent=1, sort_keys=True) + "\n")
 
 

@@ -19,9 +19,16 @@ from typing import Any
 import attrs
 import click
 
+from oasr_core import database
 from oasr_core.commands import complete
+from oasr_core.commands.device import no_gpu_hint, seen_arch
 from oasr_core.commands.state import CliState
 from oasr_core.errors import OasrError
+from oasr_core.plugins import ENTRY_POINT_GROUP
+from oasr_core.report import tier_arches, tuning_report
+from oasr_core.runtime import MODEL_TIER_PLUGIN
+from oasr_core.selection import select
+from oasr_core.types import ARCH_RE
 
 
 def _fail(message: str, code: int = 2) -> None:
@@ -152,9 +159,6 @@ def _check_blockable(names: list[str]) -> None:
     import difflib
     import importlib.metadata
 
-    from oasr_core.plugins import ENTRY_POINT_GROUP
-    from oasr_core.runtime import MODEL_TIER_PLUGIN
-
     known = sorted({ep.name for ep in importlib.metadata.entry_points(group=ENTRY_POINT_GROUP)}
                    | {MODEL_TIER_PLUGIN})
     for name in names:
@@ -273,9 +277,6 @@ def tune() -> None:
 def status_cmd(state: CliState, arch: str | None, censuses: tuple[Path, ...],
                as_json: bool) -> None:
     """Which tiers are loaded, their paths, entries, stale files and entries, tier counts."""
-    from oasr_core.commands.device import seen_arch
-    from oasr_core.report import tier_arches, tuning_report
-
     rt = state.runtime()
     if arch is not None:
         _known_arch(rt, arch)
@@ -293,8 +294,6 @@ def status_cmd(state: CliState, arch: str | None, censuses: tuple[Path, ...],
 
 def _load_any(path: Path):
     """Load a tuning file for diffing, validated against its own family's registration."""
-    from oasr_core import database
-
     rt = click.get_current_context().find_object(CliState).runtime()
     tf = database.read_tuning_file(path)
     fam = rt.registry.family(tf.family)
@@ -317,8 +316,6 @@ def diff_cmd(state: CliState, a: Path, b: Path, as_json: bool) -> None:
 
     Lines start with + (signature only in B), - (only in A) or ~ (changed).
     """
-    from oasr_core import database
-
     lines = database.diff_files(_load_any(a), _load_any(b))
     _emit({"a": str(a), "b": str(b), "identical": not lines, "changes": lines}, as_json,
           lines or ["no differences"])
@@ -337,8 +334,6 @@ def check_parent(path: Path, option: str) -> None:
 
 def _known_arch(rt: Any, arch: str) -> None:
     """``click.BadParameter`` unless ``arch`` is an arch family some installed lane runs on."""
-    from oasr_core.types import ARCH_RE
-
     if not ARCH_RE.match(arch):
         raise click.BadParameter(f"{arch!r} is not an arch family like sm90", param_hint="--arch")
     runs_on = sorted({a for lane in rt.registry.lanes.values() for a in lane.arch_families})
@@ -368,10 +363,6 @@ def select_arch(rt: Any, family: str, arch: str | None, lane: str | None = None)
     """The arch family ``oasr tune select`` answers for: ``--arch`` (which ``lane``, else some
     installed lane of ``family``, must run on), else this GPU's; an error naming what to pass
     otherwise (an unknown ``lane`` first)."""
-    from oasr_core.commands.device import no_gpu_hint, seen_arch
-    from oasr_core.report import tier_arches
-    from oasr_core.types import ARCH_RE
-
     if arch is not None and not ARCH_RE.match(arch):
         raise click.BadParameter(f"{arch!r} is not an arch family like sm90", param_hint="--arch")
     asked = rt.registry.lane(lane) if lane is not None else None
@@ -416,8 +407,6 @@ Examples:
 def select_cmd(state: CliState, family: str, op: str, dtype: str, dims: tuple[str, ...], m: int,
                arch: str | None, point: str | None, lane: str | None, as_json: bool) -> None:
     """Print the config id serving one shape and the tier that chose it."""
-    from oasr_core.selection import select
-
     rt = state.runtime()
     rt.registry.family(family)
     parsed = _parse_dims(dims)

@@ -25,6 +25,7 @@ import attrs
 from oasr_core.build.decide import Measured, anchors, cells, stand_ins, to_point
 from oasr_core.build.inputs import Signature
 from oasr_core.build.sources import LogSource
+from oasr_core.database import signature_key
 from oasr_core.partition import Cell, Point
 from oasr_core.types import Family, Problem
 
@@ -71,8 +72,6 @@ class TableSelector:
     family: Family
 
     def choose(self, sig: Signature, m: int, measured: Sequence[str]) -> str | None:
-        from oasr_core.database import signature_key
-
         dims = tuple(v for _, v in sig.dims)
         point = exact_point(sig, m)
         for dt in self.family.key_dtypes(sig.dtype):

@@ -35,6 +35,7 @@ import filelock
 
 from oasr_core import files
 from oasr_core.bench.records import ArmResult, ArmStatus
+from oasr_core.database.codec import parse_lines
 
 LOG_SCHEMA_VERSION = 1
 """Version of the row format (independent of the bench protocol version)."""
@@ -127,8 +128,6 @@ def read_jsonl(path: str | os.PathLike[str]) -> tuple[list[dict[str, Any]], int]
     """The JSON objects of a JSONL file and how many lines were unreadable (torn, garbage,
     not an object); read through :func:`oasr_core.database.codec.parse_lines`, so with the
     size and depth guards of every oasr reader."""
-    from oasr_core.database.codec import parse_lines
-
     rows, bad = [], 0
     for _, value in parse_lines(path):
         if isinstance(value, dict):

@@ -27,8 +27,11 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from oasr_core import stamps
+from oasr_core import database, selection, stamps
+from oasr_core.census import shapeset as ss
 from oasr_core.errors import ConfigurationError
+from oasr_core.runtime import get_runtime
+from oasr_core.types import ARCH_RE, Problem, Sentinel
 
 if TYPE_CHECKING:
     from oasr_core.census.shapeset import ShapeSet
@@ -163,8 +166,6 @@ class TuningReport:
 
 def _tier_state(tier: str, path: Path | None, tf, problems: Iterable[str], current,
                 lane=None) -> TierState:
-    from oasr_core import database
-
     problem = next((p for p in problems if p.startswith(f"{tier} tier")), None)
     if tf is None:
         return TierState(tier=tier, path=str(path) if path else None, loaded=False,
@@ -178,8 +179,6 @@ def _tier_state(tier: str, path: Path | None, tf, problems: Iterable[str], curre
 
 def tier_arches() -> list[str]:
     """Arch families that have a directory in the user or system tier."""
-    from oasr_core import database
-
     found: set[str] = set()
     for root in (database.user_root(), database.system_root()):
         if root is not None and root.is_dir():
@@ -197,9 +196,6 @@ def tuning_report(arch: str | None = None, families: Iterable[str] | None = None
     files, merged) adds the coverage of its heuristic-fallback families
     (:attr:`TuningReport.coverage`, see the module docstring).
     """
-    from oasr_core.runtime import get_runtime
-    from oasr_core.types import ARCH_RE
-
     rt = get_runtime()
     registry = rt.registry
     if arch is not None and not ARCH_RE.match(arch):
@@ -230,8 +226,6 @@ def tuning_report(arch: str | None = None, families: Iterable[str] | None = None
 
 
 def _shapeset(census: Any) -> ShapeSet:
-    from oasr_core.census import shapeset as ss
-
     if isinstance(census, ss.ShapeSet):
         return census
     paths = [census] if isinstance(census, (str, os.PathLike)) else list(census)
@@ -241,10 +235,6 @@ def _shapeset(census: Any) -> ShapeSet:
 def census_coverage(shapeset: ShapeSet, family: str, arch: str) -> Coverage | None:
     """How the census layers of ``family`` are served on ``arch`` (module docstring); None
     when the family's fallback is not the shape heuristic or the census has none of it."""
-    from oasr_core import selection
-    from oasr_core.runtime import get_runtime
-    from oasr_core.types import Problem, Sentinel
-
     registry = get_runtime().registry
     fam = registry.family(family)
     if fam.fallback is not Sentinel.HEURISTIC:

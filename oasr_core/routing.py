@@ -22,7 +22,9 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from oasr_core.census.workloads import served_layers, served_linear
 from oasr_core.errors import ConfigurationError
+from oasr_core.runtime import get_runtime
 
 _ROUTED = "_oasr_routed"
 
@@ -50,9 +52,6 @@ def route(model: Any, *, dtype: str = "fp16", quantization: str = "none",
     Routing twice re-routes (the latest answer serves).
     """
     from torch import nn
-
-    from oasr_core.census.workloads import served_layers, served_linear
-    from oasr_core.runtime import get_runtime
 
     pm = pm if pm is not None else get_runtime().pm
     lin = served_linear(pm, dtype=dtype, quantization=quantization) if linear else None

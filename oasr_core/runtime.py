@@ -29,9 +29,15 @@ from typing import TYPE_CHECKING, Any
 
 import attrs
 
-from oasr_core import stamps
+from oasr_core import database, stamps
+from oasr_core.arch import ArchProfile
+from oasr_core.cost_model import ModelTier
+from oasr_core.cost_model.model import KIND, CostModel
 from oasr_core.epoch import Epoch
-from oasr_core.errors import DatabaseError, OasrWarning
+from oasr_core.errors import ConfigurationError, DatabaseError, OasrWarning
+from oasr_core.plugins import make_plugin_manager
+from oasr_core.registry import Registry
+from oasr_core.tier_configs import referenced_ids
 
 if TYPE_CHECKING:
     from oasr_core.database import TuningFile
@@ -83,19 +89,13 @@ class Runtime:
     def __attrs_post_init__(self) -> None:
         # The core's own cost-model tier answers oasr_model_select last (trylast), after any
         # plugin's; registered once per manager so tests may register their own instance.
-        from oasr_core.cost_model import ModelTier
-
         if not any(isinstance(p, ModelTier) for p in self.pm.get_plugins()):
-            from oasr_core.arch import ArchProfile
-
             self.pm.register(ModelTier(live=ArchProfile.query), name=MODEL_TIER_PLUGIN)
 
     @property
     def registry(self) -> Registry:
         """The registry built from the plugin manager (once per runtime)."""
         if self._registry is None:
-            from oasr_core.registry import Registry
-
             with _LOCK:
                 if self._registry is None:
                     self._registry = Registry.from_plugin_manager(self.pm)
@@ -136,8 +136,6 @@ class Runtime:
         return got
 
     def _load_tiers(self, family: Family, arch: str) -> TierFiles:
-        from oasr_core import database
-
         lanes = {lane.name: lane for lane in self.registry.lanes_of(family.name)}
         files: dict[str, TuningFile | None] = {}
         paths: dict[str, Path | None] = {}
@@ -179,8 +177,6 @@ class Runtime:
         None: a family whose ops link different kernels (gemm's fused-residual units) asks
         per op.
         """
-        from oasr_core.tier_configs import referenced_ids
-
         fam = self.registry.family(family)
         tiers = self.tiers(fam, arch)
         own = next((x for x in self.registry.lanes_of(family) if x.name == lane), None)
@@ -229,9 +225,6 @@ def _unusable_model(payload: Any) -> str | None:
         return None
     from collections.abc import Mapping
 
-    from oasr_core.cost_model.model import KIND, CostModel
-    from oasr_core.errors import ConfigurationError
-
     if not isinstance(payload, Mapping):
         return f"the model payload is a {type(payload).__name__}, not an object"
     if payload.get("kind") != KIND:
@@ -248,8 +241,6 @@ def get_runtime() -> Runtime:
     global _RUNTIME
     rt = _RUNTIME
     if rt is None:
-        from oasr_core.plugins import make_plugin_manager
-
         with _LOCK:
             if _RUNTIME is None:
                 _RUNTIME = Runtime(pm=make_plugin_manager())

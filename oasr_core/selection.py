@@ -31,8 +31,12 @@ from typing import Any
 
 import attrs
 
+from oasr_core.cost_model.tier import reason_for
+from oasr_core.database import signature_key
 from oasr_core.epoch import EpochMemo
 from oasr_core.errors import ConfigurationError, DatabaseError, UnknownFamilyError
+from oasr_core.runtime import current_runtime, get_runtime
+from oasr_core.sentinels import file_sentinel_config, sentinel_config
 from oasr_core.types import Config, Family, Lane, Problem, Selection, Sentinel, Tier
 
 _MEMO = EpochMemo("oasr_core.selection")
@@ -41,8 +45,6 @@ _MEMO = EpochMemo("oasr_core.selection")
 
 def clear_memo() -> None:
     """Forget every memoised selection of the current epoch (the epoch goes on)."""
-    from oasr_core.runtime import get_runtime
-
     _MEMO.bind(get_runtime().state)
     _MEMO.clear()
 
@@ -56,8 +58,6 @@ def set_session(session: Any) -> Any:
     cleared both ways, so a selection made outside a session never hides a miss inside one,
     and a session's answer never outlives it.
     """
-    from oasr_core.runtime import get_runtime
-
     rt = get_runtime()
     old, rt.session = rt.session, session
     clear_memo()
@@ -66,8 +66,6 @@ def set_session(session: Any) -> Any:
 
 def active_session() -> Any:
     """The installed autotune session, or None."""
-    from oasr_core.runtime import current_runtime
-
     rt = current_runtime()
     return rt.session if rt is not None else None
 
@@ -98,8 +96,6 @@ def select(
 
 
 def _resolve_and_memoise(family, op, dtype, dims, m, arch, point, lane) -> Selection:
-    from oasr_core.runtime import get_runtime
-
     rt = get_runtime()
     epoch = _MEMO.bind(rt.state)
     registry = rt.registry
@@ -170,8 +166,6 @@ def resolve_tiers(family: Family, lane: Lane | None, arch: str | None,
                   problem: Problem) -> Selection:
     """What the tiers serve for ``problem``, down to the fallback: not memoised, not counted,
     no session asked. Autotune measures against this answer (the incumbent)."""
-    from oasr_core.runtime import get_runtime
-
     return _resolve(get_runtime(), family, lane, arch, problem)
 
 
@@ -199,8 +193,6 @@ def from_tiers(family: Family, lane: Lane | None, arch: str | None,
     """What the user, then the system tier serves at ``problem`` on ``lane``, resolved as
     :func:`select` resolves it (unusable configs warned about once and skipped); None when
     neither covers it. Neither memoised nor counted: for reports, not for op calls."""
-    from oasr_core.runtime import get_runtime
-
     if arch is None or lane is None:
         return None
     rt = get_runtime()
@@ -210,8 +202,6 @@ def from_tiers(family: Family, lane: Lane | None, arch: str | None,
 def _from_file(rt, fam: Family, lane: Lane, tier: Tier, tf, problem: Problem) -> Selection | None:
     dims = tuple(v for _, v in problem.dims)
     for dt in fam.key_dtypes(problem.dtype):
-        from oasr_core.database import signature_key
-
         key = signature_key(fam, problem.op, dt, dims)
         try:
             entry = tf.entries.get(key)
@@ -247,8 +237,6 @@ def _from_file(rt, fam: Family, lane: Lane, tier: Tier, tf, problem: Problem) ->
 
 def _from_sentinel(fam: Family, lane: Lane | None, tier: Tier, sentinel: Sentinel,
                    problem: Problem) -> Selection:
-    from oasr_core.sentinels import sentinel_config
-
     return Selection(choice=sentinel, tier=tier, lane=lane.name if lane is not None else None,
                      config=sentinel_config(fam, lane, sentinel, problem))
 
@@ -257,8 +245,6 @@ def _from_file_sentinel(rt, fam: Family, lane: Lane, tier: Tier, tf, key: str,
                         sentinel: Sentinel, problem: Problem) -> Selection | None:
     """A file's sentinel region on ``lane`` (:func:`oasr_core.sentinels.file_sentinel_config`);
     None, after one warning, when it cannot serve here."""
-    from oasr_core.sentinels import file_sentinel_config
-
     config, why = file_sentinel_config(fam, lane, sentinel, problem, file_lane=tf.lane,
                                        stamp=tf.entry_soft(key))
     if why is None:
@@ -303,8 +289,6 @@ def _from_model(rt, fam: Family, lane: Lane, tiers, problem: Problem) -> Selecti
 
 
 def _model_reason(rt, lane: Lane | None, problem: Problem) -> str | None:
-    from oasr_core.cost_model.tier import reason_for
-
     return None if rt is None or lane is None else reason_for(rt.pm, lane.name, problem)
 
 

@@ -15,6 +15,8 @@ from __future__ import annotations
 from collections.abc import Iterable, Iterator
 from typing import Any
 
+from oasr_core.database import parse_signature_key
+from oasr_core.sentinels import DEFAULT_STAMP
 from oasr_core.types import Family, Lane, Problem, Sentinel
 
 
@@ -22,8 +24,6 @@ def referenced_ids(family: Family, lane: Lane | None, lane_name: str, tf: Any,
                    ops: Iterable[str] | None = None) -> set[str]:
     """Config ids of ``lane_name`` that tier file ``tf`` can serve (module docstring); only
     the entries of ``ops`` (and then no coverage basis) when given."""
-    from oasr_core.database import parse_signature_key
-
     wanted = None if ops is None else frozenset(ops)
     ids: set[str] = set()
     if wanted is None:
@@ -46,8 +46,6 @@ def referenced_ids(family: Family, lane: Lane | None, lane_name: str, tf: Any,
 def sentinel_ids(family: Family, lane: Lane, tf: Any, key: str, parsed: Any,
                  choices: frozenset[str]) -> set[str]:
     """The config ids the sentinel regions of entry ``key`` launch on ``lane``."""
-    from oasr_core.sentinels import DEFAULT_STAMP
-
     out: set[str] = set()
     if Sentinel.DEFAULT.value in choices:
         stamped = tf.entry_soft(key).get(DEFAULT_STAMP)

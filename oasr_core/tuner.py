@@ -34,7 +34,19 @@ from typing import Any
 
 import attrs
 
+from oasr_core import database
+from oasr_core.autotuning.cache import AutotuneWarning
+from oasr_core.autotuning.measure import Measurer
+from oasr_core.autotuning.publish import publish
+from oasr_core.bench import BenchError, DeviceFault
+from oasr_core.census import shapeset
+from oasr_core.census.shapeset import ShapePoint, ShapeSet
+from oasr_core.database import signature_key
 from oasr_core.errors import ConfigurationError, UncoveredShapesError, UnknownFamilyError
+from oasr_core.report import tuning_report
+from oasr_core.runtime import get_runtime
+from oasr_core.selection import from_tiers, resolve_tiers
+from oasr_core.types import Problem
 
 
 class TuningMode(enum.Enum):
@@ -173,9 +185,6 @@ class Tuner:
                  on_reload: Callable[[int], Any] | None = None, arch: str | None = None,
                  timer: Any = None, eager_timer: Any = None, bench_options: Any = None,
                  clock: Callable[[], float] = time.monotonic) -> None:
-        from oasr_core.autotuning.measure import Measurer
-        from oasr_core.runtime import get_runtime
-
         if not isinstance(config, TuningConfig):
             raise ConfigurationError(f"Tuner expects a TuningConfig, got "
                                      f"{type(config).__name__}")
@@ -209,8 +218,6 @@ class Tuner:
 
     def reload(self) -> int:
         """Start a new epoch (tier files re-read); the release callbacks run. Returns it."""
-        from oasr_core.runtime import get_runtime
-
         rt = get_runtime()
         if rt is not self._runtime:  # a test or tool installed another runtime
             self._runtime.remove_reload_listener(self._on_epoch)
@@ -235,10 +242,6 @@ class Tuner:
 
     def _check(self, p: Any) -> tuple[UncoveredPoint | None, Any]:
         """(None, problem) when a tier covers ``p``; else (why not, problem or None)."""
-        from oasr_core.database import signature_key
-        from oasr_core.selection import from_tiers
-        from oasr_core.types import Problem
-
         registry = self._runtime.registry
         label = p.signature
 
@@ -292,9 +295,6 @@ class Tuner:
 
     def prewarm(self, budget_s: float | None = None) -> PrewarmResult:
         """Measure the uncovered must-tune points into the user tier (module docstring)."""
-        from oasr_core import database
-        from oasr_core.autotuning.cache import AutotuneWarning
-
         budget = self.config.budget_s if budget_s is None else budget_s
         todo: list[tuple[UncoveredPoint, Any, Any]] = []
         seen: set[tuple] = set()
@@ -333,10 +333,6 @@ class Tuner:
 
     def _measure_one(self, problem: Any, alpha: float) -> str | None:
         """Measure and publish one point; the reason it could not be, or None."""
-        from oasr_core.autotuning.publish import publish
-        from oasr_core.bench import BenchError, DeviceFault
-        from oasr_core.selection import resolve_tiers
-
         registry = self._runtime.registry
         family = registry.family(problem.family)
         lane = registry.active_lane(family.name, self.arch)
@@ -361,9 +357,6 @@ class Tuner:
     def report(self) -> EngineReport:
         """The tuning report (with the census's heuristic-family coverage lines), the
         prewarm summary and the uncovered must-tune points."""
-        from oasr_core.census.shapeset import ShapeSet
-        from oasr_core.report import tuning_report
-
         families = {p.family for p in self.points} & set(self._runtime.registry.families)
         census = self.census if self.census is not None else ShapeSet(points=self.points)
         tuning = tuning_report(arch=self.arch, families=sorted(families), census=census)
@@ -372,16 +365,12 @@ class Tuner:
 
 
 def _as_shapeset(shapes: Shapes) -> Any:
-    from oasr_core.census import shapeset
-
     if isinstance(shapes, (str, os.PathLike)):
         return shapeset.load(Path(shapes))
     return shapes if isinstance(shapes, shapeset.ShapeSet) else None
 
 
 def _must_tune(census: Any, shapes: Shapes) -> tuple[Any, ...]:
-    from oasr_core.census.shapeset import ShapePoint
-
     if census is not None:
         return tuple(p for p in census.points if p.must)
     if isinstance(shapes, (Mapping, str, bytes)) or not isinstance(shapes, Iterable):
@@ -400,9 +389,6 @@ def _must_tune(census: Any, shapes: Shapes) -> tuple[Any, ...]:
 
 
 def _tuple_point(item: Sequence[Any]) -> Any:
-    from oasr_core.census.shapeset import ShapePoint
-    from oasr_core.runtime import get_runtime
-
     family, op, dtype, dims, m = item
     if not isinstance(dims, Mapping):
         try:

@@ -256,7 +256,7 @@ def device(monkeypatch, register_plugin):
     register_plugin(FakeFamilyPlugin(bench.make_bench), name="fake")
     register_plugin(FakeInt8Plugin(bench.make_bench), name="fake_int8")
     monkeypatch.setattr(runtime.Runtime, "device_arch", lambda self: "sm90")
-    monkeypatch.setattr("oasr_core.bench.CudaGraphTimer", lambda: bench.timer)
+    monkeypatch.setattr("oasr_core.build.CudaGraphTimer", lambda: bench.timer)
     return bench
 
 

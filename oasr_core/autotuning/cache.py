@@ -52,7 +52,7 @@ import cattrs
 import filelock
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
-from oasr_core import files
+from oasr_core import __version__, files
 from oasr_core.database import parse_signature_key
 from oasr_core.database.codec import read_document
 from oasr_core.database.schema import canonical_json
@@ -65,6 +65,7 @@ from oasr_core.serialization import (
     make_converter,
 )
 from oasr_core.shapes import bucket
+from oasr_core.stamps import current_sku
 from oasr_core.types import ARCH_RE, Sentinel, freeze, thaw
 from oasr_core.versions import Migrations, Step
 
@@ -423,9 +424,6 @@ def write_cache(path: str | os.PathLike[str], *, arch: str, results: Iterable[Re
 def base_env() -> dict[str, Any]:
     """The environment stamp of this process: oasr, torch and CUDA versions, the device."""
     import sys
-
-    from oasr_core import __version__
-    from oasr_core.stamps import current_sku
 
     torch = sys.modules.get("torch")
     if torch is None:

@@ -18,7 +18,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from oasr_core.bench import SEPARATOR, Conditions, DeviceFault
+from oasr_core.bench import SEPARATOR, BenchError, Conditions, DeviceFault, default_probe
 
 
 class _Calls:
@@ -52,8 +52,6 @@ class EagerTimer:
     def cuda(cls, device: Any = None, **kwargs: Any) -> EagerTimer:
         """An eager timer on a CUDA device (default: the current one)."""
         import torch
-
-        from oasr_core.bench import BenchError, default_probe
 
         if not torch.cuda.is_available():
             raise BenchError("no CUDA device: live measurement needs a GPU")

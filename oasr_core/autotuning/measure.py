@@ -24,7 +24,14 @@ from typing import Any
 
 import attrs
 
-from oasr_core.bench import ArmStatus, BenchOptions, BenchResult, Timer, bench_problem
+from oasr_core.bench import (
+    ArmStatus,
+    BenchOptions,
+    BenchResult,
+    CudaGraphTimer,
+    Timer,
+    bench_problem,
+)
 from oasr_core.database import signature_key
 from oasr_core.sentinels import choice_config, sentinel_config
 from oasr_core.shapes import bucket
@@ -125,8 +132,6 @@ class Measurer:
     def graph_timer(self) -> Timer:
         """The CUDA-graph timer (made on first use)."""
         if self.timer is None:
-            from oasr_core.bench import CudaGraphTimer
-
             self.timer = CudaGraphTimer()
         return self.timer
 

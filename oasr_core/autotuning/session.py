@@ -34,6 +34,7 @@ from oasr_core import selection
 from oasr_core.bench import BenchError, BenchOptions, DeviceFault, Timer
 from oasr_core.database import parse_signature_key
 from oasr_core.errors import ConfigurationError, OasrError, UnknownFamilyError
+from oasr_core.runtime import get_runtime
 from oasr_core.types import Family, Lane, Problem, Selection
 
 from .cache import (
@@ -100,8 +101,6 @@ class AutotuneSession:
 
     def start(self) -> None:
         """Load the cache, start a new epoch and install the session."""
-        from oasr_core.runtime import get_runtime
-
         if selection.active_session() is not None:
             raise ConfigurationError("oasr_core.autotune() is already active in this process; "
                                      "sessions do not nest")
@@ -158,8 +157,6 @@ class AutotuneSession:
         When the block raised (``failed``), a write or publish error is a warning so it
         does not hide the block's own exception.
         """
-        from oasr_core.runtime import get_runtime
-
         if not self._active:
             return
         self._active = False
@@ -175,8 +172,6 @@ class AutotuneSession:
             raise errors[0]
 
     def _finish(self) -> list[OasrError]:
-        from oasr_core.runtime import get_runtime
-
         errors: list[OasrError] = []
         results = self.results
         if self.cache_path is not None and self._writable and results:

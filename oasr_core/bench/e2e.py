@@ -39,8 +39,18 @@ from typing import Any
 
 import attrs
 
+import oasr_core.compile as oc
+from oasr_core.bench.kernel_profile import profile_kernels
+from oasr_core.census.choices import describe, offered
+from oasr_core.census.recorder import ShapeRecorder, _is_torch_function, patches_of
+from oasr_core.census.workloads import ReferenceFactory, make_inputs
 from oasr_core.errors import ConfigurationError, OasrError
+from oasr_core.report import tuning_report
+from oasr_core.routing import route
+from oasr_core.runtime import get_runtime
+from oasr_core.selection import select
 
+from .cuda import CudaGraphTimer
 from .records import BenchError, median
 
 TOLERANCES: Mapping[tuple[str, str], float] = {
@@ -294,8 +304,6 @@ class E2EResult:
 def check_scheme(registry: Any, dtype: str, quantization: str) -> None:
     """:class:`~oasr_core.errors.ConfigurationError` unless an installed family serves
     ``quantization`` at ``dtype`` (:mod:`oasr_core.census.choices`), naming what is offered."""
-    from oasr_core.census.choices import describe, offered
-
     choices = offered(registry.families.values())
     if quantization not in choices:
         raise ConfigurationError(f"--quantization {quantization!r} is not a scheme an "
@@ -309,9 +317,6 @@ def build_pair(workload: Any, pm: Any, options: E2EOptions) -> tuple[Any, Any, s
     """``(oasr model, torch model, baseline description)`` on the options' device and dtype,
     the torch model holding the oasr model's state dict."""
     import torch
-
-    from oasr_core.census.workloads import ReferenceFactory
-    from oasr_core.routing import route
 
     params = dict(workload.params)
     params.update(options.params)
@@ -343,8 +348,6 @@ def torch_copy(workload: Any, options: E2EOptions, twin: Any) -> Any:
     torch's) holding ``twin``'s state dict: what a compiled arm compiles, so each arm has
     a module of its own (a reference model holds read-only mappings deepcopy refuses)."""
     import torch
-
-    from oasr_core.census.workloads import ReferenceFactory
 
     params = dict(workload.params)
     params.update(options.params)
@@ -449,8 +452,6 @@ def time_graphs(fns: Mapping[str, Callable[[], Any]], options: E2EOptions,
                 check: Callable[[], float]) -> tuple[Row, float]:
     """Median replay milliseconds of one captured forward of each; ``check()`` runs after
     the replays (the captured outputs hold the last replay's values)."""
-    from .cuda import CudaGraphTimer
-
     timer = CudaGraphTimer(warmup_rounds=max(1, options.warmup))
     graphs = {name: timer.capture(name, [fn], separate=False) for name, fn in fns.items()}
     try:
@@ -474,8 +475,6 @@ def time_compiled(make: Callable[[], Any], inputs: tuple, ref: Any, options: E2E
     "error", "profiles"}``."""
     import torch
 
-    import oasr_core.compile as oc
-
     backend = oc.backend(quantization=options.quantization)
     arms = {"torch": torch.compile(make()), "oasr": torch.compile(make(), backend=backend)}
     bound, seconds, error = options.bound(), {}, 0.0
@@ -489,8 +488,6 @@ def time_compiled(make: Callable[[], Any], inputs: tuple, ref: Any, options: E2E
         error = max(error, check_agreement(out, ref, bound, f"{name} compiled, first call"))
     profiles: dict[str, Any] = {}
     if options.profile:
-        from oasr_core.bench.kernel_profile import profile_kernels
-
         for name, label in (("torch", "torch.compile"), ("oasr", "backend=oasr")):
             profiles[label] = profile_kernels(lambda name=name: arms[name](*inputs))
     captured: dict[str, Any] = {}
@@ -513,8 +510,6 @@ def time_compiled(make: Callable[[], Any], inputs: tuple, ref: Any, options: E2E
 def _family_op_patches(registry: Any) -> list[Any]:
     """The recorder patches of the families' own ops (not the torch functions they stand for:
     those are the calls oasr does not serve)."""
-    from oasr_core.census.recorder import _is_torch_function, patches_of
-
     out = []
     for patch in patches_of(registry):
         try:
@@ -529,9 +524,6 @@ def _family_op_patches(registry: Any) -> list[Any]:
 def tally_calls(fn: Callable[[], Any], registry: Any, options: E2EOptions,
                 arch: str | None) -> tuple[tuple[str, str, str, int], ...]:
     """Run ``fn`` once under the shape recorder; (family, op, served by, calls) per tier."""
-    from oasr_core.census.recorder import ShapeRecorder
-    from oasr_core.selection import select
-
     with ShapeRecorder(_family_op_patches(registry)) as recorder:
         fn()
     served: Counter[tuple[str, str, str]] = Counter()
@@ -547,8 +539,6 @@ def tally_calls(fn: Callable[[], Any], registry: Any, options: E2EOptions,
 
 
 def _tuning_files(arch: str | None) -> tuple[str, ...]:
-    from oasr_core.report import tuning_report
-
     if arch is None:
         return ()
     files = []
@@ -563,8 +553,6 @@ def run_e2e(workload: Any, options: E2EOptions, *, name: str | None = None) -> E
     """Build, check, time and tally ``workload`` as the module docstring says."""
     import torch
 
-    from oasr_core.runtime import get_runtime
-
     if options.device == "cuda" and not torch.cuda.is_available():
         raise BenchError("no CUDA device: the end-to-end benchmark times models on a GPU "
                          "(torch.cuda.is_available() is False); --cpu runs it eagerly on the "
@@ -576,8 +564,6 @@ def run_e2e(workload: Any, options: E2EOptions, *, name: str | None = None) -> E
     arch = rt.device_arch() if options.device == "cuda" else None
     before = Counter(rt.counts)
     oasr, twin, baseline = build_pair(workload, rt.pm, options)
-    from oasr_core.census.workloads import make_inputs
-
     inputs = make_inputs(workload, options.batch, options.frames,
                          dtype=getattr(torch, _TORCH_DTYPES[options.compute_dtype]),
                          device=options.device)

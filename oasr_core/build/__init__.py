@@ -19,7 +19,7 @@ from typing import Any
 import attrs
 
 from oasr_core import database, stamps
-from oasr_core.bench import PROTOCOL_VERSION, BenchOptions, Timer
+from oasr_core.bench import PROTOCOL_VERSION, BenchOptions, CudaGraphTimer, Timer
 from oasr_core.errors import ConfigurationError, DatabaseError
 from oasr_core.measurements import (
     LOG_SCHEMA_VERSION,
@@ -27,6 +27,7 @@ from oasr_core.measurements import (
     MeasurementLog,
     new_run_id,
     read_logs,
+    reusable,
     rows_by_run,
     utc_now,
 )
@@ -286,8 +287,6 @@ def build_live(census: Census, *, family: Family, lane: Lane, arch: str, out: Pa
         raise ConfigurationError(f"family {family.name} has no make_bench: it cannot be "
                                  "measured here; rebuild from a measurement log (--from-log)")
     if timer is None:
-        from oasr_core.bench import CudaGraphTimer
-
         timer = CudaGraphTimer()
     lp = plan_live(census, family=family, lane=lane, arch=arch, out=out, timer=timer,
                    options=options, log_path=log_path, checkpoint_path=checkpoint_path,
@@ -349,8 +348,6 @@ def _finished(signatures: Sequence[Signature], checkpoint: Checkpoint | None,
     """The signatures the checkpoint finished (reused, never measured: nothing to compile)."""
     if checkpoint is None:
         return set()
-    from oasr_core.measurements import reusable
-
     from .pipeline import signature_digest
 
     records = checkpoint.load()

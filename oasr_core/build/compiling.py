@@ -29,6 +29,12 @@ from typing import Any
 
 import attrs
 
+from oasr_core import runtime
+from oasr_core.errors import OasrError
+from oasr_core.jit.builder import build_plan, default_jobs
+from oasr_core.jit.bundles import Group, plan_groups
+from oasr_core.jit.spec import plan
+from oasr_core.progress import ProgressMode, track
 from oasr_core.types import Config, Lane
 
 
@@ -99,9 +105,6 @@ def jit_builder(gate: PriorityGate, jobs: int) -> Builder:
     """A :data:`Builder` compiling through :mod:`oasr_core.jit` under ``gate``."""
 
     def build(spec: Any, priority: int, on_unit: Callable[[str, Any], None]) -> Any:
-        from oasr_core.jit.builder import build_plan
-        from oasr_core.jit.spec import plan
-
         return build_plan(plan(spec), jobs=jobs, limiter=gate.view(priority), on_unit=on_unit)
 
     return build
@@ -292,9 +295,6 @@ def production_items(family: Any, lane: Lane, arch: str, out: Any
         return [], None
     from pathlib import Path
 
-    from oasr_core import runtime
-    from oasr_core.errors import OasrError
-
     runtime.reload()
     try:
         tiers = runtime.get_runtime().tiers(family, arch)
@@ -350,8 +350,6 @@ def stream(lane: Lane, arch: str, signatures: Sequence[Any], done: Collection[st
     share the main loop) and leave out the kernels of ops no signature times there.
     ``start_kw`` goes to :func:`start`.
     """
-    from oasr_core.jit.builder import default_jobs
-
     modules = lane.bench_modules
     mods_of = {sig.key: modules_for(lane, sig.op) for sig in signatures}
     dtypes = tuple(sorted({s.dtype for s in signatures})) if measured_dtypes else None
@@ -392,8 +390,6 @@ def bench_groups(signatures: Sequence[Any], all_sets: Mapping[str, Sequence[Conf
     """Every set's configs cut into one bundle group per nvcc slot
     (:func:`oasr_core.jit.bundles.plan_groups`), each naming the ops that time any of its
     configs (see :func:`stream`)."""
-    from oasr_core.jit.bundles import Group, plan_groups
-
     by_unit = {c.params.get("unit", c.id): c for cs in all_sets.values() for c in cs}
     timed_by = {sig.key: {c.id for c in all_sets[sig.key]} for sig in signatures}
     return [Group(g, {sig.op for sig in signatures if timed_by[sig.key] & {c.id for c in g}})
@@ -418,8 +414,6 @@ def start(items: Sequence[CompileItem], *, compiler: Builder | None = None,
     is the one live display); ``workers``: modules built at once (default: every item)."""
     if not items:
         return None
-    from oasr_core.jit.builder import default_jobs
-
     # One core stays with the measuring thread while signatures compile behind it.
     jobs = jobs or max(1, default_jobs() - (1 if (workers or len(items)) > 1 else 0))
     build = compiler or jit_builder(PriorityGate(jobs), jobs)
@@ -427,8 +421,6 @@ def start(items: Sequence[CompileItem], *, compiler: Builder | None = None,
     tracker = None
     mode = _mode(progress)
     if mode is not None:
-        from oasr_core.progress import ProgressMode, track
-
         queue_units = len(dict.fromkeys(u for i in items for u in i.unit_names()))
         shown = ProgressMode.LINES if mode is ProgressMode.BAR else mode
         tracker = stack.enter_context(track("units compiled", queue_units, shown))
@@ -443,8 +435,6 @@ def _mode(progress: Any) -> Any:
     """The progress mode of ``progress`` (a bool or a ProgressMode); None: off."""
     if progress is False or progress is None:
         return None
-    from oasr_core.progress import ProgressMode
-
     if progress is True:
         return ProgressMode.BAR
     return None if progress is ProgressMode.OFF else progress

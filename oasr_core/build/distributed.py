@@ -36,9 +36,14 @@ from typing import Any
 
 import attrs
 
+from oasr_core.arch import ArchProfile
 from oasr_core.errors import ConfigurationError
+from oasr_core.gpu_probe import gpu_visible
+from oasr_core.jit.builder import default_jobs
+from oasr_core.jit.cache import cache_dir
+from oasr_core.measurements import read_logs
 
-from . import compiling, model, plan_live
+from . import compiling, finish_notes, model, plan_live
 from .inputs import Census
 from .pipeline import BuildOptions, BuildResult, run_build, signature_digest
 from .shards import (
@@ -82,8 +87,6 @@ def visible_gpus() -> list[str]:
     listed = os.environ.get("CUDA_VISIBLE_DEVICES")
     if listed is not None:
         return [g.strip() for g in listed.split(",") if g.strip() and g.strip() != "-1"]
-    from oasr_core.gpu_probe import gpu_visible
-
     if not gpu_visible():
         return []
     import torch
@@ -131,9 +134,6 @@ def connect(scheduler: str, *, gpus: int | None = None, compile_workers: int = 1
             if not chosen:
                 raise ConfigurationError("--scheduler local: no CUDA device visible on this "
                                          "host")
-            from oasr_core.jit.builder import default_jobs
-            from oasr_core.jit.cache import cache_dir
-
             env = {"OASR_JIT_DIR": str(cache_dir())}
             if os.environ.get("OASR_CUDA_ARCH_LIST"):
                 env["OASR_CUDA_ARCH_LIST"] = os.environ["OASR_CUDA_ARCH_LIST"]
@@ -288,8 +288,6 @@ def build_distributed(census: Census, *, family: Any, lane: Any, device: Device,
     if arch is not None and arch != facts["arch"]:
         raise ConfigurationError(f"--arch {arch} but the GPU workers are {facts['arch']}")
     if profile is None and facts["profile"] is not None:
-        from oasr_core.arch import ArchProfile
-
         profile = ArchProfile.from_json(facts["profile"])
     lp = plan_live(census, family=family, lane=lane, arch=facts["arch"], out=out, timer=None,
                    options=options, log_path=log_path, checkpoint_path=checkpoint_path,
@@ -377,8 +375,6 @@ def build_distributed(census: Census, *, family: Any, lane: Any, device: Device,
         compiled=compiled,
         began={d["key"]: float(d["began"]) for d in docs if d.get("measured")})
     problems = [p for d in docs for p in d.get("problems", ())]
-    from . import finish_notes
-
     notes = [*finish_notes(lp, result, None), *problems, *report.lines()]
     if not result.skipped:
         shutil.rmtree(shared / lp.run, ignore_errors=True)
@@ -398,8 +394,6 @@ def compiling_jobs(counts: Sequence[int], slots: int) -> list[int]:
 def _logged_keys(lp: Any) -> set[str]:
     """Signatures the log already holds rows of for this run (a driver died between
     appending them and checkpointing: not appended twice)."""
-    from oasr_core.measurements import read_logs
-
     return {str(r["key"]) for r in read_logs([lp.log.path])[1] if r.get("run") == lp.run}
 
 

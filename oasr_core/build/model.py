@@ -22,6 +22,7 @@ from typing import Any
 
 from oasr_core import database
 from oasr_core.arch import ArchProfile
+from oasr_core.cost_model import CostModel, build_model, config_ranker
 from oasr_core.errors import ConfigurationError
 from oasr_core.types import Family, Lane
 
@@ -50,8 +51,6 @@ def build_profile(arch: str) -> ArchProfile | None:
 def prior_model(lane: Lane, profile: ArchProfile, files: Sequence[Path]) -> Any:
     """The calibrated model of the first file in ``files`` that ships one for ``lane`` (on
     ``profile``), or None."""
-    from oasr_core.cost_model import CostModel
-
     for path in dict.fromkeys(files):
         if not path.exists():
             continue
@@ -74,8 +73,6 @@ def prior_model(lane: Lane, profile: ArchProfile, files: Sequence[Path]) -> Any:
 
 def rankers(model: Any, lane: Lane) -> tuple[Ranker, ...]:
     """The structure's and (when calibrated) the calibration's rankings of ``model``."""
-    from oasr_core.cost_model import config_ranker
-
     modes = ("structure", "calibrated") if model.calibrated else ("structure",)
     return tuple(config_ranker(model.using(mode), lane=lane) for mode in modes)
 
@@ -101,8 +98,6 @@ def fit_payload(arm_rows: Iterable[Mapping[str, Any]], profile: ArchProfile | No
     modelled, there is no profile or no usable row."""
     if lane is None or not modelled(lane) or profile is None:
         return None
-    from oasr_core.cost_model import build_model
-
     rows = [r for r in arm_rows if r.get("lane") == lane.name
             and (impl_hash is None or r.get("impl_hash") in (None, impl_hash))]
     if not rows:

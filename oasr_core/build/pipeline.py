@@ -40,6 +40,7 @@ from oasr_core.bench import PROTOCOL_VERSION
 from oasr_core.database import Entry, write_entries
 from oasr_core.measurements import Checkpoint, digest, reusable
 from oasr_core.partition import PartitionOptions, Point, coverage_basis, partition
+from oasr_core.progress import signature_ticks
 from oasr_core.types import Config, Family, Sentinel, thaw
 
 from .decide import (
@@ -303,8 +304,6 @@ def _from_record(rec: Mapping[str, Any]) -> Outcome:
 @contextlib.contextmanager
 def _progress(enabled: Any, total: int) -> Iterator[Callable[[str], Callable[[], None]]]:
     # enabled: a bool or an oasr_core.progress.ProgressMode (bar, plain lines, off)
-    from oasr_core.progress import signature_ticks
-
     with signature_ticks(enabled, total) as bar:
         yield bar
 

@@ -30,11 +30,19 @@ from typing import Any, Protocol
 
 import attrs
 
-from oasr_core.bench import BenchOptions, Timer
+from oasr_core import jit
+from oasr_core.bench import BenchOptions, CudaGraphTimer, Timer
+from oasr_core.jit.builder import build_plan
+from oasr_core.jit.cache import atomic_write
+from oasr_core.jit.spec import plan
+from oasr_core.runtime import get_runtime
+from oasr_core.stamps import current_soft_validators
 from oasr_core.types import Config, Family, Lane
 
+from .compiling import modules_for
 from .decide import Measured
 from .inputs import PlannedPoint, Signature
+from .model import build_profile
 from .pipeline import BuildOptions, tune_signature
 from .sources import LiveSource, LogSource, Ranker, resolve_choice
 
@@ -65,21 +73,15 @@ class RegistryDevice:
     lane: str
 
     def records(self) -> tuple[Family, Lane]:
-        from oasr_core.runtime import get_runtime
-
         registry = get_runtime().registry
         return registry.family(self.family), registry.lane(self.lane)
 
     def open(self) -> tuple[Family, Lane, Timer]:
         if self not in _OPENED:
-            from oasr_core.bench import CudaGraphTimer
-
             _OPENED[self] = (*self.records(), CudaGraphTimer())
         return _OPENED[self]
 
     def arch(self) -> str:
-        from oasr_core.runtime import get_runtime
-
         arch = get_runtime().device_arch()
         if arch is None:
             raise RuntimeError(f"worker {worker_name()}: no CUDA device in this process")
@@ -108,8 +110,6 @@ class ModuleJob:
         if self.whole:
             specs = list(lane.jit_specs(self.arch, "all")) if lane.jit_specs else []
             return specs[self.index] if self.index < len(specs) else None
-        from .compiling import modules_for
-
         return modules_for(lane, self.op).spec(self.arch, self.configs, self.dtypes,
                                                self.groups)
 
@@ -118,8 +118,6 @@ class ModuleJob:
         what ``make_bench`` loads by itself."""
         if self.whole:
             return None
-        from .compiling import modules_for
-
         return modules_for(lane, self.op).install(self.arch, self.configs, self.dtypes,
                                                   self.groups)
 
@@ -178,8 +176,6 @@ def read_result(path: Path) -> dict[str, Any] | None:
 
 
 def _write_result(path: Path, doc: Mapping[str, Any]) -> None:
-    from oasr_core.jit.cache import atomic_write
-
     path.parent.mkdir(parents=True, exist_ok=True)
     atomic_write(path, json.dumps(doc, sort_keys=True, separators=(",", ":"), allow_nan=False))
 
@@ -188,9 +184,6 @@ def probe(device: Device, profile: bool) -> dict[str, Any]:
     """This worker's GPU: arch family, device name, L2 bytes, the soft stamps a write of its
     measurements carries (its SKU and nvcc: the driver may run on another machine), and
     (``profile``) the arch profile a cost model is fitted on."""
-    from oasr_core.stamps import current_soft_validators
-
-    from .model import build_profile
 
     family, lane, timer = device.open()
     arch = device.arch()
@@ -204,9 +197,6 @@ def probe(device: Device, profile: bool) -> dict[str, Any]:
 def compile_module(job: ModuleJob, device: Device, jobs: int) -> dict[str, Any]:
     """Compile (never load) one module into the shared JIT cache, with ``jobs`` nvcc
     processes: the first stage, on a CPU worker."""
-    from oasr_core.jit.builder import build_plan
-    from oasr_core.jit.spec import plan
-
     _family, lane = device.records()
     started = time.perf_counter()
     spec = job.spec(lane)
@@ -222,8 +212,6 @@ def compile_module(job: ModuleJob, device: Device, jobs: int) -> dict[str, Any]:
 def _install(modules: Sequence[ModuleJob], lane: Lane) -> tuple[list[str], list[str]]:
     """Install a signature's modules on this GPU worker: (modules it had to compile itself,
     problems). A module the first stage left unbuilt is compiled here (and named)."""
-    from oasr_core import jit
-
     compiled, problems = [], []
     for job in modules:
         try:
@@ -297,6 +285,4 @@ class ShardSource:
 
 def gpu_arch() -> str | None:
     """The arch family of this worker's GPU (None: it sees none), from the installed core."""
-    from oasr_core.runtime import get_runtime
-
     return get_runtime().device_arch()

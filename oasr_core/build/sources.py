@@ -39,6 +39,8 @@ from oasr_core.bench import (
     Timer,
     bench_problem,
 )
+from oasr_core.database.keys import check_key
+from oasr_core.errors import DatabaseError
 from oasr_core.measurements import MeasurementLog, arm_row, latest_groups, utc_now
 from oasr_core.sentinels import choice_config
 from oasr_core.types import Config, Family, Lane, Sentinel
@@ -103,8 +105,6 @@ class LiveSource:
     def planner(cls, family: Family, lane: Lane, arch: str,
                 rankers: Sequence[Ranker]) -> LiveSource:
         """A source that only plans candidates (a replay's effort level): it never measures."""
-        from oasr_core.bench import BenchOptions
-
         return cls(family=family, lane=lane, timer=None, options=BenchOptions(), log=None,
                    run="", arch=arch, soft={}, rankers=tuple(rankers))
 
@@ -326,9 +326,6 @@ def _signature_fields(family: Family, key: str, rows: Sequence[Mapping[str, Any]
                 and isinstance(r.get("dtype"), str):
             return str(r["op"]), str(r["dtype"]), tuple((d, int(dims_of[d]))
                                                          for d in family.dims)
-    from oasr_core.database.keys import check_key
-    from oasr_core.errors import DatabaseError
-
     try:
         parsed = check_key(family, key)
         dims = tuple((d, int(parsed.dim(d))) for d in family.dims)

@@ -29,7 +29,10 @@ from typing import Any
 import attrs
 
 from oasr_core.census import shapeset as ss
+from oasr_core.census.probe import PointBuilder
 from oasr_core.census.recorder import RecorderPatch, ShapeRecorder, patches_of
+from oasr_core.plugins import make_plugin_manager
+from oasr_core.registry import Registry
 from oasr_core.types import thaw
 
 ENV = "OASR_CAPTURE"
@@ -58,9 +61,6 @@ def start_capture(path: str | os.PathLike[str], *,
         if _current:
             return _current[0]
         if patches is None:
-            from oasr_core.plugins import make_plugin_manager
-            from oasr_core.registry import Registry
-
             patches = patches_of(Registry.from_plugin_manager(make_plugin_manager()))
         recorder = ShapeRecorder(patches)
         recorder.start()
@@ -84,8 +84,6 @@ def _dump_at_exit(recorder: ShapeRecorder, target: Path, provenance: dict[str, A
 
 def capture_shapeset(counts: Any, provenance: dict[str, Any]) -> ss.ShapeSet:
     """The ShapeSet of a recording: raw counts as eager calls under the key ``capture``."""
-    from oasr_core.census.probe import PointBuilder
-
     builder = PointBuilder()
     builder.add(counts, share=1.0, captured=False, label=CAPTURE_KEY)
     return ss.ShapeSet(points=builder.points(), signatures=builder.signatures(),

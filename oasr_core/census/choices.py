@@ -13,6 +13,7 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from types import MappingProxyType
 
+from oasr_core.census.probe import DEPLOY_DTYPES
 from oasr_core.types import Family
 
 NONE = "none"
@@ -22,8 +23,6 @@ NONE = "none"
 def offered(families: Iterable[Family]) -> Mapping[str, tuple[str, ...]]:
     """Quantization scheme -> activation dtypes the census accepts with it, ``none`` first,
     in the families' order (a scheme or dtype several families offer appears once)."""
-    from oasr_core.census.probe import DEPLOY_DTYPES
-
     found: dict[str, dict[str, None]] = {NONE: {}}
     for family in families:
         found[NONE].update(dict.fromkeys(d for d in family.dtypes if d in DEPLOY_DTYPES))

@@ -28,7 +28,8 @@ from typing import Any
 import attrs
 
 from oasr_core.census.workloads import Workload
-from oasr_core.errors import ConfigurationError
+from oasr_core.database.codec import parse_text, read_document
+from oasr_core.errors import ConfigurationError, DatabaseError
 
 DEFAULT_UTTERANCES_PER_SLOT = 16
 """Default offline profile: this many utterances per batch slot, durations flat in 1..30 s."""
@@ -215,8 +216,6 @@ def parse_concurrency(text: str) -> dict[int, float]:
     path = Path(text)
     where = f"--concurrency {text!r}"
     if path.is_file():
-        from oasr_core.database.codec import read_document
-
         try:
             raw = read_document(path, error=ConfigurationError)
         except ConfigurationError as exc:
@@ -249,9 +248,6 @@ def read_manifest(path: Path, *, audio_root: Path | None = None) -> tuple[float,
     library, other formats with ``soundfile`` when installed. Any bad line is a
     :class:`ManifestError` naming ``file:line``.
     """
-    from oasr_core.database.codec import parse_text
-    from oasr_core.errors import DatabaseError
-
     try:
         lines = Path(path).read_text(encoding="utf-8").splitlines()
     except (OSError, UnicodeDecodeError) as exc:

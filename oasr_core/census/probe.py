@@ -35,6 +35,7 @@ from typing import Any
 
 import attrs
 
+import oasr_core.compile as oc
 from oasr_core.census.engine import (
     EngineConfig,
     EngineKey,
@@ -46,8 +47,10 @@ from oasr_core.census.engine import (
 )
 from oasr_core.census.recorder import ITEMSIZE, Call, RecorderPatch, ShapeRecorder
 from oasr_core.census.shapeset import ShapePoint, ShapeSet, SignatureInfo, top_keys
-from oasr_core.census.workloads import Workload, make_inputs
+from oasr_core.census.workloads import ReferenceFactory, Workload, make_inputs
 from oasr_core.errors import ConfigurationError
+from oasr_core.routing import route
+from oasr_core.types import Problem
 
 PEAK_FLOPS = 100e12
 """Tensor throughput of the cost estimate (flop/s); only relative weights matter."""
@@ -140,8 +143,6 @@ class LaneSupport:
         return known
 
     def _torch_only(self, call: Call) -> bool:
-        from oasr_core.types import Problem
-
         try:
             lanes = self.registry.lanes_of(call.family)
         except Exception:  # an unknown family: no opinion
@@ -261,15 +262,11 @@ def run_census(workload: Workload, config: EngineConfig, traffic: Traffic,
     total = sum(k.weight for k in keys)
     params = dict(params or {})
     if compiled:
-        from oasr_core.census.workloads import ReferenceFactory
-
         probe_device = "cpu"
         if isinstance(workload.factory, ReferenceFactory):
             params["family_ops"] = False
     model, working_set = build_model(workload, params, device=probe_device, dtype=dtype)
     if route_quantization != "none":
-        from oasr_core.routing import route
-
         route(model, dtype=dtype, quantization=route_quantization, conv1d=False,
               pm=getattr(registry, "pm", None))
     input_dtype = _torch_dtype(dtype) if probe_device == "meta" else torch.float32
@@ -324,8 +321,6 @@ def compiled_calls(model: Any, inputs: Sequence[Any], dtype: str) -> dict[Call, 
     backend in record-only mode (Inductor's post-grad graph, no code generated; the fp32
     CPU graph stands for ``dtype``)."""
     import torch
-
-    import oasr_core.compile as oc
 
     torch._dynamo.reset()
     backend = oc.backend(record=True, rewrite=False, deploy_dtype=dtype)

@@ -58,6 +58,7 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
+from oasr_core.database.codec import read_document
 from oasr_core.errors import OasrError
 from oasr_core.files import atomic_write
 from oasr_core.serialization import (
@@ -321,8 +322,6 @@ def from_json(raw: Any, *, origin: str = "<shapeset>") -> ShapeSet:
 
 def load(path: str | os.PathLike[str]) -> ShapeSet:
     """Read a ShapeSet file; :class:`ShapeSetError` says what is wrong and where."""
-    from oasr_core.database.codec import read_document
-
     return from_json(read_document(path, error=ShapeSetError), origin=str(path))
 
 

@@ -26,6 +26,7 @@ import attrs
 
 from oasr_core.errors import ConfigurationError, PluginError
 from oasr_core.layers import LAYER_KINDS, served_layers, served_linear
+from oasr_core.registry import provider_of
 from oasr_core.types import NAME_RE, freeze
 
 BUILTIN = "oasr_core (built-in)"
@@ -225,8 +226,6 @@ def collect_workloads(pm: Any = None) -> dict[str, tuple[Workload, str]]:
     for impl in hook.get_hookimpls() if hook is not None else ():
         if impl.wrapper or impl.hookwrapper:
             continue
-        from oasr_core.registry import provider_of
-
         provider = str(provider_of(pm, impl.plugin))
         try:
             result = impl.function()

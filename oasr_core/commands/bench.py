@@ -16,8 +16,12 @@ from pathlib import Path
 
 import click
 
+from oasr_core.bench.e2e import E2EOptions, MismatchError, check_scheme, run_e2e
+from oasr_core.census.workloads import find_workload
 from oasr_core.cli import CliState, _fail, completer, handle_errors
+from oasr_core.commands.census import _params
 from oasr_core.errors import ConfigurationError
+from oasr_core.plots import e2e_figure
 
 
 @click.command("bench", epilog="""\b
@@ -80,15 +84,6 @@ def bench_cmd(state: CliState, workload_name: str | None, model: str | None,
               warmup: int, tolerance: float | None, seed: int, on_cpu: bool, compiled: bool,
               profile: bool, as_json: bool, out: Path | None, plot_path: Path | None) -> None:
     """Time a model with oasr's ops against plain torch, in CUDA graphs and eagerly."""
-    from oasr_core.bench.e2e import (
-        E2EOptions,
-        MismatchError,
-        check_scheme,
-        run_e2e,
-    )
-    from oasr_core.census.workloads import find_workload
-    from oasr_core.commands.census import _params
-
     rt = state.runtime()
     workload = find_workload(rt.pm, workload_name, model, inputs)
     check_scheme(rt.registry, dtype, quantization)
@@ -114,6 +109,4 @@ def bench_cmd(state: CliState, workload_name: str | None, model: str | None,
     else:
         click.echo(result.markdown(), nl=False)
     if plot_path is not None:
-        from oasr_core.plots import e2e_figure
-
         click.echo(f"wrote {e2e_figure([result.to_json()], plot_path)}", err=as_json)

@@ -23,12 +23,14 @@ import click
 
 from oasr_core import build
 from oasr_core.bench import BenchOptions
-from oasr_core.build import BuildOptions
+from oasr_core.build import BuildOptions, distributed
+from oasr_core.build.shards import RegistryDevice, gpu_arch
 from oasr_core.census import shapeset
 from oasr_core.census.shapeset import ShapeSet
 from oasr_core.cli import CliState, check_parent, completer, handle_errors
 from oasr_core.commands.logs import read_checked
 from oasr_core.errors import ConfigurationError
+from oasr_core.measurements import new_run_id
 from oasr_core.progress import ProgressMode
 from oasr_core.types import ARCH_RE
 
@@ -76,9 +78,7 @@ class BuildRequest:
     @scheduler.validator
     def _check_scheduler(self, _attribute: attrs.Attribute, value: str | None) -> None:
         if value is not None:
-            from oasr_core.build.distributed import check_scheduler
-
-            check_scheduler(value)
+            distributed.check_scheduler(value)
             return
         given = [name for name, on in (("--plan", self.plan), ("--run-id", self.run_id),
                                        ("--shared-dir", self.shared_dir), ("--gpus", self.gpus))
@@ -355,10 +355,6 @@ def _lanes(rt, request: BuildRequest, plans: list, arch: str, missing: list[str]
 def _sharded(rt, request: BuildRequest, plans: list, missing: list[str], show) -> list:
     """``--scheduler``: every family's signatures sharded over the cluster's GPU workers
     (:mod:`oasr_core.build.distributed`), one run id for all of them."""
-    from oasr_core.build import distributed
-    from oasr_core.build.shards import RegistryDevice, gpu_arch
-    from oasr_core.measurements import new_run_id
-
     distributed.check_scheduler(request.scheduler)
     run = request.run_id or new_run_id()
     results = []

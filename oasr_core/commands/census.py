@@ -15,8 +15,17 @@ from typing import Any
 
 import click
 
+from oasr_core.census import capture as cap
+from oasr_core.census import shapeset as ss
+from oasr_core.census.choices import describe, offered
+from oasr_core.census.engine import EngineConfig, Ladder, Traffic, parse_concurrency, read_manifest
+from oasr_core.census.probe import run_census
+from oasr_core.census.recorder import patches_of
+from oasr_core.census.workloads import ReferenceFactory, find_workload
 from oasr_core.cli import CliState, check_parent, completer, handle_errors
-from oasr_core.errors import ConfigurationError
+from oasr_core.database.codec import MAX_DEPTH, parse_text
+from oasr_core.errors import ConfigurationError, DatabaseError
+from oasr_core.types import thaw
 
 PARAM_SCALE = 16
 """How far ``--param`` may scale a workload's integer default: 1 to 16 times it."""
@@ -25,9 +34,6 @@ PARAM_SCALE = 16
 def _params(values: tuple[str, ...]) -> dict[str, Any]:
     """``NAME=VALUE`` pairs; the value is JSON when it parses (``4``, ``false``), else text.
     JSON goes through the one reader's guards (depth limit), so a deep value is one line."""
-    from oasr_core.database.codec import MAX_DEPTH, parse_text
-    from oasr_core.errors import DatabaseError
-
     out: dict[str, Any] = {}
     for item in values:
         name, sep, text = item.partition("=")
@@ -74,8 +80,6 @@ def _ints(text: str, option: str) -> tuple[int, ...]:
 
 def _workload(state: CliState, name: str | None, model: str | None, inputs: tuple[str, ...],
               fixed_frames: int | None, frames_per_second: float | None = None):
-    from oasr_core.census.workloads import find_workload
-
     return find_workload(state.runtime().registry.pm, name, model, inputs, fixed_frames,
                          frames_per_second)
 
@@ -94,8 +98,6 @@ def _scaled(value: int | None, default: int, scale: float) -> int:
 def _check_scheme(state: CliState, dtype: str, quantization: str) -> None:
     """``click.BadParameter`` unless an installed family offers ``quantization`` at ``dtype``
     (:mod:`oasr_core.census.choices`); the message lists what the plugins offer."""
-    from oasr_core.census.choices import describe, offered
-
     registry = state.runtime().registry
     choices = offered(registry.families.values())
     failed = registry.failures
@@ -113,8 +115,6 @@ def _check_scheme(state: CliState, dtype: str, quantization: str) -> None:
 
 def _engine(mode: str, max_batch: int, chunk: int, ladder: str, buckets: str | None,
             preferred: int | None, granularity: int, max_frames: int, no_graphs: bool):
-    from oasr_core.census.engine import EngineConfig, Ladder
-
     width_ladder: Any
     if ladder in ("padded", "exact"):
         width_ladder = Ladder(ladder)
@@ -133,8 +133,6 @@ def _engine(mode: str, max_batch: int, chunk: int, ladder: str, buckets: str | N
 
 def _traffic(mode: str, manifest: Path | None, audio_root: Path | None,
              concurrency: str | None):
-    from oasr_core.census.engine import Traffic, parse_concurrency, read_manifest
-
     if mode == "offline" and concurrency is not None:
         raise ConfigurationError("--concurrency weights streaming cohorts; offline mode takes "
                                  "--manifest")
@@ -239,11 +237,6 @@ def census_cmd(state: CliState, workload_name: str | None, model: str | None,
                probe_device: str, probe_limit: int | None, compiled: bool, out: Path,
                as_json: bool) -> None:
     """Enumerate the shapes a deployment runs, weight them by traffic, write a ShapeSet."""
-    from oasr_core.census import capture as cap
-    from oasr_core.census import shapeset as ss
-    from oasr_core.census.probe import run_census
-    from oasr_core.census.recorder import patches_of
-
     check_parent(out, "--out")
     given = click.get_current_context().get_parameter_source("chunk_size")
     if service_mode == "offline" and given is click.core.ParameterSource.COMMANDLINE:
@@ -264,8 +257,6 @@ def census_cmd(state: CliState, workload_name: str | None, model: str | None,
                                  "declares quantized compile patterns yet; census the "
                                  "full-precision model")
     if quantization != "none":
-        from oasr_core.census.workloads import ReferenceFactory
-
         if isinstance(workload.factory, ReferenceFactory):
             factory_params["quantization"] = quantization
         else:
@@ -337,8 +328,6 @@ def summary_rows(shapeset) -> list[dict[str, Any]]:
 def _summary(shapeset, out: Path, as_json: bool) -> None:
     rows = summary_rows(shapeset)
     prov = shapeset.provenance
-    from oasr_core.types import thaw
-
     skipped = list(thaw(prov.get("skipped") or ()))
     totals = {"signatures": len(rows), "points": len(shapeset.points), "skipped": skipped,
               "points_seen": prov.get("points_seen"), "weight_covered": prov.get("weight_covered"),

@@ -17,15 +17,19 @@ from typing import Any
 
 import click
 
+from oasr_core import jit
 from oasr_core.cli import JSON_HELP, CliState, handle_errors
+from oasr_core.commands.device import seen_arch
+from oasr_core.commands.prebuild import collect_specs
 from oasr_core.errors import OasrError
+from oasr_core.gpu_probe import gpu_visible
+from oasr_core.jit import cache, family_target
+from oasr_core.report import tier_arches, tuning_report
+from oasr_core.stamps import current_sku
 
 
 def gpu_facts(rt: Any) -> dict[str, Any]:
     """The current GPU (name, arch family, nvcc target, SMs), or why there is none."""
-    from oasr_core.commands.device import seen_arch
-    from oasr_core.gpu_probe import gpu_visible
-
     if not gpu_visible():
         seen_arch(rt)
         hidden = os.environ.get("CUDA_VISIBLE_DEVICES")
@@ -34,19 +38,13 @@ def gpu_facts(rt: Any) -> dict[str, Any]:
     facts = rt.device(None)
     if facts is None:
         return {"present": False, "reason": "torch sees no CUDA device"}
-    from oasr_core.stamps import current_sku
-
     sku = current_sku() or {}
-    from oasr_core.jit import family_target
-
     return {"present": True, "arch": facts.arch, "target": family_target(facts.arch),
             "name": sku.get("name"), "sms": facts.sm_count}
 
 
 def toolchain_facts() -> dict[str, Any]:
     """nvcc (path, version, the targets it supports) and CUTLASS (version, headers)."""
-    from oasr_core import jit
-
     out: dict[str, Any] = {}
     try:
         tc = jit.toolchain()
@@ -69,8 +67,6 @@ def toolchain_facts() -> dict[str, Any]:
 def cache_facts(root: Path, families: list[str]) -> dict[str, Any]:
     """What the JIT cache at ``root`` holds: per family and arch, modules and linked / failed
     units (from the modules' manifests), and the object and failure-marker counts."""
-    from oasr_core.jit import cache
-
     per: dict[tuple[str, str], Counter] = {}
     damaged = 0
     for manifest in sorted(root.glob("lib/*/*/manifest.json")):
@@ -94,9 +90,6 @@ def cache_facts(root: Path, families: list[str]) -> dict[str, Any]:
 
 def production_prebuilt(registry: Any, families: list[str], target: str) -> dict[str, Any]:
     """Per family: how many of the production modules for ``target`` are in the cache."""
-    from oasr_core import jit
-    from oasr_core.commands.prebuild import collect_specs
-
     out: dict[str, Any] = {}
     for name in families:
         try:
@@ -111,8 +104,6 @@ def production_prebuilt(registry: Any, families: list[str], target: str) -> dict
 
 def tier_facts(arches: list[str]) -> list[dict[str, Any]]:
     """Per family and arch: each tier's file, entries and staleness."""
-    from oasr_core.report import tuning_report
-
     rows = []
     for fs in tuning_report(arch=None if not arches else arches[0]).families \
             if len(arches) <= 1 else [f for a in arches for f in tuning_report(arch=a).families]:
@@ -187,9 +178,6 @@ def render(doc: dict[str, Any]) -> list[str]:
 def diagnose(rt: Any, arch: str | None) -> dict[str, Any]:
     """The doctor document (see the module docstring); ``arch`` an nvcc target to check the
     production modules for (default: this GPU's, else ``OASR_CUDA_ARCH_LIST``'s)."""
-    from oasr_core import jit
-    from oasr_core.report import tier_arches
-
     registry = rt.registry
     families = sorted(registry.families)
     gpu = gpu_facts(rt)
@@ -228,8 +216,6 @@ Examples:
 def doctor_cmd(state: CliState, arch: str | None, as_json: bool) -> None:
     """What this machine has for oasr: GPU, nvcc, CUTLASS, JIT cache, tiers, plugins."""
     if arch is not None:
-        from oasr_core import jit
-
         try:
             jit.normalize_arch(arch)
         except ValueError as exc:

@@ -14,7 +14,10 @@ from typing import Any
 
 import click
 
+from oasr_core import database, plots
+from oasr_core import evaluate as ev
 from oasr_core.cli import CliState, completer, handle_errors
+from oasr_core.commands.logs import read_checked
 from oasr_core.errors import ConfigurationError
 
 
@@ -32,8 +35,6 @@ def _tables(fam, arch: str, dbs: tuple[str, ...], no_system: bool) -> list[tuple
     """(name, tuning file) to score: the system tier's file unless ``no_system``, then each
     ``--db``; a file named twice (``--db shipped=db/sm90/gemm.json`` is the system tier's) is
     scored once, under the last name given."""
-    from oasr_core import database
-
     named: list[tuple[str, Path]] = []
     if not no_system:
         root = database.system_root()
@@ -93,9 +94,6 @@ _regret.png (the regret CDF per selector).""")
 def evaluate_cmd(state: CliState, logs, dbs, family, arch, no_system, census_only, plot_path,
                  plot_table, as_json) -> None:
     """Geomean / p95 / max regret and missing points per selector and signature."""
-    from oasr_core import evaluate as ev
-    from oasr_core.commands.logs import read_checked
-
     rt = state.runtime()
     _runs, rows = read_checked(list(logs))
     fams = sorted({str(r.get("family")) for r in rows})
@@ -141,8 +139,6 @@ def evaluate_cmd(state: CliState, logs, dbs, family, arch, no_system, census_onl
             click.echo(f"agreement {pair}: {100 * frac:.1f}% of weighted census points "
                        "(same choice, or measured within 1%)")
     if plot_path is not None:
-        from oasr_core import plots
-
         shown = plot_table or (names[-1] if names else None)
         where = f"{fam.name} on {arch}, {', '.join(str(p) for p in logs)}"
         served = plots.served_figure(report, plot_path, table=shown, title=(

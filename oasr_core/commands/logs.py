@@ -9,14 +9,13 @@ from pathlib import Path
 import click
 
 from oasr_core.errors import ConfigurationError
+from oasr_core.measurements import read_logs
 
 
 def read_checked(paths: Sequence[Path]) -> tuple[list[dict], list[dict]]:
     """(run rows, arm rows) of ``paths``; a note on stderr per log with lines skipped (not
     JSON, or not a run or measurement row), and :class:`ConfigurationError` when no log holds
     a single measurement row."""
-    from oasr_core.measurements import read_logs
-
     runs: list[dict] = []
     arms: list[dict] = []
     skipped: dict[Path, int] = {}

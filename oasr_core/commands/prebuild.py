@@ -17,8 +17,13 @@ from typing import Any
 import attrs
 import click
 
+from oasr_core import jit
 from oasr_core.cli import CliState, completer, handle_errors
 from oasr_core.errors import ConfigurationError
+from oasr_core.gpu_probe import gpu_visible
+from oasr_core.jit import cache
+from oasr_core.jit.spec import plan
+from oasr_core.progress import ProgressMode, track
 
 
 def arch_family_of(arch: str) -> str:
@@ -62,9 +67,6 @@ def resolve_target(arch: str | None) -> str:
     """The nvcc target: ``--arch``, else ``OASR_CUDA_ARCH_LIST``, else this GPU's; without any
     of them, an error saying to pass ``--arch`` (never a torch import on a machine with no
     GPU device node)."""
-    from oasr_core import jit
-    from oasr_core.gpu_probe import gpu_visible
-
     if arch is not None:
         try:
             return jit.normalize_arch(arch)
@@ -90,15 +92,10 @@ class CacheWatch:
 
     @classmethod
     def of(cls, specs: list) -> CacheWatch:
-        from oasr_core.jit import cache
-        from oasr_core.jit.spec import plan
-
         return cls(cache.cache_dir(), frozenset(u.key for s in specs for u in plan(s).units))
 
     def outcome(self, key: str) -> str | None:
         """``done`` (the object exists), ``failed`` (a failure marker) or None (pending)."""
-        from oasr_core.jit import cache
-
         if cache.object_path(self.root, key).is_file():
             return "done"
         if cache.failure_path(self.root, key).is_file():
@@ -168,9 +165,6 @@ def prebuild_cmd(state: CliState, families: tuple[str, ...], arch: str | None,
                  all_configs: bool, jobs: int | None, progress: bool | None,
                  as_json: bool) -> None:
     """Compile every JIT module the production path (or, with --all, a build) would load."""
-    from oasr_core import jit
-    from oasr_core.progress import ProgressMode, track
-
     registry = state.runtime().registry
     target = resolve_target(arch)
     names = families or tuple(sorted(registry.families))

@@ -25,6 +25,7 @@ from __future__ import annotations
 from typing import Any
 
 from oasr_core.compile.patterns import CONV1D, LINEAR, Pattern, Served, Site, Slot
+from oasr_core.runtime import get_runtime
 
 __all__ = ["CONV1D", "LINEAR", "OasrBackend", "Pattern", "Served", "Site", "Slot", "backend",
            "oasr_backend"]
@@ -59,8 +60,6 @@ class OasrBackend:
         if self._pass is None:
             from oasr_core.compile.graph_pass import OasrPass
             from oasr_core.compile.patterns import collect_patterns
-            from oasr_core.runtime import get_runtime
-
             rt = get_runtime()
             arch = self.arch if self.arch is not None else rt.device_arch()
             self._pass = OasrPass(collect_patterns(rt.pm, self.quantization), arch=arch,
@@ -125,8 +124,6 @@ def oasr_backend(gm: Any, example_inputs: Any) -> Any:
 def tiers_fingerprint(arch: str | None) -> str:
     """The tier files in force on ``arch``, by path, size and modification time: part of
     the compiled graph's cache key, so a changed table compiles anew."""
-    from oasr_core.runtime import get_runtime
-
     if arch is None:
         return "no-arch"
     rt = get_runtime()

@@ -44,7 +44,12 @@ from typing import Any
 import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
+from oasr_core.census.recorder import Call
 from oasr_core.compile.patterns import CONV1D, LINEAR, Pattern, Served, Site, Slot
+from oasr_core.database import signature_key
+from oasr_core.errors import OasrError
+from oasr_core.runtime import get_runtime
+from oasr_core.types import Sentinel, Tier
 
 aten = torch.ops.aten
 prims = torch.ops.prims
@@ -191,8 +196,6 @@ class StopAfterRecording(Exception):
 def site_call(site: Site, family: str, op: str, dims: Sequence[int]) -> Any:
     """The census :class:`~oasr_core.census.recorder.Call` of ``op`` at ``site``: its dims
     named as the site's, traffic and flops from the site's shape."""
-    from oasr_core.census.recorder import Call
-
     named = tuple((name, int(v)) for (name, _), v in zip(site.dims, dims, strict=True))
     d = dict(named)
     m = site.m
@@ -486,8 +489,6 @@ class _Rewriter:
 
 
 def _tuned_tiers() -> frozenset:
-    from oasr_core.types import Tier
-
     return frozenset({Tier.USER, Tier.SYSTEM, Tier.MODEL})
 
 
@@ -506,8 +507,6 @@ def tiers_choose(family: str, op: str, dtype: str, dims: Sequence[int], m: int |
     :func:`oasr_core.select` at a static ``m``, answered by the user, system or cost-model
     tier (:data:`TUNED_TIERS`); for a dynamic one, whether a user or system entry of the
     signature names a config in some region (the op chooses per call)."""
-    from oasr_core.errors import OasrError
-
     if arch is None:
         return False
     try:
@@ -523,10 +522,6 @@ def tiers_choose(family: str, op: str, dtype: str, dims: Sequence[int], m: int |
 
 def _entry_names_config(family: str, op: str, dtype: str, dims: tuple[int, ...],
                         arch: str) -> bool:
-    from oasr_core.database import signature_key
-    from oasr_core.runtime import get_runtime
-    from oasr_core.types import Sentinel
-
     rt = get_runtime()
     fam = rt.registry.family(family)
     if op not in fam.ops or dtype not in fam.dtypes:

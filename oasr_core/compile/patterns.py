@@ -20,6 +20,8 @@ from typing import Any
 
 import attrs
 
+from oasr_core.errors import OasrWarning
+
 LINEAR = "linear"
 CONV1D = "conv1d"
 KINDS = (LINEAR, CONV1D)
@@ -124,8 +126,6 @@ def collect_patterns(pm: Any, quantization: str = "none") -> tuple[Pattern, ...]
     scheme does not quantize stays full precision). Answers that are not :class:`Pattern`
     records are dropped with one warning naming the plugin."""
     import warnings
-
-    from oasr_core.errors import OasrWarning
 
     out: list[Pattern] = []
     schemes = dict.fromkeys((quantization, "none"))

@@ -46,6 +46,7 @@ from oasr_core.cost_model.exact import normal_equations, solve
 from oasr_core.cost_model.features import CostFeatures, FeatureSource, features_of
 from oasr_core.cost_model.model import Coeffs, CostModel
 from oasr_core.cost_model.structure import DEFAULT_KNOBS, Knobs, geometry, tile_cost
+from oasr_core.database.codec import parse_lines
 from oasr_core.errors import PluginError
 from oasr_core.types import Config, Sentinel
 
@@ -92,8 +93,6 @@ class DesignRow:
 def read_log(path: str | Path) -> Iterator[dict[str, Any]]:
     """The rows of a JSONL measurement log (blank and unreadable lines skipped), read with
     the guards of every oasr reader (:func:`oasr_core.database.codec.parse_lines`)."""
-    from oasr_core.database.codec import parse_lines
-
     for _, value in parse_lines(path):
         if isinstance(value, dict):
             yield value

@@ -44,6 +44,7 @@ from oasr_core.arch import ArchProfile
 from oasr_core.cost_model.features import CostFeatures, features_of
 from oasr_core.cost_model.model import CostModel
 from oasr_core.errors import ConfigurationError, OasrWarning, PluginError
+from oasr_core.sentinels import sentinel_config
 from oasr_core.types import Config
 
 
@@ -163,8 +164,6 @@ class ModelTier:
         if cm is None or problem.op not in cm.ops or cm.lane not in (None, lane.name):
             return Decision(None, f"the cost model serves no op {problem.op!r} on lane "
                             f"{lane.name!r}")
-        from oasr_core.sentinels import sentinel_config
-
         untuned = family.untuned_choice
         try:
             stands = sentinel_config(family, lane, untuned, problem)

@@ -22,6 +22,7 @@ import attrs
 import cattrs
 from cattrs.gen import make_dict_structure_fn, make_dict_unstructure_fn, override
 
+from oasr_core.environment import MAX_FILE_ENV, max_file_bytes
 from oasr_core.errors import DatabaseError
 from oasr_core.serialization import Invalid, describe_structure_error, make_converter
 from oasr_core.types import Config, Sentinel
@@ -220,8 +221,6 @@ def read_bytes(path: str | os.PathLike[str], *, error: type[Exception] = Databas
                limit: int | None = None) -> bytes:
     """The bytes of the file at ``path`` if it is at most ``limit`` bytes (default: the
     ``OASR_MAX_FILE_MB`` limit); every problem one line naming the file, raised as ``error``."""
-    from oasr_core.environment import MAX_FILE_ENV, max_file_bytes
-
     origin = str(path)
     limit = max_file_bytes() if limit is None else limit
     try:

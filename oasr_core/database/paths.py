@@ -14,6 +14,7 @@ from pathlib import Path
 
 import platformdirs
 
+from oasr_core import files
 from oasr_core.errors import ConfigurationError
 from oasr_core.types import ARCH_RE, Family
 
@@ -109,8 +110,6 @@ def lock_path(path: str | os.PathLike[str]) -> Path:
     ever written. A lock directory or lock file that is a symbolic link is refused.
     """
     import hashlib
-
-    from oasr_core import files
 
     path = Path(path).absolute()
     roots = {r.absolute() for r in (default_system_root(), _system_env_root()) if r is not None}

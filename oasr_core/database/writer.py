@@ -22,6 +22,7 @@ import attrs
 import filelock
 
 from oasr_core import files
+from oasr_core.environment import MAX_FILE_ENV, max_file_bytes
 from oasr_core.errors import DatabaseError, OasrWarning
 from oasr_core.serialization import Invalid, check_json
 from oasr_core.types import Config, Family, Lane, freeze, thaw
@@ -164,8 +165,6 @@ def _reread(path: Path, *, family: Family, arch: str, lane: str,
             replaced: list[bytes] | None = None) -> TuningFile | None:
     """The file on disk, checked (None when missing, or corrupt and moved aside); its bytes
     are appended to ``replaced`` when given."""
-    from oasr_core.environment import MAX_FILE_ENV, max_file_bytes
-
     try:
         size, limit = path.stat().st_size, max_file_bytes()
         if size > limit:  # refused, not moved aside: it may be a good file, only large

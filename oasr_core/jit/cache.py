@@ -32,7 +32,8 @@ from typing import Any
 import filelock
 
 from oasr_core import files
-from oasr_core.errors import JitBuildError
+from oasr_core.database.codec import read_document
+from oasr_core.errors import DatabaseError, JitBuildError
 
 LOCK_TIMEOUT_S = 1800.0
 """How long a builder waits for another process building the same object or module."""
@@ -133,9 +134,6 @@ def read_json(path: Path) -> dict[str, Any] | None:
     Writes are atomic, so an unreadable file was damaged outside oasr; treating it as missing
     rebuilds what it described.
     """
-    from oasr_core.database.codec import read_document
-    from oasr_core.errors import DatabaseError
-
     try:
         document = read_document(path)
     except DatabaseError:

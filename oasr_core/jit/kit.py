@@ -18,6 +18,8 @@ import hashlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
+from oasr_core.errors import PluginError
+
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 """The include dir holding ``oasr_kit/*.cuh``."""
 
@@ -94,8 +96,6 @@ def canonical_impl_hash(digest: str, equivalents: Path) -> str:
     a :class:`~oasr_core.errors.PluginError` naming it.
     """
     import json
-
-    from oasr_core.errors import PluginError
 
     if not equivalents.is_file():
         return digest

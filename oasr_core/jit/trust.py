@@ -68,7 +68,7 @@ def cached_sha256(path: Path) -> str:
     return actual
 
 
-@functools.lru_cache(maxsize=None)
+@functools.cache
 def private_group(gid: int) -> bool:
     """Whether group ``gid`` is this user's own: this user's primary group, with no other
     user as a member or having it as primary group (a "user private group")."""

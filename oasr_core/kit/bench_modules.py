@@ -35,6 +35,7 @@ from typing import Any
 
 import attrs
 
+from oasr_core import jit
 from oasr_core.types import Config
 
 
@@ -68,8 +69,6 @@ class BenchModules:
     def install(self, arch: str, configs: Sequence[Config], dtypes: Sequence[str] | None = None,
                 groups: Sequence[Sequence[Config]] | None = None) -> str | None:
         """Measure from the module of ``configs`` from now on (None) or say why not."""
-        from oasr_core import jit
-
         try:
             module = jit.load(self.spec(arch, configs, dtypes, groups), build_missing=False)
             kernels = self.bind(module, configs)

@@ -21,6 +21,8 @@ from typing import Any
 import attrs
 
 from oasr_core.jit.kit import STATUS
+from oasr_core.kit.serving import LaunchError
+from oasr_core.runtime import device_arch_of
 from oasr_core.types import Config, Problem, Sentinel
 
 Arm = Callable[[int], Any]
@@ -44,8 +46,6 @@ def bench_device(options: Any, full: Any) -> BenchDevice:
     :class:`~oasr_core.jit.libraries.Libraries` of whole-space modules by (lane, arch))."""
     import torch
 
-    from oasr_core.runtime import device_arch_of
-
     dev = torch.device(options.device)
     index = dev.index if dev.index is not None else torch.cuda.current_device()
     lane = options.lane
@@ -66,8 +66,6 @@ def kernel_arm(prepared: Any, index: int, operands: Sequence[Sequence[Any]], out
     ``operands[copy_index]`` (the launcher's arguments for each weight copy) and returning
     ``out``; a refusal raises :class:`~oasr_core.kit.LaunchError` naming ``what``."""
     import torch
-
-    from oasr_core.kit.serving import LaunchError
 
     stream_of = torch._C._cuda_getCurrentRawStream
     launch = prepared.launch
@@ -147,8 +145,6 @@ def unquantized_arm(x: Any, weights: Sequence[Any], bias: Any, out: Any,
 
     def factory() -> Arm:
         if refused is not None:
-            from oasr_core.kit.serving import LaunchError
-
             raise LaunchError(refused)
         import torch
 

@@ -15,6 +15,7 @@ import warnings
 from collections.abc import Callable, Sequence
 from typing import Any
 
+from oasr_core import jit
 from oasr_core.errors import JitBuildError, OasrWarning, ToolchainError
 
 
@@ -43,8 +44,6 @@ class HelperKernel:
         with self._lock:
             if arch in self._loaded or arch in self._failed:
                 return self._loaded.get(arch)
-            from oasr_core import jit
-
             try:
                 fn = jit.load(self.spec_of(arch)).function(self.symbol)
             except (JitBuildError, ToolchainError, OSError) as exc:

@@ -27,6 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from oasr_core.layers import NormedRows, Quantize, activate, dense
+from oasr_core.runtime import device_arch_of
 
 __all__ = ["NormedRows", "Quantize", "dense", "fusable", "fused_kernel", "layer_norm_answer",
            "quantize_after_norm", "quantized_rows"]
@@ -81,8 +82,6 @@ def fused_kernel(module: str) -> Callable[[Any, Any], tuple[Any, Any] | None]:
     import importlib
 
     def fused(x: Any, norm: Any) -> tuple[Any, Any] | None:
-        from oasr_core.runtime import device_arch_of
-
         kernel = importlib.import_module(module)
         return kernel.norm_quantize_rows_cuda(x, norm, device_arch_of(x.device.index))
 

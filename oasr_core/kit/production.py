@@ -15,6 +15,11 @@ from typing import Any
 
 import attrs
 
+from oasr_core import jit as core_jit
+from oasr_core.errors import ToolchainError
+from oasr_core.jit import cutlass_version
+from oasr_core.jit.bundles import variant_bundles
+from oasr_core.runtime import get_runtime
 from oasr_core.types import Config
 
 
@@ -34,8 +39,6 @@ class ProductionSet:
 
     def compile_set(self) -> str:
         """``tuned`` or ``all``, from :attr:`compile_set_env` (a bad value raises)."""
-        from oasr_core import jit as core_jit
-
         return core_jit.compile_set(self.compile_set_env)
 
     def lane_configs(self, lane: str, arch: str) -> tuple[Config, ...]:
@@ -54,8 +57,6 @@ class ProductionSet:
 
     def referenced(self, lane: str, arch: str) -> frozenset[str]:
         """What this process's tuning tiers reference on ``lane`` for ``arch``."""
-        from oasr_core.runtime import get_runtime
-
         return get_runtime().referenced_configs(self.family, arch, lane)
 
     def configs(self, lane: str, arch: str,
@@ -111,8 +112,6 @@ def bundled(spec: Any, space: Iterable[Config]) -> Any:
     units = getattr(spec, "units", None)
     if units is None:
         return spec
-    from oasr_core.jit.bundles import variant_bundles
-
     primaries = {str(c.params.get("unit", c.id)) for c in space}
     if primaries <= {u.name for u in units}:
         return spec
@@ -123,9 +122,6 @@ def bundled(spec: Any, space: Iterable[Config]) -> Any:
 def cutlass_stamps(impl_hash: str) -> dict[str, str | None]:
     """``Family.soft_validators`` of a CUTLASS family: its generator/headers hash and the
     CUTLASS version (None when no CUTLASS wheel is installed, which marks nothing stale)."""
-    from oasr_core.errors import ToolchainError
-    from oasr_core.jit import cutlass_version
-
     try:
         cutlass = cutlass_version()
     except ToolchainError:

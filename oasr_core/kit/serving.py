@@ -33,9 +33,12 @@ from collections import Counter
 from collections.abc import Callable, Hashable, Iterable
 from typing import Any
 
+from oasr_core import jit as core_jit
 from oasr_core.epoch import EpochMemo
 from oasr_core.errors import OasrError, OasrWarning
 from oasr_core.jit.libraries import Kernels, Libraries
+from oasr_core.kit.production import bundled
+from oasr_core.runtime import get_runtime
 from oasr_core.types import Config
 
 TORCH = "torch"
@@ -92,8 +95,6 @@ class Serving:
         The first bind to a runtime registers a reload listener with it that refreshes the
         production libraries (:meth:`Libraries.refresh`).
         """
-        from oasr_core.runtime import get_runtime
-
         rt = get_runtime()
         if self._watched is not rt:
             with self._lock:
@@ -133,9 +134,6 @@ class Serving:
         serve from torch); units that failed to compile are warned about once and their
         configs are left to the next tier.
         """
-        from oasr_core import jit as core_jit
-        from oasr_core.kit.production import bundled
-
         try:
             spec = bundled(spec_of(lane, arch), self._space(lane))  # as prebuild compiles it
             module = core_jit.load(spec)
@@ -154,9 +152,6 @@ class Serving:
     @staticmethod
     def _space(lane: str) -> tuple[Config, ...]:
         """The registered config space of ``lane`` (empty when no plugin registers it)."""
-        from oasr_core.errors import OasrError
-        from oasr_core.runtime import get_runtime
-
         try:
             return get_runtime().registry.lane(lane).config_space
         except OasrError:

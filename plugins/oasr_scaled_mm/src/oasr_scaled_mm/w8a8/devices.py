@@ -12,6 +12,8 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 
+from oasr_core.runtime import DeviceFacts, current_runtime
+
 DEFAULT_SM_COUNT = {"sm80": 108, "sm86": 84, "sm87": 16, "sm89": 128, "sm90": 132}
 """SMs per arch family when no device can be asked (A100, A10/A40-class, Orin, L4/4090-class,
 H100/H200)."""
@@ -35,8 +37,6 @@ def heuristic_device(arch_families: Sequence[str], default_on: Sequence[str] = (
     """``(arch family, SM count)`` of device ``index`` (default: the current one) when it is
     of one of ``arch_families``, else of the first of ``default_on`` (or ``arch_families``)
     with ``sm_counts`` (108 for an arch it does not list)."""
-    from oasr_core.runtime import DeviceFacts, current_runtime
-
     index = current_index() if index is None else index
     facts = None
     if index is not None:

@@ -12,6 +12,7 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+import oasr_core
 from oasr_core.errors import OasrError
 from oasr_core.layers import activate, dense, served_linear, takes_residual
 from oasr_core.runtime import device_arch_of, get_runtime
@@ -57,8 +58,6 @@ def unquantized_route(serving: Any, family: str, op: str, dtype: str, n: int, k:
     key = (ROUTE, n, k, m, device, variant)
     route = serving.plans.table.get(key)
     if route is None:
-        import oasr_core
-
         arch = on_device(device, lambda: device_arch_of(device))
         try:
             sel = oasr_core.select(family, op, dtype, (n, k), m, arch)
