@@ -89,12 +89,9 @@ def file_sentinel_config(family: Family, lane: Lane, sentinel: Sentinel, problem
         return None, f"belongs to lane {file_lane!r}, not this process's lane {lane.name!r}"
     stamped = stamp.get(DEFAULT_STAMP) if stamp is not None else None
     if not isinstance(stamped, str) or stamped in ("*", lane.default_config):
-        # The lane's own verdict on the shape (whether its default is compiled here is
-        # the op's to say when it launches, as for any served config).
-        if lane.is_feasible(lane.default) and lane.supports(lane.default, problem):
-            return lane.default, None
-        return None, (f"means the lane default {lane.default_config!r} here, which the lane "
-                      "cannot run at this shape")
+        why = lane.unusable_reason(lane.default, problem)
+        return (lane.default, None) if why is None else (
+            None, f"means the lane default {lane.default_config!r} here, and it {why}")
     config = lane.config(stamped)
     if config is None:
         return None, f"was measured as {stamped!r}, which is not in lane {lane.name!r}'s space"

@@ -85,7 +85,7 @@ def test_a_default_region_never_serves_a_default_the_lane_cannot_run(tmp_path, m
     lane = runtime.get_runtime().registry.lane("sm90_conv1d")
     problem = Problem(family="conv1d", op="conv1d_silu", dtype="fp16", dims=dims, m=1)
     assert lane.unusable_reason(lane.default, problem) is not None
-    with pytest.warns(UserWarning, match="means the lane default .* cannot run"):
+    with pytest.warns(UserWarning, match="means the lane default"):
         sel = select("conv1d", "conv1d_silu", "fp16", tuple(v for _, v in dims), 1, "sm90")
     assert sel.config is None or (sel.config.id != lane.default_config
                                   and lane.unusable_reason(sel.config, problem) is None)
