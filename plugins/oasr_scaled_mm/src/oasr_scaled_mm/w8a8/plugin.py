@@ -2,7 +2,8 @@
 ``oasr_linear`` / ``oasr_layer``, built from the :class:`~oasr_scaled_mm.w8a8.formats.Format`
 and the family's modules (``<package>.config_space``, ``.feasibility``, ``.jit``, ``.launch``,
 ``.heuristic``, ``.numerics``, ``.recorder``, ``.bench``, ``.quantize``). A family's
-``hooks.py`` calls these with its format; importing this module imports nothing else.
+``hooks.py`` names the hook implementations of its :class:`Hooks`; importing this module
+imports nothing else.
 """
 
 from __future__ import annotations
@@ -10,6 +11,8 @@ from __future__ import annotations
 import functools
 from collections.abc import Callable
 from typing import Any
+
+from oasr_core import hookimpl
 
 from oasr_scaled_mm.w8a8.formats import Format
 
@@ -71,3 +74,27 @@ def layer_for(fmt: Format, kind: str, dtype: str, quantization: str) -> Callable
     if kind != "LayerNorm" or linear_for(fmt, dtype, quantization) is None:
         return None
     return fmt.module("quantize").layer_norm
+
+
+class Hooks:
+    """The hook implementations of one format's plugin (its ``hooks`` module binds them to
+    module names, the entry point's target): only records and answers, built on first call."""
+
+    def __init__(self, fmt: Format) -> None:
+        self.format = fmt
+
+    @hookimpl
+    def oasr_register_families(self) -> list[Any]:
+        return families(self.format)
+
+    @hookimpl
+    def oasr_register_lanes(self) -> list[Any]:
+        return lanes(self.format)
+
+    @hookimpl
+    def oasr_linear(self, dtype: str, quantization: str) -> Callable[..., Any] | None:
+        return linear_for(self.format, dtype, quantization)
+
+    @hookimpl
+    def oasr_layer(self, kind: str, dtype: str, quantization: str) -> Callable[..., Any] | None:
+        return layer_for(self.format, kind, dtype, quantization)
