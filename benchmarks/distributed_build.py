@@ -1,5 +1,9 @@
 """The sharded build (``oasr tune build --scheduler``) measured: scaling, agreement, a lost worker.
 
+Its figures are build wall times and per-signature times of whole builds; each kernel inside a
+build is timed by the build's own measurement protocol (a separator kernel after every call, its
+cost subtracted), and ``--scripted`` replaces those timings with scripted per-arm costs.
+
 Two subcommands:
 
 ``run``
