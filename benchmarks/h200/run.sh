@@ -47,6 +47,11 @@
 #                    GPU time by kernel class of each compiled forward (h200_compile_*.md, .json);
 #                    E2E_COMPILE_MODELS picks models (default "conformer whisper_encoder
 #                    library_conformer")
+#   e2e-compile-tuned  the compile censuses (benchmarks/census/<model>_compile.json, what
+#                    `oasr tune census --compile` records at batch 8) built for gemm and conv1d
+#                    into a user tier (--e2e-budget; E2E_COMPILE_TIER names an existing tier
+#                    root instead and skips the build), then e2e-compile's arms with that tier
+#                    (h200_compile_<model>_tuned.md, .json; the tier's tables beside them)
 #   gpu-tests-fp8    `pytest -m gpu` of the fp8 plugin: every tile of both lanes, both ops, the
 #                    numerics bound, graphs, torch.compile, the quantizer, the unquantized route
 #   gpu-tests-residual  `pytest -m gpu` of gemm's op gemm_residual (test_gemm_residual_gpu.py):
@@ -138,7 +143,7 @@ for phase in "${PHASES[@]}"; do
   case "$phase" in
     setup|prebuild|gpu-tests|bench-gemm|ncu|bench-scaled-mm|build-table|build-speed|profile|served|engine|e2e|e2e-tuned) ;;
     gpu-tests-fp8|bench-fp8|gpu-tests-quant|e2e-fp8|conv1d|bench-conv1d) ;;
-    gpu-tests-residual|distributed|e2e-compile) ;;
+    gpu-tests-residual|distributed|e2e-compile|e2e-compile-tuned) ;;
     *) die "unknown phase $phase (see --help)" ;;
   esac
 done
@@ -456,22 +461,46 @@ phase_e2e() {
 }
 
 phase_e2e_compile() {
-  local dir=$1 name
+  local dir=$1
   el "production modules of gemm and conv1d"
   timeout 240 python3 -m oasr_core.cli tune prebuild --family gemm --family conv1d \
     --arch 9.0a --jobs 16 --json > "$dir/prebuild.json" 2>&1
   echo "  prebuild rc=$?"
+  compile_arms "$dir" ""
+}
+
+compile_arms() {  # DIR TAG: e2e.py --compile of each E2E_COMPILE_MODELS model
+  local dir=$1 tag=$2 name
   local -A args=([conformer]="--workload conformer --batch 8 --frames 1024"
                  [whisper_encoder]="--workload whisper_encoder --batch 8"
                  [library_conformer]="--model examples.library_conformer:build --batch 8 --frames 1024")
   for name in ${E2E_COMPILE_MODELS:-conformer whisper_encoder library_conformer}; do
     set -- $name ${args[$name]:?unknown model $name}
-    el "e2e --compile $1"
+    el "e2e --compile $1$tag"
     PYTHONPATH=$PYTHONPATH:$PWD timeout 280 python3 benchmarks/e2e.py "${@:2}" --compile \
-      --profile --no-eager --replays "$E2E_REPLAYS" --out "$dir/h200_compile_$1.md" \
-      > "$dir/h200_compile_$1.log" 2>&1
-    echo "  rc=$?"; grep -E "^\| |^compile|^sites|^- agreement|e2e:" "$dir/h200_compile_$1.log"
+      --profile --no-eager --replays "$E2E_REPLAYS" --out "$dir/h200_compile_$1$tag.md" \
+      > "$dir/h200_compile_$1$tag.log" 2>&1
+    echo "  rc=$?"; grep -E "^\| |^compile|^sites|^- agreement|e2e:" "$dir/h200_compile_$1$tag.log"
   done
+}
+
+phase_e2e_compile_tuned() {
+  local dir=$1 user=${E2E_COMPILE_TIER:-} name censuses=()
+  if [ -z "$user" ]; then
+    user=$dir/tier
+    for name in ${E2E_COMPILE_MODELS:-conformer whisper_encoder}; do
+      censuses+=(--census "benchmarks/census/${name}_compile.json")
+    done
+    el "gemm and conv1d built from the compile censuses into $user (budget ${E2E_BUDGET} s each)"
+    for family in gemm conv1d; do
+      timeout $((E2E_BUDGET + 150)) python3 -m oasr_core.cli tune build --family $family \
+        "${censuses[@]}" --thin --max-points 6 --budget-s "$E2E_BUDGET" --fresh \
+        --out "$user/sm90/$family.json" --log "$dir/${family}_compile.jsonl" \
+        --checkpoint "/tmp/oasr_ck_compile_$family.jsonl" 2>&1 | tail -3
+    done
+  fi
+  OASR_TUNE_USER_DB=$user compile_arms "$dir" _tuned
+  tidy "$dir"
 }
 
 phase_e2e_tuned() {
