@@ -191,6 +191,42 @@ def _emit(data: Any, as_json: bool, lines: list[str]) -> None:
 JSON_HELP = "Print the result as JSON instead of text."
 
 
+def name_value(example: str) -> Callable:
+    """A ``callback`` for a repeatable ``NAME=VALUE`` option: each value must hold a name
+    and ``=``, checked when click parses the option, before it complains about the rest of the
+    line (``--dim N 256`` says ``--dim N=256``, not "unexpected extra argument (256)").
+    ``example`` is a well-formed value shown in the message."""
+
+    def check(ctx: click.Context, param: click.Parameter, values: tuple[str, ...]) -> tuple:
+        option = max(param.opts, key=len)
+        for v in values:
+            name, sep, _ = v.partition("=")
+            if not sep or not name:
+                raise click.BadParameter(
+                    f"{v!r}: expected {param.metavar} as one argument, e.g. {option} "
+                    f"{example}", param_hint=option)
+        return values
+
+    return check
+
+
+def missing_files(paths: list[tuple[str, Path]]) -> None:
+    """``click.BadParameter`` naming every path of ``paths`` (``(option, path)`` pairs) that
+    is not a file, not only the first: one line, so one fix covers them all."""
+    missing = [(opt, p) for opt, p in paths if not p.is_file()]
+    if missing:
+        what = "; ".join(f"{p}: {'a directory' if p.is_dir() else 'no such file'}"
+                         for _, p in missing)
+        raise click.BadParameter(what, param_hint=", ".join(dict.fromkeys(o for o, _ in missing)))
+
+
+def existing_files(ctx: click.Context, param: click.Parameter, values: Any) -> Any:
+    """A ``callback`` for a repeatable file option: every value that is not a file named
+    at once (:func:`missing_files`)."""
+    missing_files([(max(param.opts, key=len), Path(v)) for v in values])
+    return values
+
+
 def completer(name: str) -> Callable:
     """A ``shell_complete`` callback: :mod:`oasr_core.commands.complete`'s ``name``."""
 
@@ -267,8 +303,8 @@ def tune() -> None:
               "benchmarks/census/conformer_offline_int8.json")
 @click.option("--arch", default=None, metavar="SMNN", shell_complete=completer("arch_families"),
               help="Arch family, e.g. sm90 (default: this GPU, else every arch the tiers hold).")
-@click.option("--census", "censuses", multiple=True, type=click.Path(path_type=Path,
-              dir_okay=False, exists=True), help="ShapeSet JSON (repeatable): also report, per "
+@click.option("--census", "censuses", multiple=True, type=click.Path(path_type=Path),
+              callback=existing_files, help="ShapeSet JSON (repeatable): also report, per "
               "heuristic-fallback family (the quantized GEMMs), its layers with a tuning entry "
               "and those on the shape heuristic.")
 @click.option("--json", "as_json", is_flag=True, help=JSON_HELP)
@@ -316,6 +352,7 @@ def diff_cmd(state: CliState, a: Path, b: Path, as_json: bool) -> None:
 
     Lines start with + (signature only in B), - (only in A) or ~ (changed).
     """
+    missing_files([("A", a), ("B", b)])
     lines = database.diff_files(_load_any(a), _load_any(b))
     _emit({"a": str(a), "b": str(b), "identical": not lines, "changes": lines}, as_json,
           lines or ["no differences"])
@@ -392,7 +429,7 @@ Examples:
               shell_complete=completer("families"))
 @click.option("--op", required=True, help="Op of the family, e.g. gemm, gemm_activation.")
 @click.option("--dtype", required=True, help="Operand dtype, e.g. fp16, bf16, int8.")
-@click.option("--dim", "dims", multiple=True, metavar="NAME=INT",
+@click.option("--dim", "dims", multiple=True, metavar="NAME=INT", callback=name_value("N=256"),
               help="Static dim of the signature (repeat: --dim N=512 --dim K=256).")
 @click.option("--m", "m", type=click.IntRange(min=1), required=True,
               help="Size on the dynamic axis (M: tokens in the batch).")

@@ -43,20 +43,44 @@ def _path(name: str, value: str) -> str:
     return value
 
 
+def _storage_problem(path: str) -> str | None:
+    """Why nothing can be stored under the existing directory ``path``: a pseudo file system
+    with no blocks (``/proc``, ``/sys``: root's ``os.access`` says yes there, ``mkdir`` says
+    no), else None. Asked with ``statvfs``, writing nothing."""
+    try:
+        fs = os.statvfs(path)
+    except OSError as exc:
+        return f"cannot inspect {path} ({exc.strerror or exc})"
+    if fs.f_blocks == 0:
+        return f"{path} is on a pseudo file system that stores no files"
+    return None
+
+
 def _jit_dir(name: str, value: str) -> str:
-    """A directory, or a path whose nearest existing parent is a directory this user may
-    create entries in (the cache is made on first build; nothing is created here)."""
+    """A directory on a file system that stores files (it may be read-only: a prebuilt cache
+    loads from there), or a path whose nearest existing parent is a directory this user may
+    create entries in, on a writable file system (the cache is made on first build; nothing
+    is created here)."""
     _path(name, value)
     path = os.path.abspath(os.path.expanduser(value))
     if os.path.exists(path):
         if not os.path.isdir(path):
             raise bad_value(name, value, "a directory (this is a file)")
+        problem = _storage_problem(path)
+        if problem is not None:
+            raise bad_value(name, value, f"a directory for the JIT cache ({problem})")
         return value
     parent = os.path.dirname(path)
     while not os.path.exists(parent):
         parent = os.path.dirname(parent)
-    if not os.path.isdir(parent) or not os.access(parent, os.W_OK | os.X_OK):
-        raise bad_value(name, value, f"a directory oasr can create ({parent} does not let it)")
+    if not os.path.isdir(parent):
+        raise bad_value(name, value, f"a directory oasr can create ({parent} is a file)")
+    problem = _storage_problem(parent)
+    if problem is None and (os.statvfs(parent).f_flag & os.ST_RDONLY
+                            or not os.access(parent, os.W_OK | os.X_OK)):
+        problem = f"{parent} is not writable"
+    if problem is not None:
+        raise bad_value(name, value, f"a directory oasr can create ({problem})")
     return value
 
 

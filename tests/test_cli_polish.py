@@ -211,6 +211,22 @@ REPO = Path(__file__).resolve().parents[1]
       "--max-batch-size", "4", "--chunk-size", "16", "--out", "{tmp}/c.json"),
      "an offline census has no chunks"),
     (("-p", "no:gemmm", "plugins"), "no installed plugin is named 'gemmm' (did you mean 'gemm'?)"),
+    (("tune", "select", "--family", "gemm", "--op", "gemm", "--dtype", "fp16", "--dim", "N",
+      "256", "--dim", "K=256", "--m", "16", "--arch", "sm90"),
+     "Invalid value for --dim: 'N': expected NAME=INT as one argument, e.g. --dim N=256"),
+    (("tune", "census", "--workload", "conformer", "--service-mode", "offline",
+      "--max-batch-size", "4", "--out", "{tmp}/c.json", "--param", "layers", "2"),
+     "'layers': expected NAME=VALUE as one argument, e.g. --param layers=4"),
+    (("tune", "evaluate", "--log", "db/sm90/measurements/gemm.jsonl", "--db", "x",
+      "db/sm90/gemm.json"), "'x': expected NAME=PATH as one argument"),
+    (("tune", "diff", "nope1.json", "nope2.json"),
+     "nope1.json: no such file; nope2.json: no such file"),
+    (("tune", "evaluate", "--log", "nope1.jsonl", "--log", "db/sm90/measurements/gemm.jsonl",
+      "--log", "nope2.jsonl"), "nope1.jsonl: no such file; nope2.jsonl: no such file"),
+    (("tune", "evaluate", "--log", "db/sm90/measurements/gemm.jsonl", "--db", "a=nope1.json",
+      "--db", "b=nope2.json"), "--db a=nope1.json, --db b=nope2.json: no such file"),
+    (("tune", "status", "--census", "nope1.json", "--census", "nope2.json"),
+     "nope1.json: no such file; nope2.json: no such file"),
 ])
 def test_each_trial_mistake_is_one_line_and_exit_2(tmp_path, monkeypatch, args, message):
     """With the installed plugins, in process (the real process's exit code and one-line

@@ -193,7 +193,9 @@ def _parse_oasr(args: list[str], *, where: str) -> None:
                 name, command, rest = ctx.command.resolve_command(ctx, rest)
                 ctx = command.make_context(name, rest, parent=ctx)
     except click.BadParameter as exc:
-        if "does not exist" not in exc.format_message():  # written by an earlier GPU step
+        message = exc.format_message()
+        if "does not exist" not in message and "no such file" not in message:
+            # a file an earlier GPU step writes
             pytest.fail(f"{where}: oasr {' '.join(args)}: {exc.format_message()}")
     except click.ClickException as exc:
         pytest.fail(f"{where}: oasr {' '.join(args)}: {exc.format_message()}")

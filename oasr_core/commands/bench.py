@@ -18,7 +18,7 @@ import click
 
 from oasr_core.bench.e2e import E2EOptions, MismatchError, check_scheme, run_e2e
 from oasr_core.census.workloads import find_workload
-from oasr_core.cli import CliState, _fail, completer, handle_errors
+from oasr_core.cli import CliState, _fail, completer, handle_errors, name_value
 from oasr_core.commands.census import _params
 from oasr_core.errors import ConfigurationError
 from oasr_core.plots import e2e_figure
@@ -40,6 +40,7 @@ Examples:
               help="--model input per positional argument, as for `oasr tune census` "
               "('B,T,80', 'B,80,T', 'lengths'). Default B,T,80.")
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
+              callback=name_value("layers=4"),
               help="Factory keyword argument, JSON value (layers=4).")
 @click.option("--batch", type=int, required=True, help="Utterances per forward.")
 @click.option("--frames", type=int, default=None,

@@ -22,7 +22,7 @@ from oasr_core.census.engine import EngineConfig, Ladder, Traffic, parse_concurr
 from oasr_core.census.probe import run_census
 from oasr_core.census.recorder import patches_of
 from oasr_core.census.workloads import ReferenceFactory, find_workload
-from oasr_core.cli import CliState, check_parent, completer, handle_errors
+from oasr_core.cli import CliState, check_parent, completer, handle_errors, name_value
 from oasr_core.database.codec import MAX_DEPTH, parse_text
 from oasr_core.errors import ConfigurationError, DatabaseError
 from oasr_core.types import thaw
@@ -171,6 +171,7 @@ Examples:
               "second for raw audio ('--input B,T --frames-per-second 16000'); default: 10 ms "
               "feature frames. Frame counts of the engine options scale with it.")
 @click.option("--param", "params", multiple=True, metavar="NAME=VALUE",
+              callback=name_value("layers=4"),
               help="Factory keyword argument, JSON value (layers=4, family_ops=false).")
 @click.option("--service-mode", type=click.Choice(["offline", "streaming"]), required=True,
               help="offline: whole utterances batched; streaming: fixed chunks per step.")

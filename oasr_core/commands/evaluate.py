@@ -16,7 +16,7 @@ import click
 
 from oasr_core import database, plots
 from oasr_core import evaluate as ev
-from oasr_core.cli import CliState, completer, handle_errors
+from oasr_core.cli import CliState, completer, existing_files, handle_errors, name_value
 from oasr_core.commands.logs import read_checked
 from oasr_core.errors import ConfigurationError
 
@@ -41,9 +41,11 @@ def _tables(fam, arch: str, dbs: tuple[str, ...], no_system: bool) -> list[tuple
         path = database.tier_path(root, arch, fam) if root is not None else None
         if path is not None and path.exists():
             named.append(("system", path))
-    for name, path in _parse_db(dbs):
-        if not path.is_file():
-            raise ConfigurationError(f"--db {name}={path}: no such file")
+    parsed = _parse_db(dbs)
+    missing = [f"--db {name}={path}" for name, path in parsed if not path.is_file()]
+    if missing:
+        raise ConfigurationError(f"{', '.join(missing)}: no such file")
+    for name, path in parsed:
         if any(n == name for n, _ in named):
             raise ConfigurationError(f"--db {name}: the name is used twice")
         same = next((k for k, (_, p) in enumerate(named) if p.resolve() == path.resolve()), None)
@@ -73,9 +75,10 @@ is time(choice) / time(best measured there) - 1. --plot writes PNG (per signatur
 the oracle and the served choice against M, the served regions shaded) and PNG's stem +
 _regret.png (the regret CDF per selector).""")
 @click.option("--log", "logs", multiple=True, required=True,
-              type=click.Path(path_type=Path, dir_okay=False, exists=True),
+              type=click.Path(path_type=Path), callback=existing_files,
               help="Measurement log (repeatable).")
-@click.option("--db", "dbs", multiple=True, metavar="NAME=PATH", help="A tuning file to score "
+@click.option("--db", "dbs", multiple=True, metavar="NAME=PATH",
+              callback=name_value("new=gemm.json"), help="A tuning file to score "
               "(repeatable), named NAME in the table.")
 @click.option("--family", default=None, shell_complete=completer("families"),
               help="Family (default: the log's only one).")
