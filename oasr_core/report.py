@@ -207,7 +207,7 @@ def tuning_report(arch: str | None = None, families: Iterable[str] | None = None
         for name in names:
             fam = registry.family(name)
             tiers = rt.tiers(fam, a)
-            current = stamps.current_soft_validators(fam)
+            current = stamps.current_soft_validators(fam, probe=False)
             lane = registry.active_lane(name, a)
             states.append(FamilyState(
                 family=name, arch=a, lane=lane.name if lane else None,

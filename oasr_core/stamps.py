@@ -14,6 +14,7 @@ from typing import Any
 
 from oasr_core.errors import PluginError, ToolchainError
 from oasr_core.gpu_probe import gpu_visible
+from oasr_core.jit import toolchains
 from oasr_core.jit.compiler import clear_toolchain_cache, toolchain
 from oasr_core.serialization import Invalid, check_json
 from oasr_core.types import Family, thaw
@@ -35,13 +36,15 @@ def current_sku() -> dict[str, Any] | None:
             "l2": getattr(props, "L2_cache_size", None)}
 
 
-def nvcc_version() -> str | None:
+def nvcc_version(probe: bool = True) -> str | None:
     """The build version (``13.0.88``) of the nvcc the JIT compiles with, found as
     :func:`oasr_core.jit.compiler.toolchain` finds it (``OASR_NVCC``, ``CUDA_HOME``, ``PATH``,
     ``/usr/local/cuda``); None when there is none. The toolchain caches it per process for
-    the current values of those variables."""
+    the current values of those variables. ``probe=False`` runs no nvcc: the version a build
+    recorded or the toolkit's ``version.json`` says (:mod:`oasr_core.jit.toolchains`), else
+    None (unknown: it then makes nothing stale)."""
     try:
-        return toolchain().build_version
+        return toolchain().build_version if probe else toolchains.known().build_version
     except ToolchainError:
         return None
 
@@ -52,11 +55,12 @@ def reset_caches() -> None:
     clear_toolchain_cache()
 
 
-def current_soft_validators(family: Family) -> dict[str, Any]:
+def current_soft_validators(family: Family, probe: bool = True) -> dict[str, Any]:
     """The stamp a write by this process carries: the family's own plus ``sku`` and ``nvcc``.
 
     ``family.soft_validators()`` supplies the family's stamps (``impl_hash``, ``cutlass``);
-    the core adds ``sku`` (None without a GPU) and ``nvcc`` (None without nvcc).
+    the core adds ``sku`` (None without a GPU) and ``nvcc`` (None without nvcc). A reader
+    comparing stamps passes ``probe=False``: no nvcc runs (:func:`nvcc_version`).
     """
     stamps: dict[str, Any] = {}
     if family.soft_validators is not None:
@@ -70,5 +74,5 @@ def current_soft_validators(family: Family) -> dict[str, Any]:
                               "mapping of JSON values") from None
         stamps.update(thaw(own))
     stamps["sku"] = current_sku()
-    stamps["nvcc"] = nvcc_version()
+    stamps["nvcc"] = nvcc_version(probe)
     return stamps

@@ -153,3 +153,60 @@ def test_fresh_builds_keep_a_bounded_number_of_replaced_files(home):
     kept = list((home["user"] / "sm90").glob("gemm.json.replaced-*"))
     assert len(kept) == 3
     json.loads((home["user"] / "sm90" / "gemm.json").read_text())
+
+
+@pytest.mark.parametrize("command", sorted(READ_ONLY))
+def test_a_read_only_command_starts_no_subprocess(home, monkeypatch, command):
+    import subprocess
+
+    from oasr_core import stamps
+
+    stamps.reset_caches()  # no nvcc answer left over from an earlier test in this process
+    started = []
+    real = subprocess.Popen.__init__
+
+    def spy(self, args, *rest, **kwargs):
+        started.append(args)
+        return real(self, args, *rest, **kwargs)
+
+    monkeypatch.setattr(subprocess.Popen, "__init__", spy)
+    proc = _oasr(home, *READ_ONLY[command])
+    assert proc.returncode == 0, proc.stderr
+    assert started == []
+
+
+FAKE_NVCC = """#!/bin/sh
+touch "$0.ran"
+echo "Cuda compilation tools, release 13.0, V13.0.88"
+echo "Build cuda_13.0.r13.0/compiler.1_0"
+"""
+
+
+def test_doctor_and_status_report_the_nvcc_a_build_recorded_without_running_it(home,
+                                                                              monkeypatch):
+    from oasr_core import stamps
+    from oasr_core.jit import compiler, toolchains
+
+    nvcc = home["home"] / "nvcc"
+    nvcc.write_text(FAKE_NVCC)
+    nvcc.chmod(0o755)
+    ran = home["home"] / "nvcc.ran"
+    monkeypatch.setenv("OASR_NVCC", str(nvcc))
+    stamps.reset_caches()
+    assert "version unknown until a build records it" in _oasr(home, "doctor").stdout
+    assert stamps.nvcc_version(probe=False) is None
+
+    toolchains.record(home["jit"], compiler.toolchain())  # what a link does
+    ran.unlink()
+    stamps.reset_caches()
+    text = _oasr(home, "doctor").stdout
+    assert f"nvcc      13.0.88 at {nvcc} (recorded by a build)" in text
+    assert stamps.nvcc_version(probe=False) == "13.0.88"
+    assert _oasr(home, "tune", "status", "--arch", "sm90").returncode == 0
+    assert not ran.exists()
+
+    nvcc.write_text(FAKE_NVCC.replace("V13.0.88", "V13.0.99"))  # another nvcc at that path
+    assert "version unknown" in _oasr(home, "doctor").stdout
+    assert not ran.exists()
+    assert "nvcc      13.0.99 at" in _oasr(home, "doctor", "--probe-nvcc").stdout
+    assert ran.exists()

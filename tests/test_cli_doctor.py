@@ -93,3 +93,25 @@ def test_render_marks_missing_tools():
     assert "nvcc      MISSING: nvcc not found" in text
     assert "CUTLASS   MISSING: no wheel" in text
     assert "blocked: gemm" in text
+
+
+def test_a_jit_cache_the_loader_would_refuse_is_named_and_exit_1(run, tmp_path):
+    root = tmp_path / "jit"
+    root.mkdir()
+    root.chmod(0o777)
+    res = run()
+    assert res.exit_code == 1
+    assert f"JIT cache {root} UNUSABLE: {root} is writable by group and others" in res.stdout
+    assert res.stderr.startswith(f"error: JIT cache {root} (OASR_JIT_DIR): ")
+    assert len(res.stderr.splitlines()) == 1
+
+
+@pytest.mark.parametrize("value", ["/proc/oasr-jit", "/proc", "/sys/oasr/jit"])
+def test_a_jit_dir_no_file_can_be_stored_in_is_exit_2_naming_the_variable(value, tmp_path):
+    proc = subprocess.run([sys.executable, "-m", "oasr_core.cli", "doctor"],
+                          capture_output=True, text=True, timeout=120,
+                          env={**os.environ, "OASR_JIT_DIR": value,
+                               "OASR_TUNE_USER_DB": str(tmp_path / "u")})
+    assert proc.returncode == 2
+    assert proc.stderr.startswith(f"error: OASR_JIT_DIR={value!r} is not allowed")
+    assert "pseudo file system" in proc.stderr and len(proc.stderr.splitlines()) == 1

@@ -264,6 +264,15 @@ def test_second_build_is_all_cache_hits_without_nvcc(built_env) -> None:
     assert len(compiles(built_env.log)) == before
 
 
+def test_a_link_records_its_toolchain_for_reports_that_run_no_nvcc(built_env) -> None:
+    from oasr_core.jit import toolchains
+
+    known = toolchains.known()
+    assert known.source == "recorded by a build"
+    assert known.toolchain == jit.toolchain()
+    assert known.build_version == jit.toolchain().build_version
+
+
 def test_retry_failed_recompiles_only_the_failed_unit(built_env) -> None:
     before = compiles(built_env.log)
     retried = jit.build(built_env.spec, retry_failed=True)

@@ -32,8 +32,10 @@ def arch_family_of(arch: str) -> str:
     return f"sm{digits}"
 
 
-def collect_specs(registry, families: tuple[str, ...], arch: str, scope: str) -> list:
-    """The JIT specs of ``families`` on ``arch`` (a canonical arch).
+def collect_specs(registry, families: tuple[str, ...], arch: str, scope: str,
+                  tc: jit.Toolchain | None = None) -> list:
+    """The JIT specs of ``families`` on ``arch`` (a canonical arch), each once (by its key
+    for toolchain ``tc``; default: the one :func:`oasr_core.jit.toolchain` probes).
 
     ``production``: the production modules of the lane that serves each family there
     (``Registry.active_lane``), the only modules a process loads to serve ops; the other
@@ -57,8 +59,9 @@ def collect_specs(registry, families: tuple[str, ...], arch: str, scope: str) ->
             if lane.jit_specs is None:
                 continue
             for spec in lane.jit_specs(arch_f, scope):
-                if spec.key not in seen:
-                    seen.add(spec.key)
+                key = plan(spec, tc).key
+                if key not in seen:
+                    seen.add(key)
                     specs.append(spec)
     return specs
 

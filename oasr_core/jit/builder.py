@@ -27,7 +27,7 @@ from typing import Any
 import attrs
 
 from oasr_core.errors import OasrError, ToolchainError
-from oasr_core.jit import cache, trust
+from oasr_core.jit import cache, toolchains, trust
 from oasr_core.jit.spec import LINK_FLAGS, JitSpec, Plan, PlannedUnit, plan
 
 ERROR_HEAD = 2000
@@ -454,6 +454,7 @@ def _link(p: Plan, root: Path, units: dict[str, UnitStatus], started: float) -> 
         os.replace(tmp, library)
     finally:
         tmp.unlink(missing_ok=True)
+    toolchains.record(root, p.toolchain)
     declared = {s for pu in good for s in pu.unit.exports}
     cache.write_json(cache.manifest_path(root, p.spec.name, p.key), {
         "schema_version": cache.MANIFEST_SCHEMA_VERSION,

@@ -140,6 +140,17 @@ def toolchain() -> Toolchain:
     )
 
 
+def find_nvcc() -> Path:
+    """The nvcc :func:`toolchain` would probe, found without running it (``OASR_NVCC``,
+    ``CUDA_HOME``, ``PATH``, ``/usr/local/cuda``). Raises :class:`ToolchainError` as
+    :func:`toolchain` does when there is none."""
+    return _find_nvcc(
+        os.environ.get("OASR_NVCC") or None,
+        os.environ.get("CUDA_HOME") or os.environ.get("CUDA_PATH") or None,
+        os.environ.get("PATH", ""),
+    )
+
+
 @functools.lru_cache(maxsize=8)
 def _toolchain(override: str | None, cuda_home: str | None, path: str) -> Toolchain:
     nvcc = _find_nvcc(override, cuda_home, path)

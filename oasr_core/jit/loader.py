@@ -21,6 +21,7 @@ import attrs
 from oasr_core.errors import JitBuildError
 from oasr_core.jit import cache, trust
 from oasr_core.jit.builder import BuildStatus, build_plan, first_error
+from oasr_core.jit.compiler import Toolchain
 from oasr_core.jit.spec import JitSpec, plan
 
 
@@ -61,11 +62,11 @@ class LoadedModule:
         raise JitBuildError(f"module {self.name} has no export {export!r}")
 
 
-def is_prebuilt(spec: JitSpec) -> bool:
+def is_prebuilt(spec: JitSpec, tc: Toolchain | None = None) -> bool:
     """Whether the library of ``spec`` is in the cache (``load(spec, build_missing=False)``
     would find it); raises :class:`~oasr_core.errors.ToolchainError` without nvcc, whose
-    identity is part of the key."""
-    return cache.read_manifest(cache.cache_dir(), spec.name, plan(spec).key) is not None
+    identity is part of the key. ``tc``: the toolchain to key it for (default: probed)."""
+    return cache.read_manifest(cache.cache_dir(), spec.name, plan(spec, tc).key) is not None
 
 
 def load(spec: JitSpec, *, build_missing: bool = True, jobs: int | None = None) -> LoadedModule:

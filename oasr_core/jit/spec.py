@@ -206,16 +206,19 @@ class Plan:
         ]
 
 
-def plan(spec: JitSpec) -> Plan:
+def plan(spec: JitSpec, tc: Toolchain | None = None) -> Plan:
     """Resolve ``spec``: find the toolchain (and CUTLASS if asked), hash units and headers.
 
     Every module's include path ends with the plugin kit's headers (``oasr_kit/*.cuh``,
     :data:`oasr_core.jit.kit.INCLUDE_DIR`); those a unit includes enter its key like its own.
 
+    ``tc`` is the toolchain to key it for (default: the one :func:`toolchain` probes; a
+    report passes the one a build recorded, :mod:`oasr_core.jit.toolchains`).
+
     Raises :class:`ToolchainError` when nvcc or CUTLASS is missing and
     :class:`ConfigurationError` when an include dir or listed header does not exist.
     """
-    tc = toolchain()
+    tc = toolchain() if tc is None else tc
     own_dirs = tuple(dict.fromkeys(
         (*(str(Path(d).resolve()) for d in spec.include_dirs), str(KIT_INCLUDE_DIR))))
     for d in own_dirs:
