@@ -14,7 +14,10 @@ Operator switches, read when a manager is built:
     load no entry point, except those ``OASR_PLUGINS`` names.
 ``OASR_STRICT_PLUGINS=1``
     every plugin warning becomes an error (:class:`~oasr_core.errors.PluginLoadError` for a
-    plugin that does not load, :class:`~oasr_core.errors.PluginError` for the rest).
+    plugin that does not load or loads slowly, :class:`~oasr_core.errors.PluginError` for
+    the rest), raised while the plugins load: a family's conflicting default-lane claims
+    included (:meth:`oasr_core.registry.Registry.from_plugin_manager`), not only when the
+    family's lane is first resolved.
 ``OASR_TRACE_PLUGINS=1``
     log every hook call at DEBUG level (pluggy tracing).
 
@@ -35,6 +38,7 @@ import importlib.metadata
 import logging
 import os
 import re
+import time
 from collections.abc import Collection, Iterable
 from typing import Any
 
@@ -49,6 +53,11 @@ from oasr_core.variables import check_environment
 log = logging.getLogger(__name__)
 
 ENTRY_POINT_GROUP = "oasr"
+SLOW_IMPORT_S = 5.0
+"""An entry point whose import takes longer than this many seconds is reported (an error
+under ``OASR_STRICT_PLUGINS=1``): every oasr command and process waits for it. The
+first-party plugins import in under 0.1 s (their hooks import torch and CUTLASS lazily);
+the bound leaves a loaded machine with a cold file cache fifty times that."""
 
 
 def env_flag(name: str) -> bool:
@@ -233,7 +242,9 @@ class OasrPluginManager(pluggy.PluginManager):
     def _load_one(self, ep: importlib.metadata.EntryPoint) -> int:
         dist = describe_distribution(ep.dist)
         try:
+            started = time.perf_counter()
             plugin = ep.load()
+            seconds = time.perf_counter() - started
             self.register(plugin, name=ep.name)
         except (Exception, SystemExit) as exc:  # a plugin calling sys.exit() must not end the host
             if self.has_plugin(ep.name):
@@ -247,7 +258,20 @@ class OasrPluginManager(pluggy.PluginManager):
             return 0
         if ep.dist is not None:
             self._distributions[ep.name] = ep.dist
+        if seconds > SLOW_IMPORT_S:
+            self._slow(ep.name, dist, seconds)
         return 1
+
+    def _slow(self, name: str, dist: str, seconds: float) -> None:
+        """Report a plugin whose import took ``seconds`` (over :data:`SLOW_IMPORT_S`); under
+        strict, unregister it and raise."""
+        what = (f"{who(name, dist)} took {seconds:.1f} s to import (the bound is "
+                f"{SLOW_IMPORT_S:g} s): every oasr command waits for it")
+        if self.strict:
+            self.unregister(name=name)
+            raise PluginLoadError(f"{what}; it is refused (OASR_STRICT_PLUGINS=1)")
+        self.report(f"{what}; make its import lazy (OASR_STRICT_PLUGINS=1 refuses it; "
+                    f"-p no:{name} or OASR_PLUGINS leave it out)")
 
     def _load_failure(self, name: str, dist: str, exc: BaseException, what: str) -> None:
         error = _one_line(exc)

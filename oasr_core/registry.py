@@ -243,7 +243,7 @@ class Registry:
             del lanes[name]
         providers = {("family", n): p for n, (_, p) in families.items()}
         providers.update({("lane", n): p for n, (_, p) in lanes.items()})
-        return cls(
+        registry = cls(
             pm=pm,
             families={n: r for n, (r, _) in families.items()},
             lanes={n: r for n, (r, _) in lanes.items()},
@@ -251,6 +251,20 @@ class Registry:
             strict=strict,
             providers=providers,
         )
+        if strict:
+            registry.check_default_claims()
+        return registry
+
+    def check_default_claims(self) -> None:
+        """Resolve every (family, arch) where several lanes claim ``default_on``: under
+        ``strict`` a claim the family's owner does not make, or a tie nobody settles, raises
+        :class:`PluginError` here, when the plugins load, and not first when a shape of that
+        family is resolved (:meth:`active_lane`, which this calls)."""
+        for family in self.families:
+            lanes = self.lanes_of(family)
+            for arch in sorted({a for lane in lanes for a in lane.default_on}):
+                if sum(arch in lane.default_on for lane in lanes) > 1:
+                    self.active_lane(family, arch)
 
     def family(self, name: str) -> Family:
         """The family ``name``; :class:`UnknownFamilyError` lists what is available."""

@@ -105,7 +105,8 @@ def test_a_jit_dir_that_cannot_be_one_is_one_line_naming_the_variable(tmp_path, 
     afile = tmp_path / "file"
     afile.write_text("")
     for value, allowed in ((afile, "a directory (this is a file)"),
-                           (afile / "jit", f"a directory oasr can create ({afile} does not")):
+                           (afile / "jit", f"a directory oasr can create ({afile} is a file)"),
+                           ("/proc/oasr-jit", "/proc is on a pseudo file system")):
         monkeypatch.setenv("OASR_JIT_DIR", str(value))
         with pytest.raises(ConfigurationError, match="OASR_JIT_DIR=") as caught:
             check_environment()

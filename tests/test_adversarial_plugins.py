@@ -153,3 +153,63 @@ def test_strict_mode_refuses_a_name_conflict(hijack_site):
     assert strict.returncode == 2 and "Traceback" not in strict.stderr
     lines = strict.stderr.strip().splitlines()
     assert len(lines) == 1 and "aaa-ep-gemm" in lines[0] and "oasr-gemm" in lines[0]
+
+
+CLAIM_DEFAULT = """
+    import attrs
+    from oasr_core import hookimpl
+
+    @hookimpl
+    def oasr_register_lanes():
+        from oasr_gemm import hooks
+        lane = next(l for l in hooks.oasr_register_lanes() if l.name == "sm90_wgmma")
+        space = tuple(attrs.evolve(c, lane="aaa_claim") for c in lane.config_space[:2])
+        return [attrs.evolve(lane, name="aaa_claim", default_on=("sm90",), config_space=space,
+                             default_config=space[0].id)]
+"""
+
+
+@pytest.fixture(scope="module")
+def claim_site(tmp_path_factory):
+    """A distribution adding a lane of gemm (a name of its own) that claims the default on
+    sm90, which oasr-gemm's sm90_wgmma is."""
+    root = tmp_path_factory.mktemp("claim-site")
+    make_distribution(root, "aaa-claim", entry_points={"claim": "rel_claim"},
+                      modules={"rel_claim": CLAIM_DEFAULT})
+    return root
+
+
+def test_a_default_lane_claim_is_refused_at_startup_under_strict(claim_site):
+    proc = oasr(claim_site, *SELECT)
+    assert json_out(proc)["lane"] == "sm90_wgmma"
+    assert any("aaa_claim" in x and "owner's lane is the default" in x
+               for x in proc.stderr.splitlines())
+    assert oasr(claim_site, "plugins").returncode == 0
+    # Strict: refused when the plugins load, by commands that resolve no gemm shape too.
+    for args in (("plugins",), ("tune", "status", "--arch", "sm80"), SELECT):
+        strict = oasr(claim_site, *args, OASR_STRICT_PLUGINS="1")
+        assert strict.returncode == 2 and "Traceback" not in strict.stderr, args
+        lines = strict.stderr.strip().splitlines()
+        assert len(lines) == 1 and "lane 'aaa_claim'" in lines[0], lines
+        assert "claims to be the default for family 'gemm' on sm90" in lines[0]
+
+
+def test_a_slow_import_is_reported_and_refused_under_strict(tmp_path, monkeypatch):
+    from oasr_core import plugins
+    from oasr_core.errors import PluginLoadError
+
+    make_distribution(tmp_path, "aaa-slow", entry_points={"slow": "rel_slow"},
+                      modules={"rel_slow": "import time\ntime.sleep(0.3)\n"})
+    monkeypatch.syspath_prepend(str(tmp_path))
+    monkeypatch.setattr(plugins, "SLOW_IMPORT_S", 0.2)
+    monkeypatch.setenv("OASR_PLUGINS", "slow")
+    reported = []
+    monkeypatch.setattr(plugins.OasrPluginManager, "report",
+                        lambda self, message, **kw: reported.append(message))
+    pm = plugins.make_plugin_manager(strict=False)
+    assert pm.get_plugin("slow") is not None
+    assert len(reported) == 1 and reported[0].startswith(
+        "plugin 'slow' (aaa-slow 1.0) took 0.") and "the bound is 0.2 s" in reported[0]
+    monkeypatch.delitem(__import__("sys").modules, "rel_slow")
+    with pytest.raises(PluginLoadError, match=r"plugin 'slow' \(aaa-slow 1.0\) took .* refused"):
+        plugins.make_plugin_manager(strict=True)

@@ -170,7 +170,6 @@ def test_capture_files_merge_into_the_census(tmp_path):
     (("--model", "no_such_pkg_xyz.mod:build"), "cannot import 'no_such_pkg_xyz.mod'"),
     (("--model", "not-a-spec"), "expected package.module:factory"),
     (("--workload", "conformer", "--input", "B,T,80"), "--input, --fixed-frames and"),
-    (("--workload", "conformer", "--param", "2x"), "--param '2x'"),
     (("--workload", "conformer", "--param", "depth=3"), "cannot build it"),
     (("--workload", "conformer", "--concurrency", "1:1"), "--concurrency weights streaming"),
     (("--workload", "conformer", "--batch-buckets", "2,x"), "--batch-buckets"),
