@@ -197,6 +197,9 @@ REPO = Path(__file__).resolve().parents[1]
     (("tune", "select", "--family", "gemm", "--op", "gemm", "--dtype", "fp16", "--dim",
       "N=-256", "--dim", "K=256", "--m", "16", "--arch", "sm90"), "a dim is never negative"),
     (("tune", "status", "--arch", "sm999"), "no installed lane runs on sm999"),
+    (("tune", "prebuild", "--family", "gemm", "--arch", "99.9"),
+     "no lane of family 'gemm' runs on sm999 (nvcc target 999a); its lanes run on sm80, sm86, "
+     "sm89, sm90, e.g. --arch 90a"),
     (("tune", "status", "--census", "db/sm90/gemm.json"), "this is a tuning file"),
     (("tune", "build", "--family", "scaled_mm", "--from-log",
       "db/sm90/measurements/gemm.jsonl", "--out", "{tmp}/x.json"),

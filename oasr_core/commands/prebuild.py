@@ -50,8 +50,11 @@ def collect_specs(registry, families: tuple[str, ...], arch: str, scope: str,
         lanes = registry.lanes_of(name, arch_f)
         if not lanes:
             runs_on = sorted({a for lane in registry.lanes_of(name) for a in lane.arch_families})
-            raise ConfigurationError(f"--arch {arch}: no lane of family {name!r} runs on "
-                                     f"{arch_f} (its lanes run on {', '.join(runs_on)})")
+            example = jit.family_target(runs_on[-1]) if runs_on else None
+            raise ConfigurationError(
+                f"no lane of family {name!r} runs on {arch_f} (nvcc target {arch}); its lanes "
+                f"run on {', '.join(runs_on) or 'nothing'}"
+                + (f", e.g. --arch {example}" if example else ""))
         if scope == "production":
             active = registry.active_lane(name, arch_f)
             lanes = (active,) if active is not None else lanes
