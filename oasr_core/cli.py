@@ -236,8 +236,10 @@ def completer(name: str) -> Callable:
     return call
 
 
-def _plugin_lines(rows: list[dict[str, Any]], failures: list[dict[str, Any]]) -> list[str]:
-    """``oasr plugins`` as aligned columns; blocked plugins on a line of their own."""
+def _plugin_lines(rows: list[dict[str, Any]], failures: list[dict[str, Any]],
+                  verbose: bool = False) -> list[str]:
+    """``oasr plugins`` as aligned columns; blocked plugins on a line of their own; with
+    ``verbose`` (``oasr -v plugins``) each plugin's hooks under its row."""
     loaded = [r for r in rows if r.get("status") != "blocked"]
     table = []
     for row in loaded:
@@ -251,9 +253,13 @@ def _plugin_lines(rows: list[dict[str, Any]], failures: list[dict[str, Any]]) ->
     if table:
         head = ("plugin", "distribution", "families", "lanes")
         widths = [max(len(r[k]) for r in [head, *table]) for k in range(3)]
-        for r in [head, *table]:
+        lines.append("  ".join(c.ljust(w) for c, w in zip(head[:3], widths, strict=True))
+                     + "  " + head[3])
+        for r, row in zip(table, loaded, strict=True):
             lines.append("  ".join(c.ljust(w) for c, w in zip(r[:3], widths, strict=True))
                          + "  " + r[3])
+            if verbose:
+                lines.append(f"    hooks: {', '.join(row.get('hooks', ())) or 'none'}")
     for row in rows:
         if row.get("status") == "blocked":
             lines.append(f"blocked: {row['name']} (-p no:{row['name']})")
@@ -273,7 +279,7 @@ def plugins_cmd(state: CliState, as_json: bool) -> None:
     rows = registry.describe()
     failures = [attrs.asdict(f) for f in registry.failures]
     _emit({"plugins": rows, "failures": failures}, as_json,
-          _plugin_lines(rows, failures) or ["no plugins loaded"])
+          _plugin_lines(rows, failures, state.verbose) or ["no plugins loaded"])
 
 
 TUNE_COMMANDS = {

@@ -61,8 +61,8 @@ def test_version_and_short_help(run):
 
 def test_verbose_after_the_subcommand(run, monkeypatch):
     seen = {}
-    monkeypatch.setattr(cli, "_plugin_lines", lambda rows, failures: seen.setdefault(
-        "verbose", click.get_current_context().find_object(cli.CliState).verbose) and [])
+    monkeypatch.setattr(cli, "_plugin_lines", lambda rows, failures, verbose: seen.setdefault(
+        "verbose", verbose) and [])
     res = run("plugins", "-v")
     assert res.exit_code == 0 and seen["verbose"] is True
 
@@ -150,6 +150,10 @@ def test_plugins_columns_align_and_blocked_plugins_are_marked():
     assert "oasr-core (built in)" in lines[2]
     assert lines[3] == "blocked: scaled_mm (-p no:scaled_mm)"
     assert not any(line.startswith("scaled_mm") for line in lines)
+    rows[0]["hooks"] = ["oasr_linear", "oasr_register_lanes"]
+    verbose = cli._plugin_lines(rows, [], verbose=True)
+    assert verbose[:5] == [lines[0], lines[1], "    hooks: oasr_linear, oasr_register_lanes",
+                           lines[2], "    hooks: none"]
 
 
 def test_completion_of_families_lanes_and_arches(run):
