@@ -10,7 +10,16 @@ serves its ops and keeps its per-epoch state:
   torch fallbacks, warn-once per epoch, its loaded production libraries, refresh on reload;
 - :mod:`oasr_core.kit.calls`: :class:`PreparedCall`, one kernel's call at one shape,
   launched on the operands' device and torch's current stream;
-- :mod:`oasr_core.kit.launching`: the torch-side helpers of an ops module (imports torch);
+- :mod:`oasr_core.kit.ops`: the skeleton of a family's ops module (imports torch): the torch
+  path counted by reason and the refused call (:class:`~oasr_core.kit.ops.TorchPath`), the
+  miss path (:func:`~oasr_core.kit.ops.resolve`), out checks, custom-op and fake registration
+  (:func:`~oasr_core.kit.ops.custom_op`);
+- :mod:`oasr_core.kit.binding`: a config's launcher and workspace query bound from their
+  declared ctypes argument types (:func:`~oasr_core.kit.binding.bind_launcher`);
+- :mod:`oasr_core.kit.weights`: the prepared-weight cache (a weight's kernel-ready form kept
+  on its owner, remade when the weight changes, never made during graph capture);
+- :mod:`oasr_core.kit.lazy`: a family package's lazy ``__init__``
+  (:func:`~oasr_core.kit.lazy.lazy_attributes`);
 - :mod:`oasr_core.kit.workspace`: :class:`WorkspacePool`, grow-only buffers per (device,
   stream);
 - :mod:`oasr_core.kit.production`: :class:`ProductionSet`, the production compile set of a
@@ -25,7 +34,7 @@ serves its ops and keeps its per-epoch state:
 What only quantized W8A8 families need (the row quantizer, tile ladders, the scaled GEMM C ABI,
 the weight cache) is not here: it is the W8A8 code base its plugins share.
 
-Importing the kit (all but :mod:`~oasr_core.kit.launching`) imports no torch and builds no
+Importing the kit (all but :mod:`~oasr_core.kit.ops`) imports no torch and builds no
 runtime; the names above load their module on first access.
 """
 

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import torch
+from oasr_core.kit.weights import held
 from oasr_core.plugins import make_plugin_manager
 from torch import nn
 
@@ -32,16 +33,16 @@ def test_the_int8_weight_is_computed_once_and_follows_changes():
     layer = _layer(bias=False)
     x = torch.randn(3, 64)
     quantize.quantized_linear(x, layer)
-    state = getattr(layer, quantize.CACHE_ATTR)
+    state = held(layer, quantize.CACHE_ATTR)
     assert state.weight.dtype == torch.int8 and state.weight.shape == (96, 64)
     assert state.scale.dtype == torch.float32 and state.scale.shape == (96,)
     assert state.bias is None
     quantize.quantized_linear(x, layer)
-    assert getattr(layer, quantize.CACHE_ATTR) is state
+    assert held(layer, quantize.CACHE_ATTR) is state
     with torch.no_grad():
         layer.weight.mul_(2)
     quantize.quantized_linear(x, layer)
-    fresh = getattr(layer, quantize.CACHE_ATTR)
+    fresh = held(layer, quantize.CACHE_ATTR)
     assert fresh is not state and torch.equal(fresh.weight, state.weight)
     assert torch.allclose(fresh.scale, 2 * state.scale)
     assert quantize.CACHE_ATTR not in dict(layer.named_parameters())
@@ -60,10 +61,10 @@ def test_meta_tensors_stay_on_meta():
     x = torch.empty(2, 5, 64, device="meta", dtype=torch.bfloat16)
     y = quantize.quantized_linear(x, layer)
     assert y.shape == (2, 5, 96) and y.dtype == torch.bfloat16 and y.device.type == "meta"
-    state = getattr(layer, quantize.CACHE_ATTR)
+    state = held(layer, quantize.CACHE_ATTR)
     assert state.weight.dtype == torch.int8 and state.weight.device.type == "meta"
     assert quantize.quantized_linear(x, layer).shape == y.shape
-    assert getattr(layer, quantize.CACHE_ATTR) is state
+    assert held(layer, quantize.CACHE_ATTR) is state
 
 
 def test_the_hook_answers_int8_w8a8_at_half_dtypes_only():

@@ -7,6 +7,7 @@ import math
 
 import pytest
 import torch
+from oasr_core.kit.weights import held
 
 from oasr_scaled_mm_fp8 import config_space as cs
 from oasr_scaled_mm_fp8 import numerics, ops, recorder, reference
@@ -152,12 +153,12 @@ def test_the_layers_fp8_weight_is_cached_until_the_weight_changes():
     layer = torch.nn.Linear(96, 64).to(torch.bfloat16)
     x = torch.randn(5, 96, dtype=torch.bfloat16)
     quantize.quantized_linear(x, layer)
-    state = getattr(layer, quantize.CACHE_ATTR)
+    state = held(layer, quantize.CACHE_ATTR)
     assert state.weight.dtype == E4M3 and state.bias.dtype == torch.float32
     quantize.quantized_linear(x, layer)
-    assert getattr(layer, quantize.CACHE_ATTR) is state
+    assert held(layer, quantize.CACHE_ATTR) is state
     with torch.no_grad():
         layer.weight.mul_(2)
     quantize.quantized_linear(x, layer)
-    assert getattr(layer, quantize.CACHE_ATTR) is not state
+    assert held(layer, quantize.CACHE_ATTR) is not state
     assert quantize.CACHE_ATTR not in layer.state_dict()

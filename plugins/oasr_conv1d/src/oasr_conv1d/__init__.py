@@ -15,7 +15,7 @@ the ops module loads on first attribute access.
 
 from __future__ import annotations
 
-from typing import Any
+from oasr_core.kit.lazy import lazy_attributes
 
 __version__ = "0.1.0"
 
@@ -23,10 +23,4 @@ _LAZY = {"conv1d", "conv1d_activation", "stats", "reset_stats"}
 
 __all__ = ["__version__", *sorted(_LAZY)]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        from oasr_conv1d import ops
-
-        return getattr(ops, name)
-    raise AttributeError(f"module 'oasr_conv1d' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, "ops", _LAZY)

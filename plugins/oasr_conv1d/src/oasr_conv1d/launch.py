@@ -22,6 +22,7 @@ from typing import Any
 import attrs
 from oasr_core.jit import kit
 from oasr_core.kit import BufferKind, LaunchError, Serving, WorkspacePool
+from oasr_core.kit.binding import bind_launcher, status_text
 from oasr_core.kit.calls import PreparedCall
 from oasr_core.types import Config
 
@@ -77,12 +78,8 @@ class Kernel:
     @classmethod
     def bind(cls, module: Any, config: Config) -> Kernel:
         """Bind ``config``'s symbols in a :class:`oasr_core.jit.LoadedModule` (raises if absent)."""
-        name = symbol(config)
-        fn = module.function(name)
-        fn.argtypes, fn.restype = _LAUNCH_ARGTYPES, ctypes.c_int32
-        ws = module.function(name + "_workspace")
-        ws.argtypes, ws.restype = _WORKSPACE_ARGTYPES, ctypes.c_int64
-        return cls(config, fn, ws)
+        return cls(config, *bind_launcher(module, symbol(config), _LAUNCH_ARGTYPES,
+                                          _WORKSPACE_ARGTYPES))
 
     def prepare(self, geometry: Geometry, dtype: str, activation: str | None, *,
                 pdl: bool | None = None) -> ConvPlan:
@@ -126,11 +123,6 @@ def describe(g: Geometry) -> str:
     """``B=8 T=3000 Cin=80 Cout=512 k=3 stride=1 pad=1 dil=1 groups=1``."""
     return (f"B={g.batch} T={g.t_in} Cin={g.c_in} Cout={g.c_out} k={g.kernel} "
             f"stride={g.stride} pad={g.pad} dil={g.dilation} groups={g.groups}")
-
-
-def status_text(status: int) -> str:
-    """What a launcher status code means."""
-    return kit.STATUS.get(status, f"unknown status {status}")
 
 
 def reserve_workspace(scratch_bytes: int = 16 << 20, device: int | None = None,

@@ -32,6 +32,7 @@ from typing import Any
 
 import torch
 from oasr_core.kit import TORCH
+from oasr_core.kit.ops import custom_op, torch_path
 from oasr_core.runtime import device_arch_of
 
 from oasr_conv1d import launch, weights
@@ -88,11 +89,16 @@ def conv1d_activation(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     return _run(op, activation, x, weight, bias, stride, padding, dilation, groups)
 
 
-def _torch_path(reason: str, activation: str | None, x: torch.Tensor, weight: torch.Tensor,
-                bias: torch.Tensor | None, stride: Any, padding: Any, dilation: Any,
-                groups: int) -> torch.Tensor:
-    _FALLBACKS["torch:" + reason] += 1
+def _conv(activation: str | None, x: torch.Tensor, weight: torch.Tensor,
+          bias: torch.Tensor | None, stride: Any, padding: Any, dilation: Any,
+          groups: int) -> torch.Tensor:
+    """The torch path: what a model does (:func:`oasr_conv1d.numerics.torch_conv`)."""
     return torch_conv(x, weight, bias, stride, padding, dilation, groups, activation)
+
+
+_torch_path = torch_path(SERVING, _conv)
+"""``_torch_path(reason, activation, x, weight, bias, stride, padding, dilation, groups)``:
+:func:`_conv`, counted."""
 
 
 def _unsupported(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
@@ -157,9 +163,9 @@ def _run(op: str, activation: str | None, x: torch.Tensor, weight: torch.Tensor,
         return _torch_path("misaligned", activation, x, weight, bias, s, p, d, groups)
     status = plan(dev, x_ptr, w_ptr, b_ptr, o_ptr)
     if status:
-        SERVING.refused(key, plan.config, launch.status_text(status),
-                        f"op={op} {launch.describe(plan.geometry)}")
-        return _torch_path("refused", activation, x, weight, bias, s, p, d, groups)
+        return _torch_path.refused(key, plan.config, launch.status_text(status),
+                                   f"op={op} {launch.describe(plan.geometry)}", activation, x,
+                                   weight, bias, s, p, d, groups)
     return out
 
 
@@ -186,26 +192,17 @@ def _fake_out(x, weight, stride, padding, dilation):
     return x.new_empty((x.shape[0], t_out, weight.shape[0]))
 
 
-@torch.library.custom_op("oasr::conv1d", mutates_args=(),
-                         schema="(Tensor x, Tensor weight, Tensor? bias, int stride, int padding, "
-                                "int dilation, int groups) -> Tensor")
-def _conv1d_op(x, weight, bias, stride, padding, dilation, groups):
-    return _run("conv1d", None, x, weight, bias, stride, padding, dilation, groups)
-
-
-@_conv1d_op.register_fake
-def _conv1d_fake(x, weight, bias, stride, padding, dilation, groups):
-    return _fake_out(x, weight, stride, padding, dilation)
-
-
-@torch.library.custom_op("oasr::conv1d_activation", mutates_args=(),
-                         schema="(Tensor x, Tensor weight, Tensor? bias, str activation, "
-                                "int stride, int padding, int dilation, int groups) -> Tensor")
-def _conv1d_activation_op(x, weight, bias, activation, stride, padding, dilation, groups):
-    return _run(op_name(activation), activation, x, weight, bias, stride, padding, dilation,
-                groups)
-
-
-@_conv1d_activation_op.register_fake
-def _conv1d_activation_fake(x, weight, bias, activation, stride, padding, dilation, groups):
-    return _fake_out(x, weight, stride, padding, dilation)
+_conv1d_op = custom_op(
+    "conv1d", "(Tensor x, Tensor weight, Tensor? bias, int stride, int padding, int dilation, "
+              "int groups) -> Tensor",
+    lambda x, weight, bias, stride, padding, dilation, groups: _run(
+        "conv1d", None, x, weight, bias, stride, padding, dilation, groups),
+    lambda x, weight, bias, stride, padding, dilation, groups: _fake_out(
+        x, weight, stride, padding, dilation))
+_conv1d_activation_op = custom_op(
+    "conv1d_activation", "(Tensor x, Tensor weight, Tensor? bias, str activation, int stride, "
+                         "int padding, int dilation, int groups) -> Tensor",
+    lambda x, weight, bias, activation, stride, padding, dilation, groups: _run(
+        op_name(activation), activation, x, weight, bias, stride, padding, dilation, groups),
+    lambda x, weight, bias, activation, stride, padding, dilation, groups: _fake_out(
+        x, weight, stride, padding, dilation))

@@ -8,16 +8,19 @@ torch's conv1d weight is ``(Cout, Cin / groups, k)``. The kernels take:
   vector access (:func:`oasr_conv1d.depthwise.pack_weight`).
 
 :func:`packed` returns a weight's packed form, made once and kept on the weight tensor itself
-(attribute ``_oasr_conv1d_packed``) keyed by its ``data_ptr`` and ``_version``, so an in-place
-update (``load_state_dict``, a BatchNorm fold) repacks and a freed weight takes its cache with
-it. Packing allocates and copies, so it never happens while a CUDA graph is being captured:
-the first eager call packs (warm-up before capture does it), and a capture that meets an
-unpacked weight gets None, for which the op takes the torch path.
+(attribute ``_oasr_conv1d_packed``, the kit's prepared-weight cache) keyed by its ``data_ptr``,
+``_version`` and kind, so an in-place update (``load_state_dict``, a BatchNorm fold) repacks
+and a freed weight takes its cache with it. Packing allocates and copies, so it never happens
+while a CUDA graph is being captured: the first eager call packs (warm-up before capture does
+it), and a capture that meets an unpacked weight gets None, for which the op takes the torch
+path.
 """
 
 from __future__ import annotations
 
 from typing import Any
+
+from oasr_core.kit.weights import prepared
 
 from oasr_conv1d.depthwise import pack_weight as pack_depthwise
 
@@ -45,29 +48,13 @@ def pack(weight: Any, kind: str) -> Any:
     raise ValueError(f"oasr_conv1d: no packed layout for kind {kind!r}")
 
 
-def _stamp(weight: Any) -> tuple[int, int]:
+def packed(weight: Any, kind: str) -> Any:
+    """The cached packed form of ``weight`` (made now if missing or stale); None while the
+    current stream is capturing a CUDA graph and the cache misses (the kit's
+    :func:`oasr_core.kit.weights.prepared`, on the weight itself)."""
     try:
         version = weight._version
     except RuntimeError:  # an inference-mode tensor tracks no version; it cannot change
         version = -1
-    return weight.data_ptr(), version
-
-
-def packed(weight: Any, kind: str) -> Any:
-    """The cached packed form of ``weight`` (made now if missing or stale); None while the
-    current stream is capturing a CUDA graph and the cache misses."""
-    import torch
-
-    stamp = _stamp(weight)
-    hit = getattr(weight, _ATTR, None)
-    if hit is not None and hit[0] == stamp and hit[1] == kind:
-        return hit[2]
-    if weight.is_cuda and torch.cuda.is_current_stream_capturing():
-        return None
-    with torch.no_grad():
-        result = pack(weight.detach(), kind)
-    try:
-        setattr(weight, _ATTR, (stamp, kind, result))
-    except (AttributeError, RuntimeError):  # a tensor subclass refusing attributes: no cache
-        pass
-    return result
+    return prepared(weight, _ATTR, (weight.data_ptr(), version, kind),
+                    lambda: pack(weight.detach(), kind))

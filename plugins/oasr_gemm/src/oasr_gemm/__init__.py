@@ -14,7 +14,7 @@ the ops module loads on first attribute access.
 
 from __future__ import annotations
 
-from typing import Any
+from oasr_core.kit.lazy import lazy_attributes
 
 __version__ = "0.1.0"
 
@@ -23,10 +23,4 @@ _LAZY = {"gemm", "gemm_activation", "gemm_residual", "reserve_workspace", "stats
 
 __all__ = ["__version__", *sorted(_LAZY)]
 
-
-def __getattr__(name: str) -> Any:
-    if name in _LAZY:
-        from oasr_gemm import ops
-
-        return getattr(ops, name)
-    raise AttributeError(f"module 'oasr_gemm' has no attribute {name!r}")
+__getattr__ = lazy_attributes(__name__, "ops", _LAZY)

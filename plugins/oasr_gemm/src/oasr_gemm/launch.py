@@ -26,6 +26,7 @@ import attrs
 from oasr_core.jit import kit
 from oasr_core.jit.kit import CallArgs
 from oasr_core.kit import BufferKind, LaunchError, Serving, WorkspacePool
+from oasr_core.kit.binding import bind_launcher, status_text
 from oasr_core.kit.calls import PreparedCall
 from oasr_core.types import Config
 
@@ -77,11 +78,7 @@ class Kernel:
 
     @classmethod
     def _bind(cls, module: Any, config: Config, symbol: str, argtypes: tuple) -> Any:
-        fn = module.function(symbol)
-        fn.argtypes, fn.restype = argtypes, ctypes.c_int32
-        ws = module.function(symbol + "_workspace")
-        ws.argtypes, ws.restype = _WORKSPACE_ARGTYPES, ctypes.c_int64
-        return cls(config, fn, ws)
+        return cls(config, *bind_launcher(module, symbol, argtypes, _WORKSPACE_ARGTYPES))
 
     def prepare(self, dtype: str, m: int, n: int, k: int, activation: str | None, *,
                 pdl: bool | None = None, fused: bool = False) -> PreparedCall:
@@ -172,11 +169,6 @@ class ResidualKernel(Kernel):
 def residual_key(config_id: str) -> tuple[str, str]:
     """The key of a config's fused-residual launcher among a library's kernels."""
     return (RESIDUAL_OP, config_id)
-
-
-def status_text(status: int) -> str:
-    """What a launcher status code means."""
-    return codegen.STATUS.get(status, f"unknown status {status}")
 
 
 def reserve_workspace(scratch_bytes: int = 64 << 20, semaphore_bytes: int = 1 << 20,

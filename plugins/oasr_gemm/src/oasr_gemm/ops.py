@@ -29,7 +29,7 @@ from typing import Any
 import torch
 import torch.nn.functional as F
 from oasr_core.kit import TORCH
-from oasr_core.kit.launching import into_out
+from oasr_core.kit.ops import SELECTED, check_like, custom_op, into_out, torch_path
 from oasr_core.runtime import device_arch_of
 from oasr_core.types import Tier
 
@@ -44,7 +44,7 @@ __all__ = ["gemm", "gemm_activation", "gemm_residual", "reserve_workspace", "sta
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
-_SELECTED = "torch:selected"
+_SELECTED = SELECTED
 _PLANS, _FALLBACKS = SERVING.plans, SERVING.fallbacks
 stats, reset_stats, clear_memo = SERVING.stats, SERVING.reset_stats, SERVING.clear
 
@@ -111,20 +111,21 @@ def _unsupported(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, n:
     return None
 
 
-def _torch_path(reason: str, activation: str | None, a: torch.Tensor, w: torch.Tensor,
-                bias: torch.Tensor | None, out: torch.Tensor | None) -> torch.Tensor:
-    _FALLBACKS["torch:" + reason] += 1
+def _linear(activation: str | None, a: torch.Tensor, w: torch.Tensor,
+            bias: torch.Tensor | None, out: torch.Tensor | None) -> torch.Tensor:
+    """The torch path of ``gemm`` / ``gemm_activation``: ``F.linear`` and the activation."""
     result = F.linear(a, w, bias)
     if activation is not None:
         result = apply_activation(result, activation)
     return into_out(result, out)
 
 
+_torch_path = torch_path(SERVING, _linear)
+"""``_torch_path(reason, activation, a, w, bias, out)``: :func:`_linear`, counted."""
+
+
 def _check_out(out: torch.Tensor, a: torch.Tensor, n: int) -> None:
-    shape = (*a.shape[:-1], n)
-    if tuple(out.shape) != shape or out.dtype != a.dtype or out.device != a.device:
-        raise ValueError(f"out must be a {a.dtype} tensor of shape {shape} on {a.device}; got "
-                         f"{out.dtype} {tuple(out.shape)} on {out.device}")
+    check_like(out, (*a.shape[:-1], n), a.dtype, a.device)
 
 
 def _key(op: str, activation: str | None, a: torch.Tensor, w: torch.Tensor) -> tuple | None:
@@ -193,28 +194,28 @@ def _run(op: str, activation: str | None, a: torch.Tensor, w: torch.Tensor,
         return _torch_path("misaligned", activation, a, w, bias, out)
     status = plan(dev, a_ptr, w_ptr, b_ptr, d_ptr)
     if status:
-        SERVING.refused(key, plan.config, launch.status_text(status),
-                        f"op={op} N={n} K={k} M={m}")
-        return _torch_path("refused", activation, a, w, bias, out)
+        return _torch_path.refused(key, plan.config, launch.status_text(status),
+                                   f"op={op} N={n} K={k} M={m}", activation, a, w, bias, out)
     return out
 
 
-def _torch_residual(reason: str, a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
-                    residual: torch.Tensor, alpha: float, out: torch.Tensor | None
-                    ) -> torch.Tensor:
-    _FALLBACKS["torch:" + reason] += 1
+def _linear_residual(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
+                     residual: torch.Tensor, alpha: float, out: torch.Tensor | None
+                     ) -> torch.Tensor:
+    """The torch path of ``gemm_residual``: ``F.linear`` then the scaled add."""
     y = F.linear(a, w, bias)
     if out is None:
         return residual.add(y, alpha=alpha)
     return torch.add(residual, y, alpha=alpha, out=out)
 
 
+_torch_residual = torch_path(SERVING, _linear_residual)
+"""``_torch_residual(reason, a, w, bias, residual, alpha, out)``: :func:`_linear_residual`,
+counted."""
+
+
 def _check_residual(residual: torch.Tensor, a: torch.Tensor, n: int) -> None:
-    shape = (*a.shape[:-1], n)
-    if (tuple(residual.shape) != shape or residual.dtype != a.dtype
-            or residual.device != a.device):
-        raise ValueError(f"residual must be a {a.dtype} tensor of shape {shape} on {a.device}; "
-                         f"got {residual.dtype} {tuple(residual.shape)} on {residual.device}")
+    check_like(residual, (*a.shape[:-1], n), a.dtype, a.device, name="residual")
 
 
 def _run_residual(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
@@ -282,9 +283,9 @@ def _run_residual(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
         return _torch_residual("misaligned", a, w, bias, residual, alpha, out)
     status = plan(dev, a_ptr, w_ptr, b_ptr, r_ptr, d_ptr, alpha)
     if status:
-        SERVING.refused(key, plan.config, launch.status_text(status),
-                        f"op={RESIDUAL_OP} N={n} K={k} M={m}")
-        return _torch_residual("refused", a, w, bias, residual, alpha, out)
+        return _torch_residual.refused(key, plan.config, launch.status_text(status),
+                                       f"op={RESIDUAL_OP} N={n} K={k} M={m}", a, w, bias,
+                                       residual, alpha, out)
     return out
 
 
@@ -326,35 +327,18 @@ def _plan(key: tuple) -> Any:
         what=f"op={op} {dtype} N={n} K={k}")
 
 
-@torch.library.custom_op("oasr::gemm", mutates_args=(),
-                         schema="(Tensor a, Tensor w, Tensor? bias) -> Tensor")
-def _gemm_op(a, w, bias):
-    return _run("gemm", None, a, w, bias, None)
-
-
-@_gemm_op.register_fake
-def _gemm_fake(a, w, bias):
+def _linear_fake(a, w, *_):
     return a.new_empty((*a.shape[:-1], w.shape[0]))
 
 
-@torch.library.custom_op("oasr::gemm_activation", mutates_args=(),
-                         schema="(Tensor a, Tensor w, Tensor? bias, str activation) -> Tensor")
-def _gemm_activation_op(a, w, bias, activation):
-    return _run("gemm_activation", activation, a, w, bias, None)
-
-
-@_gemm_activation_op.register_fake
-def _gemm_activation_fake(a, w, bias, activation):
-    return a.new_empty((*a.shape[:-1], w.shape[0]))
-
-
-@torch.library.custom_op("oasr::gemm_residual", mutates_args=(),
-                         schema="(Tensor a, Tensor w, Tensor? bias, Tensor residual, float alpha) "
-                                "-> Tensor")
-def _gemm_residual_op(a, w, bias, residual, alpha):
-    return _run_residual(a, w, bias, residual, alpha, None)
-
-
-@_gemm_residual_op.register_fake
-def _gemm_residual_fake(a, w, bias, residual, alpha):
-    return a.new_empty((*a.shape[:-1], w.shape[0]))
+_gemm_op = custom_op("gemm", "(Tensor a, Tensor w, Tensor? bias) -> Tensor",
+                     lambda a, w, bias: _run("gemm", None, a, w, bias, None), _linear_fake)
+_gemm_activation_op = custom_op(
+    "gemm_activation", "(Tensor a, Tensor w, Tensor? bias, str activation) -> Tensor",
+    lambda a, w, bias, activation: _run("gemm_activation", activation, a, w, bias, None),
+    _linear_fake)
+_gemm_residual_op = custom_op(
+    "gemm_residual",
+    "(Tensor a, Tensor w, Tensor? bias, Tensor residual, float alpha) -> Tensor",
+    lambda a, w, bias, residual, alpha: _run_residual(a, w, bias, residual, alpha, None),
+    _linear_fake)

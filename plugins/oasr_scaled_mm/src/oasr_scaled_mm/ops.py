@@ -41,7 +41,7 @@ from typing import Any
 
 import torch
 from oasr_core.kit import TORCH
-from oasr_core.kit.launching import into_out, on_device
+from oasr_core.kit.ops import into_out, on_device, torch_path
 from oasr_core.types import Config, Problem, Tier
 
 from oasr_scaled_mm import heuristic, launch, reference
@@ -201,15 +201,20 @@ def _unsupported(a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor,
     return None
 
 
-def _torch_path(reason: str, op: str, a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor,
-                w_scale: torch.Tensor, bias: torch.Tensor | None, out_dtype: torch.dtype,
-                out_scale: Any, out: torch.Tensor | None) -> torch.Tensor:
-    _FALLBACKS["torch:" + reason] += 1
+def _reference(op: str, a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor,
+               w_scale: torch.Tensor, bias: torch.Tensor | None, out_dtype: torch.dtype,
+               out_scale: Any, out: torch.Tensor | None) -> torch.Tensor:
+    """The torch path: :mod:`oasr_scaled_mm.reference`, the kernels' bits computed by torch."""
     if op == OP_QUANT:
         result = reference.scaled_mm_quant(a, w, a_scale, w_scale, out_scale, bias)
     else:
         result = reference.scaled_mm(a, w, a_scale, w_scale, bias, out_dtype)
     return into_out(result, out)
+
+
+_torch_path = torch_path(SERVING, _reference)
+"""``_torch_path(reason, op, a, w, a_scale, w_scale, bias, out_dtype, out_scale, out)``:
+:func:`_reference`, counted."""
 
 
 def _run(op: str, a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor,
@@ -257,10 +262,9 @@ def _run(op: str, a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor,
                            out_scale, out)
     status = plan(dev, a_ptr, w_ptr, as_ptr, ws_ptr, b_ptr, os_ptr, os_val, d_ptr)
     if status:
-        SERVING.refused(key, plan.config, launch.status_text(status),
-                        f"op={op} N={n} K={k} M={m}")
-        return _torch_path("refused", op, a, w, a_scale, w_scale, bias, out_dtype, out_scale,
-                           out)
+        return _torch_path.refused(key, plan.config, launch.status_text(status),
+                                   f"op={op} N={n} K={k} M={m}", op, a, w, a_scale, w_scale,
+                                   bias, out_dtype, out_scale, out)
     return out
 
 

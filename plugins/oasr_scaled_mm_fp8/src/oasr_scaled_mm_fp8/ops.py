@@ -37,7 +37,7 @@ from typing import Any
 
 import torch
 from oasr_core.kit import TORCH
-from oasr_core.kit.launching import into_out, on_device
+from oasr_core.kit.ops import into_out, on_device, torch_path
 from oasr_core.types import Config, Tier
 from oasr_scaled_mm.w8a8 import scaled_ops
 
@@ -176,12 +176,17 @@ def _kernel_ready(a: Any, w: Any, a_scale: Any, w_scale: Any, bias: Any, out_sca
     return None
 
 
-def _torch_path(reason: str, op: str, a: Any, w: Any, a_scale: Any, w_scale: Any, bias: Any,
-                out_dtype: Any, out_scale: Any, out: Any) -> torch.Tensor:
-    SERVING.fallback(reason)
+def _reference(op: str, a: Any, w: Any, a_scale: Any, w_scale: Any, bias: Any,
+               out_dtype: Any, out_scale: Any, out: Any) -> torch.Tensor:
+    """The torch path: :func:`oasr_scaled_mm_fp8.reference.torch_scaled_mm`."""
     result = reference.torch_scaled_mm(a, w, a_scale, w_scale, bias, out_dtype,
                                        out_scale if op == OP_QUANT else None)
     return into_out(result, out)
+
+
+_torch_path = torch_path(SERVING, _reference)
+"""``_torch_path(reason, op, a, w, a_scale, w_scale, bias, out_dtype, out_scale, out)``:
+:func:`_reference`, counted."""
 
 
 def _run(op: str, a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor,
@@ -209,10 +214,9 @@ def _run(op: str, a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor,
     status = plan(dev, a.data_ptr(), w.data_ptr(), a_scale.data_ptr(), w_scale.data_ptr(),
                   bias.data_ptr() if bias is not None else 0, os_ptr, os_val, out.data_ptr())
     if status:
-        SERVING.refused(key, plan.config, launch.status_text(status),
-                        f"op={op} N={n} K={k} M={m}")
-        return _torch_path("refused", op, a, w, a_scale, w_scale, bias, out_dtype, out_scale,
-                           out)
+        return _torch_path.refused(key, plan.config, launch.status_text(status),
+                                   f"op={op} N={n} K={k} M={m}", op, a, w, a_scale, w_scale,
+                                   bias, out_dtype, out_scale, out)
     return out
 
 

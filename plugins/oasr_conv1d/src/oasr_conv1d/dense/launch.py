@@ -120,8 +120,7 @@ class DenseKernel:
 def bind(module: Any, config: Config, op: str = "conv1d") -> DenseKernel:
     """The :class:`DenseKernel` of (``config``, ``op``) in a loaded module (``JitBuildError``
     from the module when the unit is missing)."""
-    fn = module.function(codegen.symbol(config, op))
-    fn.argtypes, fn.restype = _LAUNCH_ARGTYPES, ctypes.c_int32
-    ws = module.function(codegen.workspace_symbol(config, op))
-    ws.argtypes, ws.restype = _WORKSPACE_ARGTYPES, ctypes.c_int64
-    return DenseKernel(config, op, fn, ws)
+    from oasr_core.kit.binding import bind_launcher
+
+    return DenseKernel(config, op, *bind_launcher(module, codegen.symbol(config, op),
+                                                  _LAUNCH_ARGTYPES, _WORKSPACE_ARGTYPES))

@@ -19,7 +19,8 @@ from collections.abc import Callable, Iterable, Mapping
 from typing import Any, ClassVar
 
 import attrs
-from oasr_core.jit.kit import STATUS, CallArgs
+from oasr_core.jit.kit import CallArgs
+from oasr_core.kit.binding import bind_launcher, status_text
 from oasr_core.kit.calls import PreparedCall
 from oasr_core.kit.serving import LaunchError
 from oasr_core.types import Config
@@ -51,11 +52,6 @@ class ScaledAbi:
     """The family's :class:`~oasr_core.kit.WorkspacePool` (asked when a call is prepared)."""
 
 
-def status_text(status: int) -> str:
-    """What a launcher status code means."""
-    return STATUS.get(status, f"unknown status {status}")
-
-
 def out_scale_args(out_scale: Any) -> tuple[int, float]:
     """``(pointer, value)`` of an out_scale: a device tensor's pointer, or a float's value."""
     if out_scale is None:
@@ -81,11 +77,8 @@ class ScaledKernel:
         """Bind the symbols of ``config`` for ``op`` (default: the plain op) in a loaded
         module (raises if absent)."""
         op = cls.ABI.ops[0] if op is None else op
-        fn = module.function(cls.ABI.symbol(config, op))
-        fn.argtypes, fn.restype = LAUNCH_ARGTYPES, ctypes.c_int32
-        ws = module.function(cls.ABI.workspace_symbol(config, op))
-        ws.argtypes, ws.restype = WORKSPACE_ARGTYPES, ctypes.c_int64
-        return cls(config, op, fn, ws)
+        return cls(config, op, *bind_launcher(module, cls.ABI.symbol(config, op),
+                                              LAUNCH_ARGTYPES, WORKSPACE_ARGTYPES))
 
     def prepare(self, out_dtype: str, m: int, n: int, k: int) -> PreparedCall:
         """The per-shape prepared call (queries the scratch this shape needs, once); its

@@ -53,7 +53,7 @@ def unquantized_route(serving: Any, family: str, op: str, dtype: str, n: int, k:
     (one dict lookup after the first call); a selection that fails keeps the layer quantized,
     with one warning naming ``label``. ``variant`` tells apart routes ``untuned_high`` answers
     differently at one shape (fp8: an activation that arrives quantized by its layer norm)."""
-    from oasr_core.kit.launching import on_device
+    from oasr_core.kit.ops import on_device
 
     key = (ROUTE, n, k, m, device, variant)
     route = serving.plans.table.get(key)
@@ -170,23 +170,20 @@ def register_custom_ops(module: Any, *, mm_name: str, quant_name: str, op_mm: st
     """Register ``torch.ops.oasr.<mm_name>`` and ``torch.ops.oasr.<quant_name>`` (with fake
     implementations, so they trace under ``torch.compile``) over ``module._run``; the quant
     op's output is ``quant_dtype``. Returns both custom ops."""
-    import torch
+    from oasr_core.kit.ops import custom_op
 
-    @torch.library.custom_op(f"oasr::{mm_name}", mutates_args=(), schema=MM_SCHEMA)
-    def mm_op(a, w, a_scale, w_scale, bias, out_dtype):
+    def mm(a, w, a_scale, w_scale, bias, out_dtype):
         return module._run(op_mm, a, w, a_scale, w_scale, bias, out_dtype, None, None)
 
-    @mm_op.register_fake
-    def _mm_fake(a, w, a_scale, w_scale, bias, out_dtype):
+    def mm_fake(a, w, a_scale, w_scale, bias, out_dtype):
         return a.new_empty((*a.shape[:-1], w.shape[0]), dtype=out_dtype)
 
-    @torch.library.custom_op(f"oasr::{quant_name}", mutates_args=(), schema=QUANT_SCHEMA)
-    def quant_op(a, w, a_scale, w_scale, out_scale_tensor, out_scale, bias):
+    def quant(a, w, a_scale, w_scale, out_scale_tensor, out_scale, bias):
         scale = out_scale_tensor if out_scale_tensor is not None else out_scale
         return module._run(op_quant, a, w, a_scale, w_scale, bias, quant_dtype, scale, None)
 
-    @quant_op.register_fake
-    def _quant_fake(a, w, a_scale, w_scale, out_scale_tensor, out_scale, bias):
+    def quant_fake(a, w, a_scale, w_scale, out_scale_tensor, out_scale, bias):
         return a.new_empty((*a.shape[:-1], w.shape[0]), dtype=quant_dtype)
 
-    return mm_op, quant_op
+    return (custom_op(mm_name, MM_SCHEMA, mm, mm_fake),
+            custom_op(quant_name, QUANT_SCHEMA, quant, quant_fake))
