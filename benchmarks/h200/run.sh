@@ -487,7 +487,7 @@ compile_arms() {  # DIR TAG: e2e.py --compile of each E2E_COMPILE_MODELS model
 phase_e2e_compile_tuned() {
   local dir=$1 user=${E2E_COMPILE_TIER:-} name censuses=()
   if [ -z "$user" ]; then
-    user=$dir/tier
+    user=$dir/tier; mkdir -p "$user/sm90"
     for name in ${E2E_COMPILE_MODELS:-conformer whisper_encoder}; do
       censuses+=(--census "benchmarks/census/${name}_compile.json")
     done
