@@ -352,8 +352,10 @@ def oasr_layer(kind: str, dtype: str, quantization: str) -> Callable[..., Tensor
     layers are :func:`oasr_linear`'s. The core names no family here: a plugin whose family
     computes that kind of layer answers for it.
 
-    :param kind: the torch module class name (``"Conv1d"``; ``"LayerNorm"``: a pre-norm
-        block's norm, whose output the model hands to linear layers only).
+    :param kind: the torch module class name (``"Conv1d"``; ``"Conv2d"``: the Conformer's
+        subsampling convs, on NHWC ``(B, H, W, C)`` data, when the model is built with
+        ``conv2d_frontend``; ``"LayerNorm"``: a pre-norm block's norm, whose output the
+        model hands to linear layers only).
     :param dtype: the deployment's activation dtype as ``--dtype`` spells it (``"fp16"``).
     :param quantization: the model's scheme (``"none"``, ``"int8_w8a8"``, ...). A scheme
         quantizes only the layers its family lists; when no plugin answers for the scheme,

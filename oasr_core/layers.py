@@ -39,7 +39,7 @@ ACTIVATIONS = ("relu", "gelu", "silu")
 """The activations a reference model puts after a layer, by name (torch's functions of the
 same names)."""
 
-LAYER_KINDS = ("Conv1d", "LayerNorm")
+LAYER_KINDS = ("Conv1d", "Conv2d", "LayerNorm")
 """The layer kinds (torch module class names) the reference models ask ``oasr_layer`` for."""
 
 

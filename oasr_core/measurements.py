@@ -194,6 +194,10 @@ def _size(v: Any) -> bool:
     return type(v) is int and 1 <= v <= _MAX_SIZE
 
 
+def _dim(v: Any) -> bool:
+    return type(v) is int and 0 <= v <= _MAX_SIZE
+
+
 _ARM_TYPES: dict[str, tuple[Any, bool]] = {
     **{f: (lambda v: isinstance(v, str), True) for f in ("key", "config")},
     "M": (_size, True),
@@ -205,7 +209,8 @@ _ARM_TYPES: dict[str, tuple[Any, bool]] = {
     **{f: (_count, False) for f in ("n", "stage", "batch", "copies", "graph_calls",
                                     "census_max")},
     **{f: (_size, False) for f in ("N", "K")},
-    "dims": (lambda v: isinstance(v, dict) and all(_size(x) for x in v.values()), False),
+    # A dim may be 0 where its family says so (``Family.zero_dims``: a conv's padding).
+    "dims": (lambda v: isinstance(v, dict) and all(_dim(x) for x in v.values()), False),
     **{f: (lambda v: isinstance(v, dict), False) for f in ("params", "sku")},
 }
 """Arm-row fields a consumer converts: (check, required); an optional field may be null."""

@@ -18,7 +18,9 @@ on ``[B, C, T]`` data, transposed around, as the published models run them. A pr
 block's ``LayerNorm``, whose output only linears take, goes through ``layers["LayerNorm"]``
 where a plugin serves it (a W8A8 family defers it: the linears after it share one fused
 norm-and-quantize pass) and is torch's otherwise. The attention
-products and the subsampling stay torch.
+products stay torch; the Conformer's conv2d subsampling is torch's unless built with
+``conv2d_frontend`` (then a served ``"Conv2d"`` layer runs it NHWC). Either encoder takes a
+CTC head (``ctc_vocab``: hidden -> vocabulary, log-softmax) as an option.
 
 The subsampling projection calls a ``linear`` this module imported from torch before any
 recorder exists, on purpose: the original census missed a whole layer called that way,
@@ -185,20 +187,34 @@ def subsampled_frames(frames: int) -> int:
 
 
 class ConvSubsampling(nn.Module):
-    """Two 3x3 stride-2 conv2d layers with ReLU, then a projection to ``d_model`` (4x in time)."""
+    """Two 3x3 stride-2 conv2d layers with ReLU, then a projection to ``d_model`` (4x in time).
 
-    def __init__(self, input_dim: int, d_model: int) -> None:
+    With ``ops`` holding a served ``Conv2d`` layer (:class:`GemmOps`; the Conformer's
+    ``conv2d_frontend``), both convs run through it on NHWC data, their ReLU fused: the
+    ``[B, T, F]`` features are already NHWC with one channel, and the projection reads
+    ``[B, T', C * F']`` through one transpose copy, the same one torch's NCHW result needs.
+    A training model keeps torch's.
+    """
+
+    def __init__(self, input_dim: int, d_model: int, ops: GemmOps | None = None) -> None:
         super().__init__()
         self.conv = nn.Sequential(nn.Conv2d(1, d_model, 3, 2), nn.ReLU(),
                                   nn.Conv2d(d_model, d_model, 3, 2), nn.ReLU())
         self.out = nn.Linear(d_model * subsampled_frames(input_dim), d_model)
         self.scale = math.sqrt(d_model)
+        self.served = ops.layers.get("Conv2d") if ops is not None else None
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        h = self.conv(x.unsqueeze(1))
-        b, c, t, f = h.shape
-        return linear(h.transpose(1, 2).reshape(b, t, c * f), self.out.weight,
-                      self.out.bias) * self.scale
+        if self.served is not None and not self.training:
+            h = self.served(self.served(x.unsqueeze(-1), self.conv[0], "relu"), self.conv[2],
+                            "relu")
+            b, t, f, c = h.shape
+            h = h.transpose(2, 3)
+        else:
+            h = self.conv(x.unsqueeze(1))
+            b, c, t, f = h.shape
+            h = h.transpose(1, 2)
+        return linear(h.reshape(b, t, c * f), self.out.weight, self.out.bias) * self.scale
 
 
 class FeedForward(nn.Module):
@@ -305,27 +321,46 @@ class ConformerLayer(nn.Module):
         return self.norm(self.ff2(x, residual=x, alpha=0.5))
 
 
+class CtcHead(nn.Module):
+    """A CTC output layer: hidden -> vocabulary (blank included), then log-softmax over the
+    vocabulary at every frame, in the encoder's dtype. The projection runs through the
+    model's linear (:class:`GemmOps`); the log-softmax is torch's."""
+
+    def __init__(self, d_model: int, vocab: int, ops: GemmOps) -> None:
+        super().__init__()
+        if vocab < 2:
+            raise ValueError(f"ctc_vocab {vocab} must be at least 2 (blank and one label)")
+        self.proj = nn.Linear(d_model, vocab)
+        self.ops = ops
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.log_softmax(self.ops.linear(x, self.proj), dim=-1)
+
+
 class ConformerEncoder(nn.Module):
     """Conformer encoder over ``[B, T, input_dim]`` features; output ``[B, T_out, d_model]``.
 
     Defaults are Gulati et al.'s Conformer (M) widths (16 layers, d_model 256, 4 heads, FFN
     1024) with the odd depthwise kernel 31 of ESPnet/WeNet recipes (the paper used 32).
     ``linear`` serves the linear layers, ``served`` other layer kinds by torch class name
-    (:class:`GemmOps`; None: torch).
+    (:class:`GemmOps`; None: torch). ``conv2d_frontend`` runs the subsampling's convs
+    through the served ``Conv2d`` layer where one is served (off: torch's, as before the
+    option existed). ``ctc_vocab`` > 0 adds a CTC head (:class:`CtcHead`).
     """
 
     def __init__(self, *, input_dim: int = 80, d_model: int = 256, heads: int = 4,
                  ffn_dim: int = 1024, kernel_size: int = 31, layers: int = 16,
-                 linear: Linear | None = None, served: Mapping[str, Layer] | None = None
-                 ) -> None:
+                 linear: Linear | None = None, served: Mapping[str, Layer] | None = None,
+                 conv2d_frontend: bool = False, ctc_vocab: int = 0) -> None:
         super().__init__()
         if d_model % heads:
             raise ValueError(f"d_model {d_model} is not divisible by heads {heads}")
         ops = GemmOps(linear, served)
         self.d_model = d_model
-        self.subsample = ConvSubsampling(input_dim, d_model)
+        self.subsample = ConvSubsampling(input_dim, d_model, ops if conv2d_frontend else None)
         self.layers = nn.ModuleList(ConformerLayer(d_model, heads, ffn_dim, kernel_size, ops)
                                     for _ in range(layers))
+        self.head = CtcHead(d_model, ctc_vocab, ops) if ctc_vocab else None
 
     def forward(self, features: torch.Tensor) -> torch.Tensor:
         x = self.subsample(features)
@@ -334,7 +369,7 @@ class ConformerEncoder(nn.Module):
         pos = sinusoids(offsets, self.d_model).to(x.dtype).unsqueeze(0)
         for layer in self.layers:
             x = layer(x, pos)
-        return x
+        return x if self.head is None else self.head(x)
 
 
 class WhisperBlock(nn.Module):
@@ -369,12 +404,13 @@ class WhisperEncoder(nn.Module):
     ``window / 2`` frames, then pre-norm blocks. Like Whisper's, it accepts exactly
     ``window`` frames (3000: 30 s): a longer or padded input is an error, never rounded.
     Defaults are Whisper base (d_model 512, 6 layers, 8 heads, FFN 2048). ``linear`` serves
-    the linear layers, ``served`` other layer kinds (:class:`GemmOps`; None: torch).
+    the linear layers, ``served`` other layer kinds (:class:`GemmOps`; None: torch);
+    ``ctc_vocab`` > 0 adds a CTC head (:class:`CtcHead`).
     """
 
     def __init__(self, *, n_mels: int = 80, d_model: int = 512, heads: int = 8, layers: int = 6,
                  ffn_dim: int = 2048, window: int = 3000, linear: Linear | None = None,
-                 served: Mapping[str, Layer] | None = None) -> None:
+                 served: Mapping[str, Layer] | None = None, ctc_vocab: int = 0) -> None:
         super().__init__()
         ops = GemmOps(linear, served)
         self.ops = ops
@@ -386,6 +422,7 @@ class WhisperEncoder(nn.Module):
         self.blocks = nn.ModuleList(WhisperBlock(d_model, heads, ffn_dim, ops)
                                     for _ in range(layers))
         self.ln_post = nn.LayerNorm(d_model)
+        self.head = CtcHead(d_model, ctc_vocab, ops) if ctc_vocab else None
 
     def forward(self, mel: torch.Tensor) -> torch.Tensor:
         if mel.shape[-1] != self.window:
@@ -399,4 +436,5 @@ class WhisperEncoder(nn.Module):
         x = x + self.positional.to(x.dtype)
         for block in self.blocks:
             x = block(x)
-        return self.ln_post(x)
+        x = self.ln_post(x)
+        return x if self.head is None else self.head(x)

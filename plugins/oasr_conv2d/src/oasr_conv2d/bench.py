@@ -1,0 +1,106 @@
+"""The conv2d family's bench adapter: ``Family.make_bench`` for ``oasr tune build``.
+
+For one problem it allocates NHWC operands once (the packed weight's copies as the protocol's
+L2 policy asks), the fp32 reference and torch's own output (the gate's yardstick), and
+returns one arm per choice: a config of the lane, launched through its prepared call as the
+served op launches it, or ``torch``: what the op's torch path runs (``F.conv2d`` on the NHWC
+data's channels-last view, cuDNN's NHWC kernels, the activation).
+
+The problem's exact point ``"<B>x<H>"`` gives the batch and input height; a problem without
+one (a region point) is measured as one image whose output has at least M pixels. The op's
+activation is measured as keyed. The arms come from the lane's whole-space module
+(``oasr_conv2d.jit.full_spec``), loaded once per process; a config whose unit failed to
+compile is reported as rejected, never timed.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from oasr_core.jit.libraries import Libraries
+from oasr_core.kit.serving import LaunchError
+from oasr_core.types import Config, Problem, Sentinel
+
+from oasr_conv2d.geometry import geometry, out_length
+from oasr_conv2d.ops_names import DIMS
+
+
+def _load_full(lane: str, arch: str) -> Mapping[str, Any]:
+    from oasr_core import jit as core_jit
+
+    from oasr_conv2d import jit
+    from oasr_conv2d.lanes import symbol
+    from oasr_conv2d.launch import Kernel
+
+    module = core_jit.load(jit.full_spec(lane, arch))
+    return {c.id: Kernel.bind(module, c) for c in jit.lane_configs(lane, arch)
+            if symbol(c) in module.exports}
+
+
+FULL = Libraries(load=_load_full)
+"""Every compiled config of the lane's full module by id, loaded once per (lane, arch)."""
+
+
+def batch_and_height(problem: Problem) -> tuple[int, int]:
+    """``(B, H_in)`` of a problem: its exact point, else one image of at least M pixels out."""
+    if problem.point:
+        batch, height = (int(v) for v in problem.point.split("x"))
+        return batch, height
+    d = {name: problem.dim(name) for name in DIMS}
+    w_out = max(1, out_length(d["W"], d["kw"], d["sw"], d["pw"], d["dw"]))
+    h_out = -(-problem.m // w_out)
+    return 1, max(1, (h_out - 1) * d["sh"] + d["dh"] * (d["kh"] - 1) + 1 - 2 * d["ph"])
+
+
+def activation_of(op: str) -> str | None:
+    """The activation an op is keyed by (None for ``conv2d``)."""
+    return None if op == "conv2d" else op.removeprefix("conv2d_")
+
+
+def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: Any):
+    """The :class:`oasr_core.bench.BenchCase` of ``problem`` (see the module docstring)."""
+    import torch
+    from oasr_core.bench import BenchCase
+    from oasr_core.kit import benching
+
+    from oasr_conv2d import numerics, weights
+
+    d = {name: problem.dim(name) for name in DIMS}
+    batch, height = batch_and_height(problem)
+    geo = geometry(batch, height, d["W"], d["Cin"], d["Cout"], d["kh"], d["kw"], d["sh"],
+                   d["sw"], d["ph"], d["pw"], d["dh"], d["dw"], d["groups"])
+    stride, pad, dil = (d["sh"], d["sw"]), (d["ph"], d["pw"]), (d["dh"], d["dw"])
+    groups, act = d["groups"], activation_of(problem.op)
+    where = benching.bench_device(options, FULL)
+    x, w, bias = numerics.make_operands(batch, height, d["W"], d["Cin"], d["Cout"], d["kh"],
+                                        d["kw"], groups, problem.dtype, device=where.device,
+                                        seed=options.seed)
+    weight_bytes = w.numel() * w.element_size()
+    copies, torch_weights = benching.weight_copies(w, options, weight_bytes)
+    packed = [weights.pack(wi) for wi in torch_weights] if groups == 1 else []
+    out = torch.empty(batch, geo.h_out, geo.w_out, d["Cout"], dtype=x.dtype, device=where.device)
+    ref = numerics.reference(x, w, bias, stride, pad, dil, groups, act)
+    torch_out = numerics.torch_conv(x, w, bias, stride, pad, dil, groups, act)
+    plans: list[Any] = []
+
+    def torch_arm(i: int) -> Any:
+        return numerics.torch_conv(x, torch_weights[i], bias, stride, pad, dil, groups, act)
+
+    def kernel_arm(cfg: Config) -> benching.Arm:
+        kernel = where.kernels.get(cfg.id)
+        if kernel is None:
+            raise LaunchError(f"{cfg.id} is not compiled in the {options.lane} module")
+        plan = kernel.prepare(geo, problem.dtype, act)
+        plans.append(plan)
+        operands = [plan.operands(x.data_ptr(), wi.data_ptr(), bias.data_ptr(), out.data_ptr())
+                    for wi in packed]
+        return benching.kernel_arm(plan.prepared, where.index, operands, out,
+                                   f"{options.lane}/{cfg.id} refused {problem.op} at "
+                                   f"B={batch} H={height}")
+
+    arms, rejected = benching.choice_arms(problem, choices, options, family="conv2d",
+                                          torch_arm=lambda: torch_arm, kernel_arm=kernel_arm)
+    return BenchCase(arms=arms, copies=copies, weight_bytes=weight_bytes, rejected=rejected,
+                     gate=lambda o, _plans=plans: numerics.numerics_gate(
+                         o, torch_out, ref, dtype=problem.dtype))

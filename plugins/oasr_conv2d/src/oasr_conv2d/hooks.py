@@ -1,0 +1,58 @@
+"""Entry point of the conv2d plugin (``[project.entry-points.oasr] conv2d = "oasr_conv2d.hooks"``).
+
+Only imports and returns records; the work lives in the sibling modules.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from oasr_core import hookimpl
+
+
+@hookimpl
+def oasr_register_families():
+    from oasr_core.types import Family, Sentinel
+
+    from oasr_conv2d import bench, jit, lanes, numerics, recorder
+    from oasr_conv2d.geometry import FAMILY
+    from oasr_conv2d.ops_names import DIMS, OPS
+
+    # Untuned shapes serve torch (cuDNN's NHWC kernels through the op's torch path): nothing
+    # measured yet says where the heuristic's tile beats it, so an uncovered shape is never
+    # slower than not installing oasr. Builds partition against the heuristic (fallback).
+    return [Family(
+        name=FAMILY, ops=OPS, dims=DIMS, zero_dims={"ph", "pw"},
+        dtypes=("fp16", "bf16"),
+        dtype_classes={"half": ("fp16", "bf16")}, dynamic_axis="M", exact_points=True,
+        sentinels={Sentinel.DEFAULT, Sentinel.HEURISTIC, Sentinel.TORCH},
+        fallback=Sentinel.HEURISTIC, sentinel_heuristic=lanes.heuristic,
+        untuned=Sentinel.TORCH, numerics_gate=numerics.numerics_gate,
+        soft_validators=jit.soft_validators, recorder_patches=recorder.recorder_patches,
+        make_bench=bench.make_bench,
+        description="fp16/bf16 NHWC conv2d (the speech front end's subsampling; +bias, +act)")]
+
+
+@hookimpl
+def oasr_register_lanes():
+    from oasr_core.types import Lane
+
+    from oasr_conv2d import jit, lanes, launch
+    from oasr_conv2d.geometry import FAMILY, LANES
+
+    return [Lane(name=lane, family=FAMILY, arch_families=lanes.ARCHES[lane],
+                 default_on=lanes.DEFAULT_ON[lane], config_space=lanes.space(lane),
+                 default_config=lanes.DEFAULTS[lane], is_feasible=lanes.is_feasible,
+                 supports=lanes.supports, is_available=launch.is_available,
+                 jit_module=jit.Conv2dKernelModule,
+                 jit_specs=functools.partial(jit.lane_specs, lane),
+                 production=functools.partial(jit.PRODUCTION.configs, lane),
+                 description="CUTLASS 2.x implicit GEMM, NHWC")
+            for lane in LANES]
+
+
+@hookimpl
+def oasr_layer(kind, dtype, quantization):
+    from oasr_conv2d import layer
+
+    return layer.layer_for(kind, dtype, quantization)

@@ -1,0 +1,69 @@
+"""Real nvcc compiles of the lane's units on a machine without a GPU (opt-in: ``-m compile``;
+about 25 s per unit and dtype on one core): one config per iterator kind links into a module
+exporting only its launchers, and the C ABI refuses what it must without a device."""
+
+from __future__ import annotations
+
+import ctypes
+import shutil
+import subprocess
+
+import pytest
+from oasr_core import jit as core_jit
+from oasr_core.jit import BuildStatus
+
+from oasr_conv2d import jit, lanes, space
+from oasr_conv2d.geometry import LANE, call_args, geometry
+from oasr_conv2d.launch import Kernel
+
+pytestmark = pytest.mark.compile
+
+EVERY_KIND = (space.DEFAULT, space.FEW_CHANNELS_DEFAULT, space.ANY_WIDTH)
+"""The optimized, few-channels and analytic iterators: the heuristic's production set."""
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    mp = pytest.MonkeyPatch()
+    mp.setenv("OASR_JIT_DIR", str(tmp_path_factory.mktemp("jit")))
+    configs = [lanes.config(LANE, cid) for cid in EVERY_KIND]
+    spec = jit.module_spec(LANE, "sm90", configs, name="conv2d_compile_test", dtypes=("fp16",))
+    (report,) = core_jit.prebuild([spec], jobs=2)
+    yield configs, spec, report
+    mp.undo()
+
+
+def test_every_iterator_kind_compiles_and_exports_only_its_launchers(built):
+    configs, _spec, report = built
+    assert report.status is BuildStatus.BUILT, (report.error, dict(report.failed))
+    if shutil.which("nm") is None:
+        pytest.skip("binutils' nm is not installed")
+    out = subprocess.run(["nm", "-D", "--defined-only", "--format=posix", str(report.path)],
+                         capture_output=True, text=True, check=True).stdout
+    symbols = {line.split()[0] for line in out.splitlines() if line.strip()}
+    assert symbols == {s for c in configs for s in (lanes.symbol(c), lanes.symbol(c) +
+                                                    "_workspace")}
+
+
+def test_the_c_abi_refuses_without_a_gpu(built):
+    import torch
+
+    configs, spec, _report = built
+    module = core_jit.load(spec, build_missing=False)
+    geo = geometry(2, 100, 80, 8, 16, 3, 3, 2, 2)
+    for config in configs:
+        kernel = Kernel.bind(module, config)
+        call = call_args(geo, "fp16", "relu")
+        if not torch.cuda.is_available():
+            status = kernel.fn(ctypes.addressof(call), ctypes.addressof(geo), 0, 0, 0, 0, 0)
+            assert core_jit.kit.STATUS[status] == "no CUDA device", config.id
+        call.n = 15  # disagrees with the geometry's c_out
+        assert kernel.fn(ctypes.addressof(call), ctypes.addressof(geo), 0, 0, 0, 0, 0) == 2
+        assert kernel.fn(0, 0, 0, 0, 0, 0, 0) == 2
+        call = call_args(geo, "fp16")
+        call.dtype = 1  # bf16 is not compiled into this module
+        assert kernel.fn(ctypes.addressof(call), ctypes.addressof(geo), 0, 0, 0, 0, 0) == 1
+        assert kernel.workspace_fn(ctypes.addressof(geo), 1) == -1
+        assert kernel.workspace_fn(ctypes.addressof(geo), 0) in (0, -1)
+        depthwise = geometry(2, 100, 80, 8, 8, 3, 3, groups=8)
+        assert kernel.workspace_fn(ctypes.addressof(depthwise), 0) == -1

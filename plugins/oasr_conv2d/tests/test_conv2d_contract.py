@@ -1,0 +1,58 @@
+"""The conv2d plugin against the core's family contract suite, plus its own record checks."""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+from oasr_core.testing import FamilyContract
+from oasr_core.types import Sentinel
+
+import oasr_conv2d.hooks
+from oasr_conv2d.geometry import LANE
+from oasr_conv2d.ops_names import DIMS
+from oasr_conv2d.space import make_problem
+
+
+def problem(op, cin, cout, width, k, stride, pad, groups, batch, height):
+    return make_problem(op, cin, cout, width, batch, height, kernel=(k, k),
+                        stride=(stride, stride), padding=(pad, pad), groups=groups)
+
+
+PROBLEMS = (
+    problem("conv2d_relu", 1, 256, 80, 3, 2, 0, 1, 8, 1024),       # Conformer (M) first conv
+    problem("conv2d_relu", 256, 256, 39, 3, 2, 0, 1, 8, 511),      # its C -> C conv
+    problem("conv2d_relu", 1, 176, 80, 3, 2, 0, 1, 1, 200),        # Conformer (S) width
+    problem("conv2d", 256, 256, 20, 3, 2, 1, 256, 4, 256),          # FastConformer depthwise
+    problem("conv2d_relu", 256, 256, 10, 1, 1, 0, 1, 4, 128),      # ... and its pointwise 1x1
+    problem("conv2d_silu", 6, 10, 33, 3, 1, 1, 1, 2, 17),          # odd widths
+)
+
+
+class TestConv2dContract(FamilyContract):
+    plugin = oasr_conv2d.hooks
+    entry_point = ("conv2d", "oasr_conv2d.hooks")
+    pyproject = Path(__file__).parents[1] / "pyproject.toml"
+    problems = PROBLEMS
+    modules = ("oasr_conv2d", "oasr_conv2d.geometry", "oasr_conv2d.lanes", "oasr_conv2d.jit",
+               "oasr_conv2d.launch", "oasr_conv2d.numerics", "oasr_conv2d.recorder",
+               "oasr_conv2d.codegen", "oasr_conv2d.space")
+
+
+def test_family_record():
+    (family,) = oasr_conv2d.hooks.oasr_register_families()
+    assert family.name == "conv2d" and family.stem == "conv2d"
+    assert family.ops == ("conv2d", "conv2d_relu", "conv2d_gelu", "conv2d_silu")
+    assert family.dims == DIMS and family.zero_dims == {"ph", "pw"}
+    assert family.dynamic_axis == "M" and family.exact_points
+    assert family.untuned_choice is Sentinel.TORCH and family.fallback is Sentinel.HEURISTIC
+    soft = family.soft_validators()
+    assert set(soft) == {"impl_hash", "cutlass"} and len(soft["impl_hash"]) == 16
+
+
+def test_lane_record():
+    (lane,) = oasr_conv2d.hooks.oasr_register_lanes()
+    assert lane.name == LANE and set(lane.default_on) == {"sm80", "sm86", "sm89", "sm90"}
+    assert lane.default_config == "ig_b128x128x32_w64x64x32_s3"
+    algorithms = {c.params["algorithm"] for c in lane.config_space}
+    assert algorithms == {"optimized", "few_channels", "analytic"}
+    assert lane.jit_specs is not None and lane.production is not None
