@@ -78,6 +78,14 @@
 #                    `pytest -m gpu plugins/oasr_conv1d` (gpu_tests_conv1d.log), the conv1d table
 #                    built from the conv censuses (conv1d.json, conv1d.jsonl) and its offline
 #                    replay cmp'd; ~8 min
+#   conv2d           the conv2d family in one call (~3 min with the lane carried in .jit-h200.tgz):
+#                    the whole-space module (cache hits), `pytest -m gpu plugins/oasr_conv2d`
+#                    (gpu_tests_conv2d.log), benchmarks/conv2d_vs_torch.py out of the box
+#                    (conv2d_vs_torch.md, .jsonl: every config, torch NHWC and NCHW, served =
+#                    torch untuned), a quick conv2d table built from the Conformer census with
+#                    the conv2d front end (benchmarks/census/conformer_conv2d_offline.json ->
+#                    conv2d.json, .jsonl), then the Conformer set served from that table
+#                    (conv2d_vs_torch_tuned.md)
 #   bench-conv1d     benchmarks/conv1d_vs_torch.py: every config and the served op against torch
 #                    at the Conformer / Whisper / wav2vec2 shapes and a sweep (conv1d_vs_torch*.md,
 #                    .jsonl), served from the conv1d phase's table when it ran on this machine
@@ -142,7 +150,7 @@ case "$EPILOGUE" in plain|fused|both) ;; *) die "--epilogue $EPILOGUE is not pla
 for phase in "${PHASES[@]}"; do
   case "$phase" in
     setup|prebuild|gpu-tests|bench-gemm|ncu|bench-scaled-mm|build-table|build-speed|profile|served|engine|e2e|e2e-tuned) ;;
-    gpu-tests-fp8|bench-fp8|gpu-tests-quant|e2e-fp8|conv1d|bench-conv1d) ;;
+    gpu-tests-fp8|bench-fp8|gpu-tests-quant|e2e-fp8|conv1d|bench-conv1d|conv2d) ;;
     gpu-tests-residual|distributed|e2e-compile|e2e-compile-tuned) ;;
     *) die "unknown phase $phase (see --help)" ;;
   esac
@@ -620,6 +628,41 @@ phase_distributed() {
       --family "$family" --lane "$lane" --census "$census" --out "$dir/distributed_build.md" \
       2>&1 | tail -25
   fi
+  tidy "$dir"
+}
+
+phase_conv2d() {
+  local dir=$1 user census=benchmarks/census/conformer_conv2d_offline.json
+  # The ops serve from the whole-space module too: one library, the carried one.
+  local -x OASR_CONV2D_COMPILE_SET=all
+  el "conv2d: the lane's whole-space module on sm90 (cache hits when carried)"
+  timeout 300 python3 benchmarks/conv2d_vs_torch.py --prebuild-only --jobs 16 \
+    > "$dir/prebuild_conv2d.log" 2>&1
+  echo "  rc=$?"; tail -3 "$dir/prebuild_conv2d.log"; rm -f "$dir/prebuild_conv2d.log"
+  el "GPU tests of the conv2d plugin (every config, ops, tiers, graphs, the Conformer front end)"
+  OASR_TUNE_SYSTEM_DB=off timeout 240 python3 -m pytest -m gpu plugins/oasr_conv2d/tests -q -rs \
+    -p no:cacheprovider 2>&1 | tee "$dir/gpu_tests_conv2d.log" | tail -8
+  el "conv2d_vs_torch out of the box (served = torch: no table ships)"
+  OASR_TUNE_SYSTEM_DB=off timeout 300 python3 benchmarks/conv2d_vs_torch.py \
+    --out "$dir/conv2d_vs_torch.md" > "$dir/conv2d_vs_torch.log" 2>&1
+  echo "  rc=$?"; sed -n '/^## Summary/,/^## Points/p' "$dir/conv2d_vs_torch.md" 2>/dev/null
+  tail -2 "$dir/conv2d_vs_torch.log"
+  el "conv2d table from the Conformer conv2d-front-end census (quick effort)"
+  OASR_TUNE_SYSTEM_DB=off timeout 240 python3 -m oasr_core.cli tune build --family conv2d \
+    --census "$census" --effort quick --thin --max-points "${CONV2D_POINTS:-3}" --no-progress \
+    --fresh --out "$dir/conv2d.json" --log "$dir/conv2d.jsonl" \
+    --checkpoint /tmp/oasr_ck_conv2d.jsonl 2>&1 | tail -8
+  if [ -f "$dir/conv2d.json" ]; then
+    user=$(mktemp -d /tmp/oasr-conv2d-user.XXXXXX)
+    mkdir -p "$user/sm90" && cp "$dir/conv2d.json" "$user/sm90/conv2d.json"
+    el "conv2d_vs_torch's Conformer set served from that table"
+    OASR_TUNE_USER_DB=$user OASR_TUNE_SYSTEM_DB=off timeout 240 python3 \
+      benchmarks/conv2d_vs_torch.py --sets conformer --reps 3 \
+      --out "$dir/conv2d_vs_torch_tuned.md" > "$dir/conv2d_vs_torch_tuned.log" 2>&1
+    echo "  rc=$?"; sed -n '/^## Summary/,/^## Points/p' "$dir/conv2d_vs_torch_tuned.md" 2>/dev/null
+    rm -rf "$user" "$dir/conv2d_vs_torch_tuned.jsonl"
+  fi
+  rm -f "$dir"/conv2d_vs_torch*.log
   tidy "$dir"
 }
 
