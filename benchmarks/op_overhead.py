@@ -1,5 +1,6 @@
-"""Host cost of one eager op call next to ``F.linear``: the gemm and scaled_mm ops' two served
-kinds, under ``torch.no_grad()`` and ``torch.inference_mode()``, at M in {16, 256, 1000}.
+"""Host cost of one eager op call next to ``F.linear`` and ``F.conv1d``: the gemm, scaled_mm
+and conv1d ops' two served kinds, under ``torch.no_grad()`` and ``torch.inference_mode()``, at
+M in {16, 256, 1000}.
 
 It measures host (CPU) time per call with the host clock, not GPU time, so no kernel is
 timed and there is no separator; ``--stub`` replaces the launcher with a no-op C function so
@@ -22,6 +23,20 @@ Rows, per grad mode and M (fp16, N = K = ``--width``):
   (:func:`oasr_core.route`, what ``oasr tune bench`` does to a model it did not write)
   where the plan is the torch path: the per-layer plan's cost, against the row above.
 
+Conv1d rows (fp16 depthwise, channels = ``--width``, kernel 15, same padding, batch 1,
+T = M; the input a transposed channels-last tensor, as speech encoders hand it to their
+convolutions), each against ``F.conv1d`` on that input:
+
+- ``nn.Conv1d``: the torch model's layer called;
+- ``routed nn.Conv1d torch``: the same layer routed (:func:`oasr_core.route`; the family's
+  channels-first forward) where the op's plan is torch: the layer plan's ``F.conv1d``;
+- ``conv1d op torch`` / ``conv1d layer torch``: ``oasr_conv1d.ops.conv1d`` and the family's
+  layer (``oasr_layer("Conv1d")``'s answer, what the reference models call) on the
+  channels-last data where the plan is torch (transpose, ``F.conv1d``, transpose back to a
+  contiguous output: the op's contract);
+- ``conv1d kernel`` / ``routed nn.Conv1d kernel``: the op and the routed layer on a prepared
+  depthwise kernel (with CUDA and no ``--stub``, only where the tiers serve the shape by one).
+
 The ops are called through their module, bound once, as an engine would; reaching them as
 ``oasr_gemm.gemm`` goes through the package's lazy ``__getattr__`` on every access (a few
 hundred nanoseconds more).
@@ -41,8 +56,11 @@ CUDA tensors and the no-op launcher (the op's Python side on that host, no compi
 
 The paths are timed in turn, ``--repeat`` rounds of ``--number`` calls each (a round times
 every path once), so that a host whose speed drifts (the H200 machine's moved 30% between
-runs) slows every path alike: each row gives the best loop (microseconds per call) and the
-median over the rounds of the path's time over ``F.linear``'s in the same round. Run:
+runs) slows every path alike: each row gives the best loop (microseconds per call), and the
+median over the rounds of the path's time over, and less, its F call's (``F.linear`` or
+``F.conv1d``) in the same round. A CPU convolution costs 50-70 us whatever its size (against
+~5 us for a small ``F.linear``), so on a CPU the conv rows' differences in microseconds, not
+their ratios, tell the Python side apart. Run:
 ``python benchmarks/op_overhead.py [--stub]``.
 """
 
@@ -72,6 +90,8 @@ int32_t noop_gemm(const void* c, const void* a, const void* w, const void* b, vo
 int32_t noop_scaled_mm(const void* c, const void* a, const void* w, const void* as,
                        const void* ws, const void* b, const void* osp, float os, void* d,
                        void* s) { return 0; }
+int32_t noop_conv1d(const void* c, const void* g, const void* x, const void* w, const void* b,
+                    void* o, void* s) { return 0; }
 """
 
 
@@ -196,6 +216,9 @@ def _rows(width: int, number: int, repeat: int, cuda: bool,
             with mode():
                 rows += [(mode.__name__, path, m, best, ratio)
                          for path, best, ratio in _at(m, width, number, repeat, cuda, stub)]
+                rows += [(mode.__name__, path, m, best, ratio)
+                         for path, best, ratio in _conv_at(m, width, number, repeat, cuda,
+                                                           stub)]
     return rows
 
 
@@ -206,8 +229,8 @@ def _at(m: int, width: int, number: int, repeat: int, cuda: bool,
     from oasr_gemm import ops as gemm_ops
     from oasr_scaled_mm import ops as smm_ops
 
-    from oasr_core.routing import route
     from oasr_core.kit import TORCH
+    from oasr_core.routing import route
 
     device = "cuda" if cuda else "cpu"
     a = torch.randn(m, width, device=device).half()
@@ -251,26 +274,140 @@ def _at(m: int, width: int, number: int, repeat: int, cuda: bool,
                 paths["gemm launch only"] = _launch_only(key, plan, a, w, b)
             if _kernel_served(smm_ops, scaled_mm):
                 paths["scaled_mm kernel"] = scaled_mm
-            for path, fn in paths.items():
-                if fn is not None:
-                    if path in plans:  # the routed layer's plan follows the op's at its first call
-                        gemm_ops.SERVING.plans.table[key] = plans[path]
-                    for _ in range(min(number, 500)):
-                        fn()
-            times: dict[str, list[float]] = {p: [] for p, fn in paths.items() if fn}
-            for _ in range(repeat):
-                for path in times:
-                    if path in plans:
-                        gemm_ops.SERVING.plans.table[key] = plans[path]
-                    times[path].append(_loop_us(paths[path], number))
+            times = _timed(paths, plans, gemm_ops.SERVING.plans, key, number, repeat)
     finally:
         gemm_ops._plan, smm_ops._plan = real_plans
         gemm_ops.clear_memo()
         smm_ops.clear_memo()
-    linear = times["F.linear"]
+    return _summary(paths, times, "F.linear")
+
+
+CONV_KERNEL = 15
+"""The conv rows' kernel: a Conformer's depthwise convolution (groups = channels = width)."""
+
+
+def _conv_at(m: int, width: int, number: int, repeat: int, cuda: bool,
+             stub: bool) -> list[tuple[str, Any, Any]]:
+    """The conv1d rows at one M (batch 1, T = M, depthwise, kernel :data:`CONV_KERNEL`, same
+    padding), under the caller's grad mode: ``(path, best us, median ratio to F.conv1d)``.
+    The input is a transposed channels-last tensor, as speech encoders call their convs."""
+    from oasr_conv1d import ops as conv_ops
+    from oasr_conv1d.layer import conv_layer
+
+    from oasr_core.kit import TORCH
+    from oasr_core.routing import route
+
+    device = "cuda" if cuda else "cpu"
+    pad = CONV_KERNEL // 2
+    xl = torch.randn(1, m, width, device=device).half()  # channels-last (B, T, C)
+    xf = xl.transpose(1, 2)  # what the model hands nn.Conv1d
+    conv = torch.nn.Conv1d(width, width, CONV_KERNEL, padding=pad, groups=width,
+                           device=device, dtype=torch.float16).requires_grad_(False).eval()
+    w, b = conv.weight, conv.bias
+    routed_torch, routed_kernel, layer_torch = (_conv_copy(conv) for _ in range(3))
+    for module in (routed_torch, routed_kernel):
+        route(module, dtype="fp16", linear=False)
+    key = ("conv1d", xl.dtype, 1, m, width, width, CONV_KERNEL, 1, pad, 1, width,
+           0 if cuda or stub else -1)
+
+    def op() -> Any:
+        return conv_ops.conv1d(xl, w, b, 1, pad, 1, width)
+
+    real_plan = conv_ops._plan
+    context = contextlib.nullcontext() if cuda else _CudaLike()
+    times: dict[str, list[float]] = {}
+    try:
+        with context:
+            conv_ops.clear_memo()
+            if stub:
+                _stub_conv_plans(_LIB, streams=not cuda)
+            paths: dict[str, Callable[[], Any] | None] = {
+                "F.conv1d": lambda: F.conv1d(xf, w, b, 1, pad, 1, width),
+                "nn.Conv1d": lambda: conv(xf),
+                "routed nn.Conv1d torch": lambda: routed_torch(xf),
+                "conv1d op torch": op,
+                "conv1d layer torch": lambda: conv_layer(xl, layer_torch),
+                "conv1d kernel": None, "routed nn.Conv1d kernel": None}
+            plans: dict[str, Any] = {p: TORCH for p in ("routed nn.Conv1d torch",
+                                                        "conv1d op torch",
+                                                        "conv1d layer torch")}
+            if _kernel_served(conv_ops, op):
+                plans["conv1d kernel"] = plans["routed nn.Conv1d kernel"] = \
+                    conv_ops.SERVING.plans.table[key]
+                paths["conv1d kernel"] = op
+                paths["routed nn.Conv1d kernel"] = lambda: routed_kernel(xf)
+            times = _timed(paths, plans, conv_ops.SERVING.plans, key, number, repeat)
+    finally:
+        conv_ops._plan = real_plan
+        conv_ops.clear_memo()
+    return _summary(paths, times, "F.conv1d")
+
+
+def _summary(paths: dict[str, Any], times: dict[str, list[float]],
+             base: str) -> list[tuple[str, Any, Any]]:
+    """Per path ``(path, best us, (median ratio, median difference in us) to base's time in
+    the same round)``; ``(path, None, None)`` for a path not timed."""
+    f = times[base]
     return [(path, min(times[path]),
-             statistics.median(t / f for t, f in zip(times[path], linear, strict=True)))
+             (statistics.median(t / b for t, b in zip(times[path], f, strict=True)),
+              statistics.median(t - b for t, b in zip(times[path], f, strict=True))))
             if path in times else (path, None, None) for path in paths]
+
+
+def _timed(paths: dict[str, Callable[[], Any] | None], plans: dict[str, Any], memo: Any,
+           key: tuple, number: int, repeat: int) -> dict[str, list[float]]:
+    """Warm every path up, then time each in turn over ``repeat`` rounds (us per call); a path
+    in ``plans`` runs with that op plan stored under ``key`` in ``memo`` (a routed layer's
+    plan follows the op's at its first call, in the warm-up)."""
+    for path, fn in paths.items():
+        if fn is not None:
+            if path in plans:
+                memo.table[key] = plans[path]
+            for _ in range(min(number, 500)):
+                fn()
+    times: dict[str, list[float]] = {p: [] for p, fn in paths.items() if fn}
+    for _ in range(repeat):
+        for path in times:
+            if path in plans:
+                memo.table[key] = plans[path]
+            times[path].append(_loop_us(paths[path], number))
+    return times
+
+
+def _conv_copy(conv: torch.nn.Conv1d) -> torch.nn.Conv1d:
+    """A new ``nn.Conv1d`` like ``conv``, its weight and bias copied."""
+    other = torch.nn.Conv1d(conv.in_channels, conv.out_channels, conv.kernel_size,
+                            padding=conv.padding, groups=conv.groups, device=conv.weight.device,
+                            dtype=conv.weight.dtype)
+    with torch.no_grad():
+        other.weight.copy_(conv.weight)
+        other.bias.copy_(conv.bias)
+    return other.requires_grad_(False).eval()
+
+
+def _stub_conv_plans(lib: ctypes.CDLL, streams: bool) -> None:
+    """Serve every conv1d shape from a no-op prepared depthwise kernel (see the docstring)."""
+    from oasr_conv1d import launch as conv_launch
+    from oasr_conv1d import ops as conv_ops
+    from oasr_conv1d.depthwise.space import DEFAULT
+    from oasr_conv1d.geometry import LANE_SM90, geometry
+    from oasr_conv1d.lanes import config
+
+    from oasr_core.kit import calls
+
+    if streams:  # and the capture query the weight cache asks before packing
+        calls._current_stream = lambda device: 0
+        calls._current_device = lambda: 0
+        torch.cuda.is_current_stream_capturing = lambda: False
+    kernel = conv_launch.Kernel.bind(_Exports(lib, "noop_conv1d"), config(LANE_SM90, DEFAULT))
+
+    def plan(key: tuple, t_out: int) -> Any:
+        op, _tdtype, batch, t_in, cin, cout, k, s, p, d, groups, _dev = key
+        return conv_ops.SERVING.plans.store(key, kernel.prepare(
+            geometry(batch, t_in, cin, cout, k, s, p, d, groups), "fp16", None),
+            conv_ops.SERVING.bind())
+
+    conv_ops._plan = plan
 
 
 def _layer(w: torch.Tensor, b: torch.Tensor) -> torch.nn.Linear:
@@ -331,16 +468,18 @@ def main() -> None:
           f"{platform.python_version()}, torch {torch.__version__}, {platform.machine()}, "
           f"{where}; N = K = {args.width}, fp16 / int8; {args.repeat} rounds of "
           f"{args.number} calls per path, the paths in turn)\n")
-    print("| grad mode | path | M | best us per call | best vs best F.linear | "
-          "median of the rounds' ratios to F.linear |")
-    print("|---|---|---:|---:|---:|---:|")
-    linear = {(mode, m): best for mode, path, m, best, _ in rows if path == "F.linear"}
+    print("| grad mode | path | M | best us per call | best vs best F call | "
+          "median of the rounds' ratios to the F call | median of the rounds' differences "
+          "to the F call, us |")
+    print("|---|---|---:|---:|---:|---:|---:|")
+    base = {(mode, path, m): best for mode, path, m, best, _ in rows if path.startswith("F.")}
     for mode, path, m, best, ratio in rows:
         if best is None:
-            print(f"| {mode} | {path} | {m} | n/a | | |")
+            print(f"| {mode} | {path} | {m} | n/a | | | |")
             continue
-        print(f"| {mode} | {path} | {m} | {best:.2f} | {best / linear[(mode, m)]:.2f}x | "
-              f"{ratio:.2f}x |")
+        f_call = "F.conv1d" if "onv1d" in path else "F.linear"
+        print(f"| {mode} | {path} | {m} | {best:.2f} | {best / base[(mode, f_call, m)]:.2f}x | "
+              f"{ratio[0]:.2f}x | {ratio[1]:+.2f} |")
 
 
 if __name__ == "__main__":

@@ -33,7 +33,9 @@ for them."""
 
 Layer = Callable[..., Any]
 """``(x, layer, activation=None) -> activation(layer(x))`` channels-last, for a layer kind
-other than linear (the answer of ``oasr_layer``)."""
+other than linear (the answer of ``oasr_layer``). A ``Conv1d`` answer may also carry
+``channels_first``, ``(layer, x) -> layer(x)`` on torch's layout ``[B, C, T]`` in and
+out: :func:`oasr_core.route` binds it as a routed module's forward."""
 
 ACTIVATIONS = ("relu", "gelu", "silu")
 """The activations a reference model puts after a layer, by name (torch's functions of the

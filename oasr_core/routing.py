@@ -12,7 +12,10 @@ Where the input is a transposed channels-last tensor (``conv(x.transpose(1, 2))`
 speech encoders call their convolutions) the routed forward hands the op the channels-last
 data with no copy and returns the transposed view of its output; any other input (a
 contiguous ``[B, C, T]``, whose copy would cost what the kernel saves), padding modes other
-than zeros, and grouped convs neither dense nor depthwise run the module's own forward.
+than zeros, and grouped convs neither dense nor depthwise run the module's own forward. A
+conv answer that has the protocol's channels-first form (``answer.channels_first``,
+:data:`oasr_core.layers.Layer`) is bound as the forward itself, so the family decides this
+per layer and call shape once, and a call torch serves is the module's own ``F.conv1d``.
 Whatever the ops do not serve at run time (an untuned shape, a CPU tensor, autograd) takes
 their torch path, so routing never makes a model slower than torch where the tiers say so.
 """
@@ -68,7 +71,9 @@ def route(model: Any, *, dtype: str = "fp16", quantization: str = "none",
         elif conv is not None and isinstance(module, nn.Conv1d) and \
                 getattr(module, "padding_mode", "zeros") == "zeros" and \
                 not isinstance(module.padding, str):
-            module.forward = functools.partial(_conv_forward, conv, module)
+            channels_first = getattr(conv, "channels_first", None)
+            module.forward = functools.partial(channels_first, module) if channels_first \
+                else functools.partial(_conv_forward, conv, module)
             counts["Conv1d"] += 1
         else:
             continue

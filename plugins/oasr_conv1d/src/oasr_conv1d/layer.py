@@ -8,6 +8,27 @@ into the layer's weight and bias before calling. The weight is packed into the k
 layout at its first eager call and cached on the weight, keyed by its ``data_ptr`` and
 ``_version`` (:mod:`oasr_conv1d.weights`): warm up eagerly before capturing a CUDA graph. On
 the ``meta`` device (census probes) nothing is packed; the op's torch path computes shapes.
+
+:func:`conv_forward` (``conv_layer.channels_first``, the protocol's form for a routed module:
+:func:`oasr_core.route`) is ``layer(x)`` on torch's own layout ``x (B, Cin, T)``: where that
+is a transposed channels-last CUDA tensor the op serves the channels-last data and the
+output is the transposed view of the op's; anything else (another layout, whose copy would
+cost what a kernel saves; a CPU tensor, counted ``torch:cpu``) is the module's own forward.
+
+Both keep a per-layer plan in the family's ``Serving.layers`` memo (keyed by the layer's
+``id``, the activation, or :data:`CHANNELS_FIRST`, and the input's shape and dtype, filled
+after the layer's first call of that shape in an epoch). Where the op's plan for that call is
+torch (the tiers chose torch, or a launcher refused), or the routed input is not channels-last
+data, a repeated call is ``F.conv1d`` on the layer's registered weight and bias, read from
+its parameter dict, with the layer's own stride, padding, dilation and groups: exactly what
+the torch model calls (``nn.Conv1d.forward``; for :func:`conv_layer`, the op's torch path:
+transpose, conv, activation, transpose back, contiguous as the op's output always is), with
+no op key or checks, and for a routed module no copy or allocation of its own. Only a layer
+whose ``weight`` and ``bias`` are both in its parameter dict and whose ``padding_mode`` is
+``zeros`` gets such a plan; the rest always go through the op. The memo holds ids, not
+layers: a new layer that reuses a dead one's id inherits a plan that is right for any
+operands (torch's function, or the op with all its checks), at worst torch where a kernel
+would serve, until the epoch ends.
 """
 
 from __future__ import annotations
@@ -15,22 +36,131 @@ from __future__ import annotations
 from typing import Any
 
 DTYPES = ("fp16", "bf16")
+CHANNELS_FIRST = "channels-first"
+"""The second element of a routed module's layer key (where a :func:`conv_layer` key holds
+its activation), so the two forms of one layer never share a plan."""
+
+_OPS: Any = None
 
 
 def conv_layer(x: Any, layer: Any, activation: str | None = None) -> Any:
     """``activation(layer(x))`` channels-last, for an ``nn.Conv1d`` ``layer``."""
-    from oasr_conv1d import ops
+    ops = _OPS or _load_ops()
+    if ops.conv1d_activation is _OWN[0] and not _compiling():
+        key = (id(layer), activation, x.shape, x.dtype)
+        plan = _LAYERS.table.get(key)
+        if plan is _TORCH:
+            p = layer._parameters
+            _FALLBACKS[_SELECTED] += 1
+            y = _conv1d(x.transpose(1, 2), p["weight"], p["bias"], layer.stride,
+                        layer.padding, layer.dilation, layer.groups)
+            if activation is not None:
+                y = _activate(y, activation)
+            return y.transpose(1, 2).contiguous()
+        if plan is None:
+            out = _op(ops, x, layer, activation)
+            _SERVING.layer_plan(key, _op_key(ops, x, layer, activation))
+            return out
+    return _op(ops, x, layer, activation)
 
+
+def conv_forward(layer: Any, x: Any) -> Any:
+    """``layer(x)`` on torch's layout ``x (B, Cin, T)``: a routed ``nn.Conv1d``'s forward."""
+    ops = _OPS or _load_ops()
+    if ops.conv1d_activation is _OWN[0] and not _compiling():
+        key = (id(layer), CHANNELS_FIRST, x.shape, x.dtype)
+        plan = _LAYERS.table.get(key)
+        if plan is _TORCH:
+            p = layer._parameters
+            _FALLBACKS[_SELECTED] += 1
+            return _conv1d(x, p["weight"], p["bias"], layer.stride, layer.padding,
+                           layer.dilation, layer.groups)
+        if plan is None:
+            xt = _channels_last(x)
+            if xt is None:
+                if x.is_cuda:  # a layout, not a device, the op does not take: torch from now
+                    _SERVING.layers.store(key, _TORCH if _plain(layer) else _OP,
+                                          _SERVING.bind())
+                return type(layer).forward(layer, x)
+            out = _op(ops, xt, layer, None)
+            _SERVING.layer_plan(key, _op_key(ops, xt, layer, None))
+            return out.transpose(1, 2)
+    xt = _channels_last(x)
+    if xt is None:
+        return type(layer).forward(layer, x)
+    return _op(ops, xt, layer, None).transpose(1, 2)
+
+
+conv_layer.channels_first = conv_forward  # type: ignore[attr-defined]
+
+
+def _channels_last(x: Any) -> Any:
+    """``x (B, C, T)``'s channels-last ``(B, T, C)`` view where it is a contiguous CUDA tensor
+    (how speech encoders call their convolutions), else None: the module's forward serves it
+    (a copy would cost what the kernel saves; the op serves other devices from torch, which
+    would copy its output back to channels-last: such a call is counted as ``torch:cpu``)."""
+    if not x.is_cuda:
+        _FALLBACKS["torch:cpu"] += 1
+        return None
+    if x.dim() != 3:
+        return None
+    xt = x.transpose(1, 2)
+    return xt if xt.is_contiguous() else None
+
+
+def _op(ops: Any, x: Any, layer: Any, activation: str | None) -> Any:
+    """The layer through the family's op (channels-last ``x``); a padding mode other than
+    zeros is the module's own (torch computes it)."""
     padding = layer.padding if isinstance(layer.padding, str) else layer.padding[0]
     if getattr(layer, "padding_mode", "zeros") != "zeros":
-        # Reflect/replicate/circular padding is the module's own: torch computes it.
-        from oasr_conv1d.numerics import apply_activation
-
-        y = apply_activation(layer(x.transpose(1, 2)), activation)
+        y = _activate(layer(x.transpose(1, 2)), activation)
         return y.transpose(1, 2).contiguous()
     return ops.conv1d_activation(x, layer.weight, layer.bias, activation,
                                  stride=layer.stride[0], padding=padding,
                                  dilation=layer.dilation[0], groups=layer.groups)
+
+
+def _plain(layer: Any) -> bool:
+    """Whether ``layer`` may get a torch plan: its ``weight`` and ``bias`` are both in its
+    parameter dict (not a parametrized or non-module layer) and it pads with zeros."""
+    params = getattr(layer, "_parameters", None)
+    return (isinstance(params, dict) and "bias" in params
+            and params.get("weight") is layer.weight
+            and getattr(layer, "padding_mode", "zeros") == "zeros")
+
+
+def _op_key(ops: Any, x: Any, layer: Any, activation: str | None) -> tuple | None:
+    """The op's plan key of the call :func:`_op` just made (None: a layer that gets no torch
+    plan, or a call the op keys none for)."""
+    if not _plain(layer):
+        return None
+    return ops._key(ops.op_name(activation), x, layer.weight, layer.stride, layer.padding,
+                    layer.dilation, layer.groups)
+
+
+def _load_ops() -> Any:
+    """The ops module, imported on the first call (an import statement per call costs ~1 us
+    of host time on a slow host); its attributes are still read per call. Binds the names the
+    per-layer path reads."""
+    global _OPS, _OWN, _SERVING, _LAYERS, _FALLBACKS, _SELECTED, _TORCH, _OP, _compiling, \
+        _conv1d, _activate
+    import torch
+    import torch.nn.functional as F
+    from oasr_core.kit import TORCH
+    from oasr_core.kit.serving import OP
+
+    from oasr_conv1d import ops
+    from oasr_conv1d.numerics import apply_activation
+
+    # In a tuple: a census recorder rebinds every module global that is the op it wraps
+    # (this module's too), not the items of a tuple, so ``ops.conv1d_activation is _OWN[0]``
+    # tells it.
+    _OWN = (ops.conv1d_activation,)
+    _SERVING, _LAYERS, _FALLBACKS = ops.SERVING, ops.SERVING.layers, ops.SERVING.fallbacks
+    _SELECTED, _TORCH, _OP = "torch:selected", TORCH, OP
+    _compiling, _conv1d, _activate = torch.compiler.is_compiling, F.conv1d, apply_activation
+    _OPS = ops
+    return ops
 
 
 def layer_for(kind: str, dtype: str, quantization: str) -> Any:

@@ -123,6 +123,19 @@ def _unsupported(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | Non
     return None
 
 
+def _key(op: str, x: torch.Tensor, weight: torch.Tensor, stride: Any, padding: Any,
+         dilation: Any, groups: Any) -> tuple | None:
+    """The plan key :func:`_run` files these operands under, ``(op, dtype, B, T, Cin, Cout,
+    k, stride, pad, dil, groups, device)``; None where it files none (parameters that are not
+    one int each, operands that are not 3-D)."""
+    s, p, d = _int(stride, "stride"), _int(padding, "padding"), _int(dilation, "dilation")
+    if s is None or p is None or d is None or x.dim() != 3 or weight.dim() != 3:
+        return None
+    batch, t_in, cin = x.shape
+    cout, _cpg, k = weight.shape
+    return (op, x.dtype, batch, t_in, cin, cout, k, s, p, d, groups, x.get_device())
+
+
 def _run(op: str, activation: str | None, x: torch.Tensor, weight: torch.Tensor,
          bias: torch.Tensor | None, stride: Any, padding: Any, dilation: Any,
          groups: int) -> torch.Tensor:
