@@ -113,7 +113,10 @@ def served_figure(report: Any, path: str | Path, *, table: str | None,
     if title or served is not None:
         fig.suptitle(title or f"measured time per call; shaded: the regions of {table}",
                      fontsize=10)
-    fig.tight_layout()
+        # Keep the top half inch for the figure's title, off the first panels' titles.
+        fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / fig.get_figheight()))
+    else:
+        fig.tight_layout()
     return _save(fig, path)
 
 

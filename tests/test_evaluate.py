@@ -212,3 +212,30 @@ def test_agreement_of_two_tables(tmp_path):
                                              evaluate.TableSelector("two", two, FAM)])
     assert evaluate.agreement(report, "one", "two") == pytest.approx(4 / 5)
     assert evaluate.agreement(report, "one", "two", tol=0.3) == pytest.approx(1.0)
+
+
+def test_the_figure_title_stays_clear_of_the_panel_titles(tmp_path, monkeypatch):
+    """The shipped gemm log's seven panels under the figure's title (they overlapped)."""
+    from pathlib import Path
+
+    from oasr_core import plots
+
+    figures = []
+    real_save = plots._save
+
+    def keep(fig, path):
+        if fig._suptitle is not None and str(path).endswith("plot.png"):
+            fig.canvas.draw()
+            renderer = fig.canvas.get_renderer()
+            figures.append((fig._suptitle.get_window_extent(renderer),
+                            [ax.title.get_window_extent(renderer) for ax in fig.axes
+                             if ax.get_visible()]))
+        return real_save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    log = Path(__file__).resolve().parents[1] / "db/sm90/measurements/gemm.jsonl"
+    result = CliRunner().invoke(evaluate_cmd, ["--log", str(log), "--plot",
+                                               str(tmp_path / "plot.png")], obj=CliState())
+    assert result.exit_code == 0, result.output
+    suptitle, panel_titles = figures[0]
+    assert len(panel_titles) == 7 and all(t.y1 < suptitle.y0 for t in panel_titles)
