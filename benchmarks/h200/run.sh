@@ -663,6 +663,7 @@ phase_conv2d() {
     rm -rf "$user" "$dir/conv2d_vs_torch_tuned.jsonl"
   fi
   rm -f "$dir"/conv2d_vs_torch*.log
+  rm -rf "$dir/.locks"
   tidy "$dir"
 }
 
