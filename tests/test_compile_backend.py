@@ -157,7 +157,9 @@ def test_backend_oasr_is_found_through_the_entry_point_and_compiles_with_inducto
     assert [ep.value for ep in eps if ep.name == "oasr"] == ["oasr_core.compile:oasr_backend"]
     assert torch._dynamo.lookup_backend("oasr") is oc.oasr_backend
     torch._dynamo.reset()
-    model = nn.Sequential(nn.Linear(64, 128), nn.ReLU(), nn.Linear(128, 32)).eval()
+    # One linear: Inductor lowers it to an extern GEMM and a Python wrapper, so the test
+    # compiles no C++ kernel (a pointwise op would cost seconds of compiler on a CPU).
+    model = nn.Linear(64, 32).eval()
     x = torch.randn(4, 64)
     with torch.no_grad():
         out = torch.compile(model, backend="oasr")(x)
@@ -228,6 +230,66 @@ def test_folded_conv_traces_without_recompiling_per_layer() -> None:
     assert counts["stats"]["unique_graphs"] == 1
 
 
+def _table(user, family, entries):
+    """A user-tier table of ``family`` on sm90: the shipped file's header, ``entries``."""
+    import json
+
+    data = json.loads((REPO / "db" / "sm90" / f"{family}.json").read_text())
+    data["entries"] = entries
+    (user / "sm90").mkdir(parents=True, exist_ok=True)
+    (user / "sm90" / f"{family}.json").write_text(json.dumps(data))
+
+
+class FeedForward(nn.Module):
+    def __init__(self) -> None:
+        super().__init__()
+        self.up, self.down = nn.Linear(256, 1024), nn.Linear(1024, 256)
+
+    def forward(self, x):
+        return x + self.down(F.silu(self.up(x)))
+
+
+@pytest.mark.parametrize("family,scheme,tol", [("scaled_mm", "int8_w8a8", 2e-2),
+                                               ("scaled_mm_fp8", "fp8_w8a8", 4e-2)])
+def test_a_scheme_quantizes_the_linears_its_tiers_say_pay_and_leaves_the_rest(
+        family, scheme, tol, tmp_path, monkeypatch) -> None:
+    # The user tier names the family's tile for the up projection (1024, 256); the shipped
+    # table says unquantized for the down projection (256, 1024), which falls through to
+    # the full-precision patterns (the shipped gemm table's fused residual).
+    _table(tmp_path, family, {f"{family}|op={family}|N=1024|K=256": {
+        "regions": [[None, "heuristic"]], "source": "aot"}})
+    monkeypatch.setenv("OASR_TUNE_USER_DB", str(tmp_path))
+    torch.manual_seed(0)
+    model = FeedForward().eval().bfloat16()
+    x = torch.randn(1, 1024, 256, dtype=torch.bfloat16)
+    backend, graph, out, ref = _run(model, x, quantization=scheme)
+    assert backend.rewritten == {(family, family): 1, ("gemm", "gemm_residual"): 1}
+    targets = _targets(graph)
+    # The quantized linear takes the bias; its SiLU stays Inductor's.
+    assert targets.count(f"oasr.{family}_linear.default") == 1
+    assert "aten.addmm.default" not in targets and "aten.exp.default" in targets
+    _close([out], [ref], tol)
+    # Without the user entry the shipped tables say unquantized at both widths (the
+    # Conformer's widths never pay): nothing is quantized, both linears are gemm's.
+    monkeypatch.setenv("OASR_TUNE_USER_DB", "off")
+    from oasr_core import runtime
+
+    runtime.install_runtime(None)
+    backend, graph, out, ref = _run(model, x, quantization=scheme)
+    assert backend.rewritten == {("gemm", "gemm_activation"): 1, ("gemm", "gemm_residual"): 1}
+
+
+def test_a_quantized_compile_census_records_the_scheme_ops() -> None:
+    from oasr_core.census.probe import compiled_calls
+
+    with torch.no_grad():
+        calls = compiled_calls(FeedForward().eval(), (torch.randn(2, 30, 256),), "bf16",
+                               quantization="fp8_w8a8")
+    labels = sorted((c.family, c.op, c.dtype, c.dims, c.m) for c in calls)
+    assert labels == [("scaled_mm_fp8", "scaled_mm_fp8", "float8_e4m3fn", (("N", n), ("K", k)), 60)
+                      for n, k in ((256, 1024), (1024, 256))]
+
+
 def test_census_compiled_calls_record_each_key_and_run_without_code_generation() -> None:
     from oasr_core.census.probe import compiled_calls
 
@@ -240,6 +302,25 @@ def test_census_compiled_calls_record_each_key_and_run_without_code_generation()
                    "groups=256", 120, "3x40")] == 1
     call = next(c for c in calls if c.op == "gemm_activation")
     assert (call.flops, call.weight_elements) == (2 * 120 * 1024 * 256, 1024 * 256)
+
+
+def test_census_probe_traces_once_for_keys_of_one_shape_class() -> None:
+    from oasr_core.census.probe import CompiledProbe
+
+    torch.manual_seed(0)
+    model = nn.Sequential(nn.Linear(64, 128), nn.SiLU(), nn.Linear(128, 64)).eval()
+    probe = CompiledProbe(model, "fp16", dynamic=[(0, 1)])
+    counts = torch._dynamo.utils.counters
+    counts.clear()
+    seen = []
+    with torch.no_grad():
+        for batch, frames in ((4, 50), (2, 30), (3, 70), (8, 11)):
+            calls = probe.calls((torch.randn(batch, frames, 64),))
+            seen.append(sorted((c.op, c.m) for c, n in calls.items() for _ in range(n)))
+    # Batch and frames marked dynamic from the first key: one graph serves all four, and
+    # each call counts its sites at its own rows.
+    assert counts["stats"]["unique_graphs"] == 1
+    assert seen == [[("gemm", m), ("gemm_activation", m)] for m in (200, 60, 210, 88)]
 
 
 def test_kernel_classes_and_compile_option_checks() -> None:

@@ -47,7 +47,7 @@ from oasr_core.census.engine import (
 )
 from oasr_core.census.recorder import ITEMSIZE, Call, RecorderPatch, ShapeRecorder
 from oasr_core.census.shapeset import ShapePoint, ShapeSet, SignatureInfo, top_keys
-from oasr_core.census.workloads import ReferenceFactory, Workload, make_inputs
+from oasr_core.census.workloads import ReferenceFactory, Workload, make_inputs, parse_input
 from oasr_core.errors import ConfigurationError
 from oasr_core.routing import route
 from oasr_core.types import Problem
@@ -230,7 +230,7 @@ def run_census(workload: Workload, config: EngineConfig, traffic: Traffic,
                probe_limit: int | None = None, strict: bool = False,
                progress: Callable[[EngineKey, int, int], None] | None = None,
                registry: Any = None, route_quantization: str = "none",
-               compiled: bool = False) -> ShapeSet:
+               compiled: bool = False, compile_quantization: str = "none") -> ShapeSet:
     """Probe every engine key of ``workload`` and return the (unselected) ShapeSet.
 
     ``route_quantization`` (a scheme, for a model whose factory does not quantize itself:
@@ -249,6 +249,8 @@ def run_census(workload: Workload, config: EngineConfig, traffic: Traffic,
     GEMM/conv site of each compiled graph is recorded as its family would call it. The
     model is the one a user compiles (a reference workload without the families' ops) and
     is probed on the CPU (Inductor has nothing to trace on the meta device).
+    ``compile_quantization``: the scheme the compile backend is asked for (its families'
+    quantized linears recorded where they would serve).
     """
     import torch
 
@@ -277,12 +279,15 @@ def run_census(workload: Workload, config: EngineConfig, traffic: Traffic,
     recorder = ShapeRecorder(patches, deploy_dtype=dtype, strict=strict, families=families)
     # A compiled census records the compiled graphs, not op calls: no recorder is entered
     # (Dynamo would trace its torch-function mode).
+    probe = CompiledProbe(model, dtype, compile_quantization, dynamic=[
+        (0,) if parsed == "lengths" else tuple(i for i, d in enumerate(parsed) if d in ("B", "T"))
+        for parsed in map(parse_input, workload.inputs)]) if compiled else None
     with contextlib.nullcontext() if compiled else recorder, torch.inference_mode():
         for done, key in enumerate(keys, 1):
             inputs = make_inputs(workload, key.batch, key.frames, dtype=input_dtype,
                                  device=probe_device)
             try:
-                calls = compiled_calls(model, inputs, dtype) if compiled else None
+                calls = probe.calls(inputs) if probe is not None else None
                 if calls is None:
                     model(*inputs)
             except Exception as exc:  # the model's own error, reported as bad input (-v: cause)
@@ -316,16 +321,49 @@ def run_census(workload: Workload, config: EngineConfig, traffic: Traffic,
                     signatures=builder.signatures(), provenance=provenance)
 
 
-def compiled_calls(model: Any, inputs: Sequence[Any], dtype: str) -> dict[Call, int]:
-    """The family op calls of ``model`` compiled at ``inputs``' static shapes by the oasr
-    backend in record-only mode (Inductor's post-grad graph, no code generated; the fp32
-    CPU graph stands for ``dtype``)."""
-    import torch
+class CompiledProbe:
+    """``model`` compiled by the oasr backend in record-only mode, probed key after key.
 
-    torch._dynamo.reset()
-    backend = oc.backend(record=True, rewrite=False, deploy_dtype=dtype)
-    torch.compile(model, backend=backend, dynamic=False)(*inputs)
-    return dict(backend.recorded)
+    One ``torch.compile`` serves every key: Dynamo compiles the first key's shapes, and the
+    first key that differs recompiles with those dimensions dynamic (its automatic dynamic
+    shapes), so the later keys of that shape class run the same graph with no new trace. The
+    pass records each site's sizes as the graph has them (ints, or expressions of the size
+    symbols) and every call counts the sites at its own sizes. Nothing is generated and no
+    arithmetic runs: Inductor stops after its post-grad passes and each call returns zeros of
+    the graph's output shapes (:func:`oasr_core.compile.backend`, ``rewrite=False``). The
+    fp32 CPU graph stands for ``dtype``; ``quantization`` asks that scheme's patterns first.
+    ``dynamic``: per input, the dimensions that vary between keys (batch, frames), marked
+    dynamic from the first key on (``maybe_mark_dynamic``: a dimension the model needs
+    static stays static), so that one trace serves every key of more than one row.
+    """
+
+    def __init__(self, model: Any, dtype: str, quantization: str = "none",
+                 dynamic: Sequence[Sequence[int]] = ()) -> None:
+        import torch
+
+        torch._dynamo.reset()
+        self.dynamic = [tuple(d) for d in dynamic]
+        self.backend = oc.backend(record=True, rewrite=False, deploy_dtype=dtype,
+                                  quantization=quantization)
+        self.compiled = torch.compile(model, backend=self.backend)
+
+    def calls(self, inputs: Sequence[Any]) -> dict[Call, int]:
+        """The family op calls of one forward at ``inputs``' shapes."""
+        import torch
+
+        for tensor, dims in zip(inputs, self.dynamic, strict=False):
+            for d in dims:
+                torch._dynamo.maybe_mark_dynamic(tensor, d)
+        self.backend.recorded.clear()
+        self.compiled(*inputs)
+        return dict(self.backend.recorded)
+
+
+def compiled_calls(model: Any, inputs: Sequence[Any], dtype: str,
+                   quantization: str = "none") -> dict[Call, int]:
+    """The family op calls of ``model`` compiled at ``inputs``' shapes by the oasr backend in
+    record-only mode (:class:`CompiledProbe` of one key)."""
+    return CompiledProbe(model, dtype, quantization).calls(inputs)
 
 
 def _engine_json(config: EngineConfig) -> dict[str, Any]:

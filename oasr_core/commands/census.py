@@ -220,7 +220,8 @@ Examples:
 @click.option("--compile", "compiled", is_flag=True,
               help="Record what torch.compile(model, backend=\"oasr\") runs: every GEMM/conv "
                    "site of the graph compiled at each engine key's shapes (probes on the "
-                   "CPU; a reference workload without the families' ops, as users compile it).")
+                   "CPU; a reference workload without the families' ops, as users compile it; "
+                   "with --quantization, the backend's option: the scheme's quantized linears).")
 @click.option("--out", type=click.Path(path_type=Path, dir_okay=False), required=True,
               help="Where to write the ShapeSet JSON.")
 @click.option("--json", "as_json", is_flag=True, help="Print the summary as JSON.")
@@ -253,11 +254,7 @@ def census_cmd(state: CliState, workload_name: str | None, model: str | None,
     factory_params = _params(params)
     _check_params(workload, factory_params)
     routed = "none"
-    if compiled and quantization != "none":
-        raise ConfigurationError(f"--compile with --quantization {quantization}: no family "
-                                 "declares quantized compile patterns yet; census the "
-                                 "full-precision model")
-    if quantization != "none":
+    if quantization != "none" and not compiled:
         if isinstance(workload.factory, ReferenceFactory):
             factory_params["quantization"] = quantization
         else:
@@ -274,7 +271,8 @@ def census_cmd(state: CliState, workload_name: str | None, model: str | None,
                             params=factory_params, probe_device=probe_device,
                             probe_limit=probe_limit, strict=registry.strict, progress=advance,
                             registry=registry, route_quantization=routed,
-                            compiled=compiled)
+                            compiled=compiled,
+                            compile_quantization=quantization if compiled else "none")
     result = result.with_provenance(quantization=quantization)
     for path, recording in recordings:
         result = cap.merge_capture(result, recording, share=capture_share, origin=str(path))

@@ -13,11 +13,13 @@ With options, the same backend is one call::
     import oasr_core.compile as oc
     compiled = torch.compile(model, backend=oc.backend(quantization="none"))
 
-``backend(record=True)`` also collects every GEMM/conv site of each compiled graph as the
-family would call it (``.recorded``: census calls; ``oasr tune census --compile`` writes a
-ShapeSet of them), and ``rewrite=False`` only records: Inductor stops after its post-grad
-passes and the graph runs as traced (no code is generated, so a census compiles quickly, on
-a CPU or the meta device).
+``backend(record=True)`` also counts every GEMM/conv site of each compiled graph, at each
+call's sizes, as the family would call it (``.recorded``: census calls; ``oasr tune census
+--compile`` writes a ShapeSet of them). The pass records a site's sizes as the graph has
+them (ints, or expressions of a dynamic graph's size symbols), so one trace with dynamic
+batch and frames serves every engine key. ``rewrite=False`` only records: Inductor stops
+after its post-grad passes and each call returns zeros of the graph's output shapes, the
+graph run on fake tensors (no code generated, no arithmetic).
 """
 
 from __future__ import annotations
@@ -77,16 +79,96 @@ class OasrBackend:
         from torch._inductor.compile_fx import compile_fx
 
         patches = {"post_grad_custom_post_pass": self.graph_pass}
-        if self.rewrite or self.recorded is None:
+        if self.recorded is None:
             return compile_fx(gm, example_inputs, config_patches=patches)
-        # Record only: Inductor runs up to its post-grad passes (the graph it would lower),
-        # the pass records it and stops; the graph then runs as traced, on any device.
+        self.graph_pass.take_templates()
+        if self.rewrite:
+            inner = compile_fx(gm, example_inputs, config_patches=patches)
+        else:
+            # Record only: Inductor runs up to its post-grad passes (the graph it would
+            # lower), the pass records it and stops.
+            try:
+                compile_fx(gm, example_inputs, config_patches=patches)
+            except Exception as exc:  # Inductor wraps what a pass raises (InductorError)
+                if not _stopped(exc):
+                    raise
+            inner = _shapes_only(gm)
+        return _recording(inner, self.graph_pass.take_templates(), _size_symbols(gm),
+                          self.recorded)
+
+
+def _size_symbols(gm: Any) -> list[tuple[int, int | None, Any]]:
+    """``(input index, dim or None, symbol)`` for every graph input size that is a plain
+    symbol (a dynamic dimension, or a size passed as a SymInt input)."""
+    import sympy
+    import torch
+
+    out = []
+    placeholders = [n for n in gm.graph.nodes if n.op == "placeholder"]
+    for i, node in enumerate(placeholders):
+        value = node.meta.get("example_value", node.meta.get("val"))
+        if isinstance(value, torch.SymInt):
+            if isinstance(value.node.expr, sympy.Symbol):
+                out.append((i, None, value.node.expr))
+        elif isinstance(value, torch.Tensor):
+            for d, size in enumerate(value.shape):
+                if isinstance(size, torch.SymInt) and isinstance(size.node.expr, sympy.Symbol):
+                    out.append((i, d, size.node.expr))
+    return out
+
+
+def _recording(inner: Any, templates: list, symbols: list, recorded: Any) -> Any:
+    """``inner`` counting ``templates``' calls, at each call's sizes, into ``recorded``."""
+
+    def bind(args: Any) -> dict:
+        out = {}
+        for i, d, symbol in symbols:
+            try:
+                out[symbol] = int(args[i]) if d is None else int(args[i].shape[d])
+            except (IndexError, TypeError, AttributeError):
+                continue
+        return out
+
+    def count(args: Any) -> None:
+        sizes = bind(args) if symbols else {}
+        for template in templates:
+            call = template.call(sizes)
+            if call is not None:
+                recorded[call] += 1
+
+    if getattr(inner, "_boxed_call", False):
+        def run_boxed(args: Any) -> Any:
+            count(args)
+            return inner(args)
+
+        run_boxed._boxed_call = True  # type: ignore[attr-defined]
+        return run_boxed
+
+    def run(*args: Any) -> Any:
+        count(args)
+        return inner(*args)
+
+    return run
+
+
+def _shapes_only(gm: Any) -> Any:
+    """What a record-only graph returns instead of running: zeros of its outputs' shapes and
+    dtypes, on their devices (the graph run on fake tensors: no arithmetic); a graph that
+    fake tensors cannot run runs as traced. A census reads shapes, not values."""
+    import torch
+    from torch._subclasses.fake_tensor import FakeTensorMode
+    from torch.utils._pytree import tree_map
+
+    def run(*args: Any) -> Any:
         try:
-            compile_fx(gm, example_inputs, config_patches=patches)
-        except Exception as exc:  # Inductor wraps what a pass raises (InductorError)
-            if not _stopped(exc):
-                raise
-        return gm.forward
+            with FakeTensorMode(allow_non_fake_inputs=True):
+                out = gm(*args)
+        except Exception:  # an op without a fake kernel: the graph as traced
+            return gm(*args)
+        return tree_map(lambda t: torch.zeros(t.shape, dtype=t.dtype, device=t.device)
+                        if isinstance(t, torch.Tensor) else t, out)
+
+    return run
 
 
 def _stopped(exc: BaseException | None) -> bool:

@@ -41,6 +41,7 @@ from collections.abc import Callable, Sequence
 from pathlib import Path
 from typing import Any
 
+import attrs
 import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
@@ -185,7 +186,52 @@ def _match_residual(node: Any) -> tuple[Any, Any, float] | None:
 
 class Recorded(Counter):
     """The family op calls a pass saw, as the census records them:
-    :class:`oasr_core.census.recorder.Call` -> sites (one per site per compiled graph)."""
+    :class:`oasr_core.census.recorder.Call` -> sites (one per site per run of a compiled
+    graph)."""
+
+
+def _expr(value: Any) -> Any:
+    """A size as the pass records it: an int, the sympy expression of a symbolic size, or
+    None."""
+    if value is None or type(value) is int:
+        return value
+    node = getattr(value, "node", None)
+    return node.expr if node is not None else None
+
+
+@attrs.frozen
+class Template:
+    """One site's family op call with its sizes as the graph has them: ints for a static
+    graph, sympy expressions of the graph's size symbols for a dynamic one (a census traced
+    once serves every engine key of that shape class). :meth:`call` fills the sizes in."""
+
+    site: Site
+    family: str
+    op: str
+    dims: tuple[int, ...]
+    dtype: str
+    m: Any
+    batch: Any = None
+    t_in: Any = None
+
+    def call(self, bind: dict) -> Any:
+        """The :class:`~oasr_core.census.recorder.Call` at the sizes ``bind`` gives the
+        graph's symbols (None where a size does not resolve to a positive int)."""
+        sizes = []
+        for value in (self.m, self.batch, self.t_in):
+            if value is not None and type(value) is not int:
+                try:
+                    value = int(value.xreplace(bind))
+                except (TypeError, ValueError):
+                    return None
+            sizes.append(value)
+        m, batch, t_in = sizes
+        if m is None or m < 1:
+            return None
+        point = f"{batch}x{t_in}" if batch is not None and t_in is not None else \
+            self.site.point
+        site = attrs.evolve(self.site, m=m, point=point)
+        return site_call(site, self.family, self.op, self.dims, self.dtype)
 
 
 class StopAfterRecording(Exception):
@@ -193,9 +239,11 @@ class StopAfterRecording(Exception):
     code for a census (the backend catches it and runs the graph as traced)."""
 
 
-def site_call(site: Site, family: str, op: str, dims: Sequence[int]) -> Any:
+def site_call(site: Site, family: str, op: str, dims: Sequence[int],
+              dtype: str | None = None) -> Any:
     """The census :class:`~oasr_core.census.recorder.Call` of ``op`` at ``site``: its dims
-    named as the site's, traffic and flops from the site's shape."""
+    named as the site's, traffic and flops from the site's shape; ``dtype`` the family's key
+    dtype (default: the site's)."""
     named = tuple((name, int(v)) for (name, _), v in zip(site.dims, dims, strict=True))
     d = dict(named)
     m = site.m
@@ -208,7 +256,8 @@ def site_call(site: Site, family: str, op: str, dims: Sequence[int]) -> Any:
         cpg = cin // groups
         weight = cout * cpg * k
         elements, flops = batch * t_in * cin + weight + m * cout, 2 * m * cout * cpg * k
-    return Call(family=family, op=op, dtype=site.dtype, dims=named, m=m, point=site.point,
+    return Call(family=family, op=op, dtype=dtype or site.dtype, dims=named, m=m,
+                point=site.point,
                 elements=elements, flops=flops, weight_elements=weight)
 
 
@@ -231,10 +280,17 @@ class OasrPass(CustomGraphPass):
         self.quantization = quantization
         self.rewrite = rewrite
         self.record = record
+        self.templates: list[Template] = []
+        """The sites recorded since :meth:`take_templates` (with ``record``)."""
         self.fingerprint = fingerprint
         self.deploy_dtype = deploy_dtype
         self.rewritten: Counter = Counter()
         """``(family, op) -> sites rewritten`` over every graph this pass saw."""
+
+    def take_templates(self) -> list[Template]:
+        """The sites recorded since the last call (the graphs of one compile)."""
+        out, self.templates = self.templates, []
+        return out
 
     def uuid(self) -> Any:
         """Inductor's cache key part: this module's source, the options and the tiers in
@@ -268,8 +324,10 @@ class _Rewriter:
         self.dirty: set[Any] = set()
         self.changed = False
         self.probing, self.probed = False, None
-        self.by_kind = {LINEAR: [p for p in owner.patterns if p.kind == LINEAR],
-                        CONV1D: [p for p in owner.patterns if p.kind == CONV1D]}
+        self.sizes: dict[int, tuple[Any, Any, Any]] = {}
+        schemes = list(dict.fromkeys(p.scheme for p in owner.patterns))
+        self.by_kind = {kind: [[p for p in owner.patterns if p.kind == kind and p.scheme == s]
+                               for s in schemes] for kind in (LINEAR, CONV1D)}
 
     def run(self) -> None:
         for node in list(self.graph.nodes):
@@ -304,43 +362,63 @@ class _Rewriter:
 
     # -- decisions --------------------------------------------------------------------------
 
-    def tiers_serve(self, family: str, op: str, dims: tuple[int, ...], site: Site) -> bool:
+    def tiers_serve(self, family: str, op: str, dims: tuple[int, ...], site: Site, *,
+                    dtype: str | None = None, untuned: Callable[[Any], bool] | None = None
+                    ) -> bool:
+        dtype = dtype if dtype is not None else site.dtype
         if self.probing:
-            self.probed = (site, family, op, tuple(dims))
+            self.probed = (site, family, op, tuple(dims), dtype)
             return True
         if not self.owner.rewrite:
             return False
-        return tiers_choose(family, op, site.dtype, dims, site.m, site.arch, site.point)
+        return tiers_choose(family, op, dtype, dims, site.m, site.arch, site.point,
+                            untuned=untuned)
 
     def offer(self, kind: str, sites: Sequence[Site]) -> tuple[Site, Served] | None:
-        """The first (site, call) a pattern serves, most fused site first; with a recorder,
-        the op the family would call at the most fused site it takes is recorded first."""
-        patterns = self.by_kind[kind]
+        """The first (site, call) a pattern serves: the quantized scheme's patterns first
+        (a layer the user asked quantized is quantized where that pays, its epilogue left to
+        Inductor, before a fused full-precision op is considered), then full precision's;
+        within each, most fused site first. With a recorder, the op the family would call
+        at the first site it takes is recorded first."""
+        groups = self.by_kind[kind]
         record = self.owner.record
         if record is not None:
             self.probing, self.probed = True, None
             try:
-                if any(p.serve(s) is not None for s in sites for p in patterns) and \
-                        self.probed is not None and self.probed[0].m is not None:
-                    record[site_call(*self.probed)] += 1
+                if any(p.serve(s) is not None for group in groups for s in sites
+                       for p in group) and self.probed is not None:
+                    self.record_probe(*self.probed)
             finally:
                 self.probing = False
-        for site in sites:
-            for pattern in patterns:
-                served = pattern.serve(site)
-                if served is not None:
-                    return site, served
+        for group in groups:
+            for site in sites:
+                for pattern in group:
+                    served = pattern.serve(site)
+                    if served is not None:
+                        return site, served
         return None
 
+    def record_probe(self, site: Site, family: str, op: str, dims: tuple[int, ...],
+                     dtype: str) -> None:
+        """Keep the probed call as a :class:`Template` (its sizes as the graph has them)."""
+        m, batch, t_in = self.sizes.get(id(site), (site.m, None, None))
+        self.owner.templates.append(Template(site=site, family=family, op=op, dims=dims,
+                                             dtype=dtype, m=_expr(m), batch=_expr(batch),
+                                             t_in=_expr(t_in)))
+
     def site(self, kind: str, dtype: Any, m: Any, dims: Sequence[tuple[str, int]],
-             **fields: Any) -> Site:
+             sizes: tuple[Any, Any] = (None, None), **fields: Any) -> Site:
+        """A :class:`Site`; ``sizes``: a conv's input ``(batch, frames)`` as the graph has
+        them (a census of a dynamic graph fills them in per call)."""
         name = _DTYPES.get(dtype, str(dtype))
         if name == "fp32" and self.owner.deploy_dtype is not None:
             name = self.owner.deploy_dtype
-        return Site(kind=kind, dtype=name,
+        site = Site(kind=kind, dtype=name,
                     m=m if _static(m) else None, dims=tuple(dims), arch=self.owner.arch,
                     quantization=self.owner.quantization, tiers_serve=self.tiers_serve,
                     **fields)
+        self.sizes[id(site)] = (m, *sizes)
+        return site
 
     # -- linears ----------------------------------------------------------------------------
 
@@ -441,16 +519,16 @@ class _Rewriter:
         values = (cin, cout, kw, stride[0], padding[0], dilation[0], groups)
         dims = tuple(zip(_CONV_DIMS, values, strict=True))
         static = _static(batch, t_in, t_out)
-        m = batch * t_out if static else None
+        rows = batch * t_out
         point = f"{batch}x{t_in}" if static else None
         options: list[tuple[Site, Any]] = []
         act = _match_activation(node)
         has_bias = bias is not None
         if act is not None:
-            options.append((self.site(CONV1D, xv.dtype, m, dims, bias=has_bias,
-                                      activation=act[1], point=point), act[0]))
-        options.append((self.site(CONV1D, xv.dtype, m, dims, bias=has_bias, point=point),
-                        node))
+            options.append((self.site(CONV1D, xv.dtype, rows, dims, (batch, t_in),
+                                      bias=has_bias, activation=act[1], point=point), act[0]))
+        options.append((self.site(CONV1D, xv.dtype, rows, dims, (batch, t_in), bias=has_bias,
+                                  point=point), node))
         got = self.offer(CONV1D, [o[0] for o in options])
         if got is None or not self.owner.rewrite:
             return
@@ -502,10 +580,12 @@ torch.compile alone (benchmarks/results/h200_compile_library_conformer_untuned_g
 
 
 def tiers_choose(family: str, op: str, dtype: str, dims: Sequence[int], m: int | None,
-                 arch: str | None, point: str | None) -> bool:
+                 arch: str | None, point: str | None, *,
+                 untuned: Callable[[Any], bool] | None = None) -> bool:
     """Whether the tiers serve ``op`` of ``family`` with one of its configs (not torch):
     :func:`oasr_core.select` at a static ``m``, answered by the user, system or cost-model
-    tier (:data:`TUNED_TIERS`); for a dynamic one, whether a user or system entry of the
+    tier (:data:`TUNED_TIERS`), or by another tier where the family's ``untuned(selection)``
+    says its op pays there; for a dynamic one, whether a user or system entry of the
     signature names a config in some region (the op chooses per call)."""
     if arch is None:
         return False
@@ -514,10 +594,17 @@ def tiers_choose(family: str, op: str, dtype: str, dims: Sequence[int], m: int |
             from oasr_core.selection import select
 
             sel = select(family, op, dtype, tuple(dims), m, arch, point=point)
-            return sel.config is not None and sel.tier in TUNED_TIERS
+            if sel.config is None or sel.choice is Sentinel.UNQUANTIZED:
+                return False
+            if sel.tier in TUNED_TIERS:
+                return True
+            return untuned is not None and bool(untuned(sel))
         return _entry_names_config(family, op, dtype, tuple(dims), arch)
     except OasrError:
         return False
+
+
+_NOT_A_CONFIG = frozenset({Sentinel.TORCH, Sentinel.UNQUANTIZED})
 
 
 def _entry_names_config(family: str, op: str, dtype: str, dims: tuple[int, ...],
@@ -532,7 +619,7 @@ def _entry_names_config(family: str, op: str, dtype: str, dims: tuple[int, ...],
             continue
         for dt in fam.key_dtypes(dtype):
             entry = tf.entries.get(signature_key(fam, op, dt, dims))
-            if entry is not None and any(Sentinel.parse(c) is not Sentinel.TORCH
+            if entry is not None and any(Sentinel.parse(c) not in _NOT_A_CONFIG
                                          for c in entry.choices()):
                 return True
     return False

@@ -76,20 +76,26 @@ class Site:
     """The arch family the choice is made for (``sm90``); None: no GPU, nothing rewritten
     unless the backend's ``arch`` option names one."""
     quantization: str = "none"
-    tiers_serve: Callable[[str, str, Sequence[int], Site], bool] = attrs.field(
-        default=None, repr=False, eq=False)
+    tiers_serve: Callable[..., bool] = attrs.field(default=None, repr=False, eq=False)
     """The pass's decision helper; call :meth:`serves`."""
 
     def dim(self, name: str) -> int:
         """The value of dim ``name``."""
         return dict(self.dims)[name]
 
-    def serves(self, family: str, op: str, dims: Sequence[int]) -> bool:
+    def serves(self, family: str, op: str, dims: Sequence[int], *, dtype: str | None = None,
+               untuned: Callable[[Any], bool] | None = None) -> bool:
         """Whether the tiers serve ``op`` of ``family`` at this site with a config of the
         family (not torch): the op's own choice at the site's static shape, or, for a
         dynamic ``m``, a user or system entry of the signature naming a config in some M
-        region (the op then serves by region at run time)."""
-        return self.tiers_serve(family, op, tuple(dims), self)
+        region (the op then serves by region at run time).
+
+        ``dtype``: the family's key dtype where it is not the activation's (a W8A8 family
+        keys its int8/fp8 operands); ``untuned(selection)``: the family's own verdict on a
+        static shape no tuned tier covers (a W8A8 family's untuned route, which predicts
+        whether its quantized layer beats the layer in its dtype), where otherwise such a
+        site stays Inductor's."""
+        return self.tiers_serve(family, op, tuple(dims), self, dtype=dtype, untuned=untuned)
 
 
 @attrs.frozen
@@ -118,6 +124,9 @@ class Pattern:
     kind: str = attrs.field(validator=attrs.validators.in_(KINDS))
     serve: Callable[[Site], Served | None] = attrs.field(repr=False)
     description: str = ""
+    scheme: str = "none"
+    """The quantization scheme the plugin declared it for (set by :func:`collect_patterns`):
+    the pass asks a scheme's patterns before full precision's."""
 
 
 def collect_patterns(pm: Any, quantization: str = "none") -> tuple[Pattern, ...]:
@@ -141,7 +150,7 @@ def collect_patterns(pm: Any, quantization: str = "none") -> tuple[Pattern, ...]
                 continue
             for pattern in got or ():
                 if isinstance(pattern, Pattern):
-                    out.append(pattern)
+                    out.append(attrs.evolve(pattern, scheme=scheme))
                 else:
                     warnings.warn(f"oasr compile: plugin {impl.plugin_name} answered "
                                   f"{type(pattern).__name__} in oasr_compile_patterns, not "

@@ -13,3 +13,4 @@ HOOKS = Hooks(INT8)
 oasr_register_families = HOOKS.oasr_register_families
 oasr_register_lanes = HOOKS.oasr_register_lanes
 oasr_linear, oasr_layer = HOOKS.oasr_linear, HOOKS.oasr_layer
+oasr_compile_patterns = HOOKS.oasr_compile_patterns

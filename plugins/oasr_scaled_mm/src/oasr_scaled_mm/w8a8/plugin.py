@@ -1,7 +1,9 @@
 """A W8A8 format's plugin records: its ``Family`` and ``Lane`` s, and its answers to
-``oasr_linear`` / ``oasr_layer``, built from the :class:`~oasr_scaled_mm.w8a8.formats.Format`
-and the family's modules (``<package>.config_space``, ``.feasibility``, ``.jit``, ``.launch``,
-``.heuristic``, ``.numerics``, ``.recorder``, ``.bench``, ``.quantize``). A family's
+``oasr_linear`` / ``oasr_layer`` / ``oasr_compile_patterns``, built from the
+:class:`~oasr_scaled_mm.w8a8.formats.Format` and the family's modules
+(``<package>.config_space``, ``.feasibility``, ``.jit``, ``.launch``, ``.heuristic``,
+``.numerics``, ``.recorder``, ``.bench``, ``.quantize``, and :mod:`oasr_scaled_mm.w8a8.compiled`
+for the compile pattern). A family's
 ``hooks.py`` names the hook implementations of its :class:`Hooks`; importing this module
 imports nothing else.
 """
@@ -98,3 +100,9 @@ class Hooks:
     @hookimpl
     def oasr_layer(self, kind: str, dtype: str, quantization: str) -> Callable[..., Any] | None:
         return layer_for(self.format, kind, dtype, quantization)
+
+    @hookimpl
+    def oasr_compile_patterns(self, quantization: str) -> list[Any]:
+        from oasr_scaled_mm.w8a8.compiled import patterns_for
+
+        return patterns_for(self.format, quantization)

@@ -1,0 +1,141 @@
+"""A W8A8 format's pattern for ``torch.compile(backend="oasr", options={"quantization": ...})``
+(``oasr_compile_patterns``): the compiled model's linears quantized where that pays.
+
+Asked for the format's scheme (``int8_w8a8``, ``fp8_w8a8``), the family declares one linear
+pattern. A linear site (``x [M, K] @ W^T + b`` in fp16/bf16; its activation or residual add
+stays Inductor's, fused into its pointwise kernels) becomes ``oasr::<family>_linear(x, W, b)``
+where the family's verdict at that shape is "quantized":
+
+* a user or system tier entry naming one of its configs (``Sentinel.UNQUANTIZED``: the build
+  measured the layer faster unquantized, so the site is left);
+* at a shape no entry covers, the format's untuned route (``<package>.untuned.MODELS``: the
+  heuristic's tile plus the activation quantizer predicted to beat the layer in its dtype);
+  otherwise the site falls through to the full-precision patterns (gemm's, where its tiers
+  choose it) or stays Inductor's.
+
+With a dynamic row count the site is quantized where an entry names a config in some M
+region; the op then decides per call exactly as the eager quantized linear does
+(``<package>.ops.unquantized``: quantized, or ``F.linear`` in the activation dtype).
+
+The op quantizes the activation per token (the family's one-kernel quantizer) and the weight
+once per output channel: the quantized weight is cached by the weight tensor's storage and
+version (:func:`weight_for`), so a compiled graph, whose weights are inputs, quantizes each
+weight once, not per call. Importing this module imports no torch.
+"""
+
+from __future__ import annotations
+
+import functools
+from typing import Any
+
+from oasr_scaled_mm.w8a8.formats import Format
+from oasr_scaled_mm.w8a8.weights import QuantizedWeight, identity
+
+LINEAR_SCHEMA = "(Tensor x, Tensor w, Tensor? bias) -> Tensor"
+
+
+def op_name(fmt: Format) -> str:
+    """The custom op's name under ``torch.ops.oasr``: ``<family>_linear``."""
+    return f"{fmt.family}_linear"
+
+
+_WEIGHTS: dict[tuple, QuantizedWeight] = {}
+"""Quantized weights by the weight's (device, storage pointer, format): one per weight; an
+entry is replaced when its weight's version, shape or dtype (or its bias) changes."""
+
+
+def weight_for(fmt: Format, w: Any, bias: Any) -> QuantizedWeight:
+    """The quantized copy of the weight ``w [N, K]`` (per output channel) and the float32
+    bias, made on first use and whenever ``w`` or ``bias`` changed (:func:`identity`)."""
+    import torch
+
+    from oasr_scaled_mm.w8a8.linear import reference_rows
+
+    key = (*identity(w), *identity(bias))
+    slot = (w.device, w.data_ptr() if w.device.type != "meta" else id(w), fmt.family)
+    cached = _WEIGHTS.get(slot)
+    if cached is not None and cached.key == key:
+        return cached
+    with torch.no_grad():
+        q, scale = reference_rows(fmt, w.detach())
+        b32 = bias.detach().to(torch.float32).contiguous() if bias is not None else None
+    state = QuantizedWeight(key=key, weight=q.contiguous(), scale=scale.contiguous(), bias=b32)
+    _WEIGHTS[slot] = state
+    return state
+
+
+def linear(fmt: Format, x: Any, w: Any, bias: Any) -> Any:
+    """``x @ w.T + bias`` (``x [M, K]`` fp16/bf16) as the format's W8A8 GEMM, or, where the
+    family's route says unquantized at this shape (CUDA only), ``F.linear`` in ``x``'s dtype:
+    what the eager quantized linear computes, for a compiled graph's weight tensor."""
+    import torch
+
+    ops, quantize = fmt.module("ops"), fmt.module("quantize")
+    n, k = w.shape
+    m = x.numel() // k if k else 0
+    if x.is_cuda and ops.unquantized(n, k, m, x.device.index):
+        return torch.nn.functional.linear(x, w, bias)
+    state = weight_for(fmt, w, bias)
+    q, a_scale = quantize.quantize_rows(x.contiguous())
+    out_dtype = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
+    y = getattr(ops, fmt.op_mm)(q, state.weight, a_scale, state.scale, state.bias,
+                                out_dtype=out_dtype)
+    return y if y.dtype == x.dtype else y.to(x.dtype)
+
+
+@functools.cache
+def custom_op(fmt: Format) -> Any:
+    """``torch.ops.oasr.<family>_linear`` (registered on first use, with its fake)."""
+    import torch
+
+    @torch.library.custom_op(f"oasr::{op_name(fmt)}", mutates_args=(), schema=LINEAR_SCHEMA)
+    def op(x, w, bias):
+        return linear(fmt, x, w, bias)
+
+    @op.register_fake
+    def _fake(x, w, bias):
+        return x.new_empty((*x.shape[:-1], w.shape[0]))
+
+    return getattr(torch.ops.oasr, op_name(fmt)).default
+
+
+def untuned_wins(fmt: Format, n: int, k: int, m: int) -> Any:
+    """The format's untuned route as the pass's ``untuned(selection)``: quantized where the
+    heuristic's tile plus the activation quantizer is predicted to beat the layer in its
+    dtype on the selection's lane."""
+    from oasr_core.types import Tier
+
+    from oasr_scaled_mm.w8a8.untuned import quantized_wins
+
+    def wins(sel: Any) -> bool:
+        return (sel.tier is Tier.HEURISTIC and sel.config is not None
+                and quantized_wins(fmt.module("untuned").MODELS, sel.lane, n, k, m))
+
+    return wins
+
+
+def serve_linear(fmt: Format, site: Any) -> Any:
+    """The quantized linear for a linear ``site``, or None (the next pattern, or Inductor)."""
+    from oasr_core.compile import Served, Slot
+
+    if site.dtype not in fmt.linear_dtypes or site.quantization != fmt.quantization or \
+            site.activation is not None or site.residual:
+        return None
+    n, k = site.dim("N"), site.dim("K")
+    untuned = untuned_wins(fmt, n, k, site.m) if site.m is not None else None
+    if not site.serves(fmt.family, fmt.op_mm, (n, k), dtype=fmt.dtype, untuned=untuned):
+        return None
+    return Served(custom_op(fmt), (Slot.X, Slot.WEIGHT, Slot.BIAS), family=fmt.family,
+                  op=fmt.op_mm)
+
+
+def patterns_for(fmt: Format, quantization: str) -> list[Any]:
+    """``oasr_compile_patterns``'s answer: the quantized linear for the format's scheme."""
+    if quantization != fmt.quantization:
+        return []
+    from oasr_core.compile import LINEAR, Pattern
+
+    return [Pattern(name=f"{fmt.family}.linear", family=fmt.family, kind=LINEAR,
+                    serve=functools.partial(serve_linear, fmt),
+                    description=f"{fmt.quantization} linear (+bias): per-token activation, "
+                                "per-channel weight, quantized where it pays")]
