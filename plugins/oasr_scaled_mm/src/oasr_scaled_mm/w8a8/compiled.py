@@ -19,8 +19,9 @@ region; the op then decides per call exactly as the eager quantized linear does
 
 The op quantizes the activation per token (the family's one-kernel quantizer) and the weight
 once per output channel: the quantized weight is cached by the weight tensor's storage and
-version (:func:`weight_for`), so a compiled graph, whose weights are inputs, quantizes each
-weight once, not per call. Importing this module imports no torch.
+version (:func:`weight_for`, the kit's prepared-weight cache), so a compiled graph, whose
+weights are inputs, quantizes each weight once, not per call. Importing this module imports
+no torch.
 """
 
 from __future__ import annotations
@@ -28,8 +29,10 @@ from __future__ import annotations
 import functools
 from typing import Any
 
+from oasr_core.kit.weights import prepared, stamp
+
 from oasr_scaled_mm.w8a8.formats import Format
-from oasr_scaled_mm.w8a8.weights import QuantizedWeight, identity
+from oasr_scaled_mm.w8a8.weights import QuantizedWeight
 
 LINEAR_SCHEMA = "(Tensor x, Tensor w, Tensor? bias) -> Tensor"
 
@@ -39,29 +42,30 @@ def op_name(fmt: Format) -> str:
     return f"{fmt.family}_linear"
 
 
-_WEIGHTS: dict[tuple, QuantizedWeight] = {}
-"""Quantized weights by the weight's (device, storage pointer, format): one per weight; an
-entry is replaced when its weight's version, shape or dtype (or its bias) changes."""
+_OWNERS: dict[tuple, Any] = {}
+"""Where a weight's quantized form is kept (the kit's :func:`~oasr_core.kit.weights.prepared`
+owner), by the weight's (device, storage pointer, family): a compiled graph hands the op the
+weight's storage, not necessarily the same tensor object on every call."""
 
 
 def weight_for(fmt: Format, w: Any, bias: Any) -> QuantizedWeight:
     """The quantized copy of the weight ``w [N, K]`` (per output channel) and the float32
-    bias, made on first use and whenever ``w`` or ``bias`` changed (:func:`identity`)."""
+    bias, made on first use and whenever ``w`` or ``bias`` changed (the kit's stamps)."""
+    import types
+
     import torch
 
     from oasr_scaled_mm.w8a8.linear import reference_rows
 
-    key = (*identity(w), *identity(bias))
     slot = (w.device, w.data_ptr() if w.device.type != "meta" else id(w), fmt.family)
-    cached = _WEIGHTS.get(slot)
-    if cached is not None and cached.key == key:
-        return cached
-    with torch.no_grad():
+    owner = _OWNERS.setdefault(slot, types.SimpleNamespace())
+
+    def make() -> QuantizedWeight:
         q, scale = reference_rows(fmt, w.detach())
         b32 = bias.detach().to(torch.float32).contiguous() if bias is not None else None
-    state = QuantizedWeight(key=key, weight=q.contiguous(), scale=scale.contiguous(), bias=b32)
-    _WEIGHTS[slot] = state
-    return state
+        return QuantizedWeight(weight=q.contiguous(), scale=scale.contiguous(), bias=b32)
+
+    return prepared(owner, fmt.cache_attr, (*stamp(w), *stamp(bias)), make, in_capture=True)
 
 
 def linear(fmt: Format, x: Any, w: Any, bias: Any) -> Any:
