@@ -18,8 +18,9 @@ from oasr_conv2d.launch import Kernel
 
 pytestmark = pytest.mark.compile
 
-EVERY_KIND = (space.DEFAULT, space.FEW_CHANNELS_DEFAULT, space.ANY_WIDTH)
-"""The optimized, few-channels and analytic iterators: the heuristic's production set."""
+EVERY_KIND = (space.DEFAULT, space.FEW_CHANNELS_DEFAULT, space.ANY_WIDTH, "dc_c8_p8_t256")
+"""The optimized, few-channels and analytic iterators (the heuristic's production set) and a
+direct kernel."""
 
 
 @pytest.fixture(scope="module")
@@ -65,5 +66,5 @@ def test_the_c_abi_refuses_without_a_gpu(built):
         assert kernel.fn(ctypes.addressof(call), ctypes.addressof(geo), 0, 0, 0, 0, 0) == 1
         assert kernel.workspace_fn(ctypes.addressof(geo), 1) == -1
         assert kernel.workspace_fn(ctypes.addressof(geo), 0) in (0, -1)
-        depthwise = geometry(2, 100, 80, 8, 8, 3, 3, groups=8)
+        depthwise = geometry(2, 100, 80, 8, 8, 3, 3, groups=2)
         assert kernel.workspace_fn(ctypes.addressof(depthwise), 0) == -1

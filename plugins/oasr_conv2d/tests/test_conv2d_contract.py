@@ -53,6 +53,6 @@ def test_lane_record():
     (lane,) = oasr_conv2d.hooks.oasr_register_lanes()
     assert lane.name == LANE and set(lane.default_on) == {"sm80", "sm86", "sm89", "sm90"}
     assert lane.default_config == "ig_b128x128x32_w64x64x32_s3"
-    algorithms = {c.params["algorithm"] for c in lane.config_space}
-    assert algorithms == {"optimized", "few_channels", "analytic"}
+    kinds = {c.params.get("algorithm", c.params.get("kind")) for c in lane.config_space}
+    assert kinds == {"optimized", "few_channels", "analytic", "direct"}
     assert lane.jit_specs is not None and lane.production is not None

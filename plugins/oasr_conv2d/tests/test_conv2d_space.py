@@ -21,7 +21,7 @@ ODD = make_problem("conv2d_silu", 6, 10, 33, 2, 17, padding=(1, 1))
 
 def test_space_ids_are_unique_and_rebuild_from_params():
     configs = lanes.space(LANE)
-    assert len({c.id for c in configs}) == len(configs) == 14
+    assert len({c.id for c in configs}) == len(configs) == 19
     for c in configs:
         rebuilt = Config(id=c.id, lane=c.lane, params=dict(c.params))
         assert space.is_feasible(rebuilt) and c.params["unit"] == c.id
@@ -46,6 +46,25 @@ def test_supports_follows_the_widths_and_the_kind():
     assert space.supports(default, SECOND) and not space.supports(few, SECOND)
     assert space.supports(anywidth, ODD) and not space.supports(default, ODD)
     assert not any(space.supports(c, DEPTHWISE) for c in lanes.space(LANE))
+
+
+def test_direct_configs_take_few_input_channels_and_vector_widths():
+    direct = lanes.config(LANE, "dc_c8_p8_t256")
+    narrow = lanes.config(LANE, "dc_c4_p8_t256")
+    assert space.is_direct(direct) and space.supports(direct, FIRST)
+    assert not space.supports(direct, SECOND), "256 input channels: the implicit GEMM's"
+    assert not space.supports(direct, ODD) and not space.supports(narrow, ODD)  # Cout 10
+    assert not space.supports(direct, DEPTHWISE)
+    wide = make_problem("conv2d_relu", 1, 1280, 80, 1, 64, stride=(2, 2))  # 45 KiB filter
+    assert space.supports(direct, wide) and not space.supports(lanes.config(
+        LANE, "dc_c8_p8_t128"), wide), "1280 / 8 channel groups exceed 128 threads"
+    big = make_problem("conv2d", 8, 512, 80, 1, 64, kernel=(3, 3))  # 144 KiB of fp32 filter
+    assert not space.supports(direct, big)
+    text = codegen.unit_source(direct)
+    assert '#include "oasr_conv2d/direct.cuh"' in text
+    assert "oasr_conv2d::direct::Kernel<0, 8, 8, 256>" in text
+    assert "oasr_conv2d::direct::Kernel<1, 8, 8, 256>" in text
+    assert not space.is_feasible(space.direct_config(3, 8, 256))
 
 
 def test_heuristic_names_the_kernel_that_runs_the_shape():
@@ -101,6 +120,6 @@ def test_production_module_links_the_heuristics_configs():
     assert {u.name for u in spec.units} == set(lanes.ALWAYS)
     assert str(CSRC) in spec.include_dirs
     whole = jit.full_spec(LANE, "sm90")
-    assert len(whole.units) == 14
-    assert len(jit.full_spec(LANE, "sm86").units) == 14  # every listed tile fits 99 KiB
+    assert len(whole.units) == 19
+    assert len(jit.full_spec(LANE, "sm86").units) == 19  # every listed tile fits 99 KiB
     assert jit.impl_hash() == jit.impl_hash() and len(jit.impl_hash()) == 16

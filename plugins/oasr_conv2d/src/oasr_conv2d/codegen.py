@@ -1,6 +1,7 @@
 """C++ generation of the conv2d units: one translation unit per config.
 
-A unit includes ``csrc/oasr_conv2d/sm80.cuh``, names one kernel type per dtype and exports the
+A unit includes ``csrc/oasr_conv2d/sm80.cuh`` (implicit GEMM) or ``direct.cuh`` (a direct
+config), names one kernel type per dtype and exports the
 family's two functions (``csrc/oasr_conv2d/geometry.cuh`` states the ABI)::
 
     int32_t <symbol>(const oasr_kit::CallArgs* call, const oasr_conv2d::Geometry* geo,
@@ -28,6 +29,7 @@ DTYPES = ("fp16", "bf16")
 _CXX_DTYPE = {"fp16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t"}
 _ALGO = {"analytic": 0, "optimized": 1, "few_channels": 2}
 HEADER = "oasr_conv2d/sm80.cuh"
+DIRECT_HEADER = "oasr_conv2d/direct.cuh"
 EXTRA_FLAGS = ("-Xcompiler", "-fvisibility-inlines-hidden")
 """Hide inline functions too: CUTLASS's host code pulls in libstdc++ inline functions that
 would otherwise be exported as weak symbols, and a module exports only its launchers."""
@@ -41,6 +43,9 @@ def headers() -> list[Path]:
 def kernel_type(config: Config, dtype: str) -> str:
     """The C++ kernel type of ``config`` for ``dtype``."""
     p = config.params
+    if p.get("kind") == "direct":
+        return (f"oasr_conv2d::direct::Kernel<{DTYPE_CODE[dtype]}, {p['cpt']}, {p['ppt']}, "
+                f"{p['threads']}>")
     args = [_CXX_DTYPE[dtype], *p["tile"], *p["warp"], p["stages"], _ALGO[p["algorithm"]],
             p["align_in"], p["align_out"]]
     return f"oasr_conv2d::sm80::Kernel<{', '.join(map(str, args))}>"
@@ -53,7 +58,8 @@ def unit_source(config: Config, dtypes: Iterable[str] = DTYPES) -> str:
         raise ValueError(f"dtypes {dtypes!r} must be a non-empty subset of {DTYPES}")
     return kit.c_abi_unit(
         title=f"oasr_conv2d {config.lane} unit {config.params['unit']} ({', '.join(dtypes)})",
-        generator="oasr_conv2d.codegen", header=HEADER,
+        generator="oasr_conv2d.codegen",
+        header=DIRECT_HEADER if config.params.get("kind") == "direct" else HEADER,
         kernels={DTYPE_CODE[d]: kernel_type(config, d) for d in dtypes},
         symbol=symbol(config), **ABI_UNIT)
 

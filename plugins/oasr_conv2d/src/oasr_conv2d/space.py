@@ -9,12 +9,15 @@ so a tuning file reads without this module and a config rebuilds from its JSON:
   says what each iterator does);
 - ``align_in`` / ``align_out``: elements per vector access of x and the weight (Cin must be a
   multiple) and of the output and bias (Cout must be a multiple);
-- ``unit``: the translation unit (one per config; it holds both dtypes and every activation).
+- ``unit``: the translation unit (one per config; it holds both dtypes and every activation);
+- direct configs (``kind: direct``, no GEMM: ``csrc/oasr_conv2d/direct.cuh``) name ``cpt``
+  (output channels per thread), ``ppt`` (output pixels per thread) and ``threads`` instead.
 
 The list is written out, not a cross product: 16-byte tiles for the front end's C -> C conv
 (C = 144..512, K = 9 C) and the pointwise 1x1 of a depthwise-separable front end, few-channels
-kernels for its first conv (one log-mel plane: Cin = 1, K = 9), and an analytic kernel that
-runs any widths.
+kernels for its first conv (one log-mel plane: Cin = 1, K = 9), an analytic kernel that
+runs any widths, and direct kernels for inputs of few channels (the first conv computed as the
+stencil it is).
 
 Static rules (:func:`is_feasible`): warp tiles divide the CTA tile into 1..8 warps of
 mma.sync m16n8k16 shapes; the CTA's N at least 32 (the 2.x tensor-op epilogue's thread map
@@ -92,6 +95,32 @@ _NARROW = (
     ((64, 64, 32), (32, 32, 32), 2, "analytic", 1, 1),
 )
 
+DIRECT_MAX_CIN = 8
+"""Widest input a direct config is offered: it exists for the front end's one-plane first conv
+(a 9-tap stencil whose cost is its output), where the implicit GEMM spends a 32-deep K tile on
+9 taps; from 8 channels on, the 16-byte implicit-GEMM tiles read whole vectors."""
+DIRECT_MAX_FILTER_BYTES = 48 * 1024
+"""The direct kernels stage the filter in fp32 in shared memory, within the default limit."""
+_DIRECT = (
+    # (channels per thread, pixels per thread, threads per block)
+    (8, 4, 256), (8, 8, 256), (8, 16, 256), (8, 8, 128), (4, 8, 256),
+)
+
+
+def direct_config(cpt: int, ppt: int, threads: int) -> Config:
+    """A direct config (``dc_c<cpt>_p<ppt>_t<threads>``): ``cpt`` output channels per thread
+    (one vector store), ``ppt`` output pixels per thread, at most ``threads`` per block
+    (``csrc/oasr_conv2d/direct.cuh``)."""
+    cid = f"dc_c{cpt}_p{ppt}_t{threads}"
+    return Config(id=cid, lane=LANE, params={"kind": "direct", "cpt": cpt, "ppt": ppt,
+                                             "threads": threads, "unit": cid})
+
+
+def is_direct(config: Config) -> bool:
+    """Whether ``config`` is a direct kernel (not an implicit GEMM)."""
+    return config.params.get("kind") == "direct"
+
+
 DEFAULT = "ig_b128x128x32_w64x64x32_s3"
 """CUTLASS's own first sm80 fp16 conv tile: the build's baseline where it runs."""
 FEW_CHANNELS_DEFAULT = "ig_b128x64x32_w64x32x32_s2_fc_a1x8"
@@ -106,20 +135,29 @@ def listed(lane: str = LANE) -> tuple[Config, ...]:
     if lane != LANE:
         raise KeyError(f"lane {lane!r} is not a conv2d lane ({', '.join(LANES)})")
     return (*(config(t, w, s) for t, w, s in _WIDE),
-            *(config(t, w, s, a, i, o) for t, w, s, a, i, o in _NARROW))
+            *(config(t, w, s, a, i, o) for t, w, s, a, i, o in _NARROW),
+            *(direct_config(*d) for d in _DIRECT))
 
 
 def smem(config: Config) -> int:
-    """Shared memory of a config's main loop: stages x (A tile + B tile), 16-bit."""
+    """Shared memory of a config's main loop: stages x (A tile + B tile), 16-bit; a direct
+    config's bound on its staged filter."""
+    if is_direct(config):
+        return DIRECT_MAX_FILTER_BYTES
     bm, bn, bk = config.params["tile"]
     return config.params["stages"] * (bm + bn) * bk * _ELEMENT_BYTES
 
 
 def is_feasible(config: Config) -> bool:
     """Static predicate: ``config`` is a config of the lane that builds and is right."""
-    if config.lane not in LANES or config.params.get("cutlass") != 2:
+    if config.lane not in LANES:
         return False
     p = config.params
+    if is_direct(config):
+        return (p.get("cpt") in (2, 4, 8) and p.get("ppt") in (1, 2, 4, 8, 16)
+                and p.get("threads") in (64, 128, 256, 512))
+    if p.get("cutlass") != 2:
+        return False
     (bm, bn, bk), (wm, wn, wk) = p["tile"], p["warp"]
     if bm % wm or bn % wn or bk % wk or wm % 16 or wn % 8 or wk % 16:
         return False
@@ -154,6 +192,10 @@ def supports(config: Config, problem: Problem) -> bool:
     kh, kw = problem.dim("kh"), problem.dim("kw")
     if not is_dense(problem) or problem.m < 1 or min(cin, cout, width, kh, kw) < 1:
         return False
+    if is_direct(config):
+        return (cin <= DIRECT_MAX_CIN and cout % p["cpt"] == 0
+                and cout // p["cpt"] <= p["threads"]
+                and kh * kw * cin * cout * 4 <= DIRECT_MAX_FILTER_BYTES)
     if cin % p["align_in"] or cout % p["align_out"]:
         return False
     if p["algorithm"] == "optimized" and max(kh, kw) > OPTIMIZED_MAX_TAPS:
