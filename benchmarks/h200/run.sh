@@ -86,6 +86,10 @@
 #                    the conv2d front end (benchmarks/census/conformer_conv2d_offline.json ->
 #                    conv2d.json, .jsonl), then the Conformer set served from that table
 #                    (conv2d_vs_torch_tuned.md)
+#   e2e-conv2d       benchmarks/e2e.py out of the box: the Conformer (batch 8 x 1024, fp16) with its
+#                    subsampling served by the conv2d family (--param conv2d_frontend=true),
+#                    then with a CTC head (--param ctc_vocab=1024: the gemm_log_softmax baseline);
+#                    CUDA graph and eager (h200_e2e_conformer_conv2d.md, h200_e2e_conformer_ctc.md)
 #   bench-conv1d     benchmarks/conv1d_vs_torch.py: every config and the served op against torch
 #                    at the Conformer / Whisper / wav2vec2 shapes and a sweep (conv1d_vs_torch*.md,
 #                    .jsonl), served from the conv1d phase's table when it ran on this machine
@@ -150,7 +154,7 @@ case "$EPILOGUE" in plain|fused|both) ;; *) die "--epilogue $EPILOGUE is not pla
 for phase in "${PHASES[@]}"; do
   case "$phase" in
     setup|prebuild|gpu-tests|bench-gemm|ncu|bench-scaled-mm|build-table|build-speed|profile|served|engine|e2e|e2e-tuned) ;;
-    gpu-tests-fp8|bench-fp8|gpu-tests-quant|e2e-fp8|conv1d|bench-conv1d|conv2d) ;;
+    gpu-tests-fp8|bench-fp8|gpu-tests-quant|e2e-fp8|conv1d|bench-conv1d|conv2d|e2e-conv2d) ;;
     gpu-tests-residual|distributed|e2e-compile|e2e-compile-tuned) ;;
     *) die "unknown phase $phase (see --help)" ;;
   esac
@@ -465,6 +469,19 @@ phase_e2e() {
   e2e_models "$dir" ""
   e2e_run "$dir" h200_e2e_conformer_int8 --workload conformer --batch 8 --frames 1024 \
     --quantization int8_w8a8
+  rm -f "$dir"/*.log
+}
+
+phase_e2e_conv2d() {
+  local dir=$1
+  el "production modules of gemm, conv1d and conv2d"
+  timeout 300 python3 -m oasr_core.cli tune prebuild --family gemm --family conv1d \
+    --family conv2d --arch 9.0a --jobs 16 --json > "$dir/prebuild.json" 2>&1
+  echo "  prebuild rc=$?"
+  e2e_run "$dir" h200_e2e_conformer_conv2d --workload conformer --batch 8 --frames 1024 \
+    --param conv2d_frontend=true
+  e2e_run "$dir" h200_e2e_conformer_ctc --workload conformer --batch 8 --frames 1024 \
+    --param ctc_vocab=1024
   rm -f "$dir"/*.log
 }
 
