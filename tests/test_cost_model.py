@@ -436,6 +436,19 @@ def test_tier_gate(model_runtime):
                                              candidates=candidates, model={"kind": "x"}) is None
 
 
+def test_the_tier_says_which_of_family_and_lane_it_cannot_rank(model_runtime):
+    rt = runtime.get_runtime()
+    fam, lane = rt.registry.family("cmg"), rt.registry.lane("cm_lane")
+    problem = Problem(family="cmg", op="gemm", dtype="fp16", dims={"N": 256, "K": 256}, m=16)
+    payload = freeze(CostModel(profile=ArchProfile.synthetic("sm90"), ops=("gemm",)).to_json())
+    bare = attrs.evolve(lane, cost_features=None)
+    assert ModelTier().decide(fam, bare, problem, SPACE, payload).reason == (
+        "lane cm_lane describes no config to the cost model (no cost_features)")
+    conv = attrs.evolve(fam, name="cmc", dims=("Cin", "Cout"))
+    assert ModelTier().decide(conv, lane, problem, SPACE, payload).reason == (
+        "family cmc is not GEMM-shaped (no N and K dims)")
+
+
 def test_quality_benchmark_runs_on_a_synthetic_log(tmp_path):
     path = Path(__file__).resolve().parents[1] / "benchmarks" / "cost_model_quality.py"
     spec = importlib.util.spec_from_file_location("cost_model_quality", path)

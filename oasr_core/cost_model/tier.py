@@ -154,9 +154,11 @@ class ModelTier:
             return Decision(None, "no tuning file ships a cost model for this lane")
         if not model_fallback_enabled():
             return Decision(None, f"{ENV}=0 turns the cost-model tier off")
-        if lane.cost_features is None or not {"N", "K"} <= set(family.dims):
-            return Decision(None, "the family is not GEMM-shaped or its lane describes no "
-                            "config to the cost model")
+        if not {"N", "K"} <= set(family.dims):
+            return Decision(None, f"family {family.name} is not GEMM-shaped (no N and K dims)")
+        if lane.cost_features is None:
+            return Decision(None, f"lane {lane.name} describes no config to the cost model "
+                            "(no cost_features)")
         n, k = problem.dim("N"), problem.dim("K")
         if n % ALIGN or k % ALIGN:
             return Decision(None, f"N={n} or K={k} is not a multiple of {ALIGN}")
