@@ -120,6 +120,7 @@ VARIABLES: Mapping[str, Callable[[str, str], object]] = {
     "OASR_JIT_DIR": _jit_dir,
     "OASR_NVCC": _path,
     "OASR_CAPTURE": _path,
+    "OASR_COMPILE_GATE": parse_bool,
     MAX_FILE_ENV: parse_max_file_mb,
 }
 """Each variable oasr itself reads, with the parser that validates its value."""

@@ -175,6 +175,9 @@ class E2EResult:
     """(arm, seconds of its first call: Dynamo, Inductor and the first run) with --compile."""
     rewritten: tuple[tuple[str, str, int], ...] = ()
     """(family, op, sites) the oasr backend sent to the families' ops, with --compile."""
+    gate: tuple[Any, ...] = ()
+    """The compile gate's verdicts (:class:`oasr_core.compile.gate.Verdict`), one per graph
+    whose rewrite was measured against Inductor alone, with --compile."""
     profiles: tuple[tuple[str, Any], ...] = ()
     """(arm, :class:`~oasr_core.bench.kernel_profile.KernelProfile`) with --profile."""
 
@@ -247,6 +250,11 @@ class E2EResult:
             f"{arm} {s:.1f}" for arm, s in self.compile_seconds)]
         lines.append("sites the oasr backend sent to oasr's ops: " + (", ".join(
             f"{f}/{op} x{n}" for f, op, n in self.rewritten) or "none"))
+        for i, v in enumerate(self.gate, 1):
+            timing = (f": {v.oasr_ms:.3f} ms rewritten vs {v.inductor_ms:.3f} ms Inductor "
+                      f"alone, median of {v.rounds} ({v.why})" if v.oasr_ms is not None
+                      else f" ({v.why})")
+            lines.append(f"compile gate, graph {i} ({v.sites} sites): kept {v.keep}{timing}")
         for arm, profile in self.profiles:
             lines += ["", f"GPU time by kernel class, one forward, {arm}:", "",
                       *profile.table()]
@@ -297,6 +305,7 @@ class E2EResult:
                             for f, op, t, n in self.resolutions],
             "compile_seconds": dict(self.compile_seconds),
             "rewritten": [{"family": f, "op": op, "sites": n} for f, op, n in self.rewritten],
+            "gate": [attrs.asdict(v) for v in self.gate],
             "profiles": {arm: p.to_json() for arm, p in self.profiles},
         }
 
@@ -502,9 +511,10 @@ def time_compiled(make: Callable[[], Any], inputs: tuple, ref: Any, options: E2E
         lambda: max(check_agreement(captured["oasr"], ref, bound, "backend=oasr replay"),
                     check_agreement(captured["torch"], ref, bound, "torch.compile replay")))
     rewritten = sorted((f, op, n) for (f, op), n in backend.rewritten.items())
+    # The sites are those the pass moved; the gate may then have kept Inductor's graph.
     return attrs.evolve(row, mode=COMPILED), {
         "seconds": seconds, "rewritten": rewritten, "error": max(error, graph_error),
-        "profiles": profiles}
+        "profiles": profiles, "gate": tuple(backend.verdicts)}
 
 
 def _family_op_patches(registry: Any) -> list[Any]:
@@ -608,4 +618,5 @@ def run_e2e(workload: Any, options: E2EOptions, *, name: str | None = None) -> E
                      baseline=baseline,
                      compile_seconds=tuple(compiled.get("seconds", {}).items()),
                      rewritten=tuple(compiled.get("rewritten", ())),
+                     gate=tuple(compiled.get("gate", ())),
                      profiles=tuple(compiled.get("profiles", {}).items()))

@@ -26,6 +26,7 @@ from __future__ import annotations
 
 from typing import Any
 
+from oasr_core.compile import gate
 from oasr_core.compile.patterns import CONV1D, LINEAR, Pattern, Served, Site, Slot
 from oasr_core.runtime import get_runtime
 
@@ -41,12 +42,15 @@ class OasrBackend:
     device's; without one nothing is rewritten, as oasr's ops would serve torch anyway);
     ``record``: collect the sites' family op shapes in :attr:`recorded`; ``rewrite``: False
     to only record; ``deploy_dtype``: the dtype an fp32 graph stands for (a census compiled
-    on a CPU for an fp16 deployment). :attr:`rewritten` counts the sites rewritten, by (family, op).
+    on a CPU for an fp16 deployment); ``gate_graphs``: keep a graph's rewrite only where it
+    measured faster than Inductor alone (:mod:`oasr_core.compile.gate`; default: on unless
+    ``OASR_COMPILE_GATE=0``). :attr:`rewritten` counts the sites rewritten, by (family, op);
+    :attr:`verdicts` holds the gate's verdicts.
     """
 
     def __init__(self, *, quantization: str = "none", arch: str | None = None,
                  record: bool = False, rewrite: bool = True,
-                 deploy_dtype: str | None = None) -> None:
+                 deploy_dtype: str | None = None, gate_graphs: bool | None = None) -> None:
         from oasr_core.compile.graph_pass import Recorded
 
         self.quantization = quantization
@@ -54,6 +58,9 @@ class OasrBackend:
         self.recorded = Recorded() if record else None
         self.rewrite = rewrite
         self.deploy_dtype = deploy_dtype
+        self.gate = gate.enabled() if gate_graphs is None else gate_graphs
+        self.verdicts: list[gate.Verdict] = []
+        """The measured gate's verdicts, one per gated graph (see :mod:`.gate`)."""
         self._pass: Any = None
 
     @property
@@ -80,6 +87,8 @@ class OasrBackend:
 
         patches = {"post_grad_custom_post_pass": self.graph_pass}
         if self.recorded is None:
+            if self.rewrite and self.gate and gate.measurable(example_inputs):
+                return self._gated(gm, example_inputs, patches)
             return compile_fx(gm, example_inputs, config_patches=patches)
         self.graph_pass.take_templates()
         if self.rewrite:
@@ -171,6 +180,39 @@ def _shapes_only(gm: Any) -> Any:
     return run
 
 
+    def _gated(self, gm: Any, example_inputs: Any, patches: dict) -> Any:
+        """Compile ``gm`` with the pass; when it moved sites, also as Inductor alone, and
+        keep the faster (:mod:`oasr_core.compile.gate`; a stored verdict compiles once)."""
+        import copy
+
+        import torch
+        from torch._inductor.compile_fx import compile_fx
+
+        key = gate.graph_key(gm.code, example_inputs, self.graph_pass.uuid())
+        known = gate.recall(key)
+        if known == gate.KEEP_INDUCTOR:
+            self.verdicts.append(gate.Verdict(known, why="stored"))
+            return compile_fx(gm, example_inputs)
+        if known == gate.KEEP_OASR:
+            self.verdicts.append(gate.Verdict(known, why="stored"))
+            return compile_fx(gm, example_inputs, config_patches=patches)
+        plain = copy.deepcopy(gm)
+        before = sum(self.graph_pass.rewritten.values())
+        # Caches off for this compile: a cached graph would skip the pass, which then could
+        # not say whether it moved a site.
+        with torch._functorch.config.patch(enable_autograd_cache=False):
+            rewritten = compile_fx(gm, example_inputs,
+                                   config_patches={**patches, "fx_graph_cache": False})
+        sites = sum(self.graph_pass.rewritten.values()) - before
+        if sites == 0:
+            return rewritten
+        inductor = compile_fx(plain, example_inputs)
+        verdict = gate.choose(rewritten, inductor, example_inputs, sites)
+        gate.remember(key, verdict)
+        self.verdicts.append(verdict)
+        return rewritten if verdict.keep == gate.KEEP_OASR else inductor
+
+
 def _stopped(exc: BaseException | None) -> bool:
     """Whether ``exc`` is, or wraps, the record-only pass's stop."""
     from oasr_core.compile.graph_pass import StopAfterRecording
@@ -185,11 +227,12 @@ def _stopped(exc: BaseException | None) -> bool:
 
 
 def backend(*, quantization: str = "none", arch: str | None = None, record: bool = False,
-            rewrite: bool = True, deploy_dtype: str | None = None) -> OasrBackend:
+            rewrite: bool = True, deploy_dtype: str | None = None,
+            gate_graphs: bool | None = None) -> OasrBackend:
     """The oasr backend with options, for ``torch.compile(model, backend=backend(...))``
     (see :class:`OasrBackend`)."""
     return OasrBackend(quantization=quantization, arch=arch, record=record, rewrite=rewrite,
-                       deploy_dtype=deploy_dtype)
+                       deploy_dtype=deploy_dtype, gate_graphs=gate_graphs)
 
 
 _DEFAULT: OasrBackend | None = None
