@@ -105,6 +105,38 @@ class OasrBackend:
         return _recording(inner, self.graph_pass.take_templates(), _size_symbols(gm),
                           self.recorded)
 
+    def _gated(self, gm: Any, example_inputs: Any, patches: dict) -> Any:
+        """Compile ``gm`` with the pass; when it moved sites, also as Inductor alone, and
+        keep the faster (:mod:`oasr_core.compile.gate`; a stored verdict compiles once)."""
+        import copy
+
+        import torch
+        from torch._inductor.compile_fx import compile_fx
+
+        key = gate.graph_key(gm.code, example_inputs, self.graph_pass.uuid())
+        known = gate.recall(key)
+        if known == gate.KEEP_INDUCTOR:
+            self.verdicts.append(gate.Verdict(known, why="stored"))
+            return compile_fx(gm, example_inputs)
+        if known == gate.KEEP_OASR:
+            self.verdicts.append(gate.Verdict(known, why="stored"))
+            return compile_fx(gm, example_inputs, config_patches=patches)
+        plain = copy.deepcopy(gm)
+        before = sum(self.graph_pass.rewritten.values())
+        # Caches off for this compile: a cached graph would skip the pass, which then could
+        # not say whether it moved a site.
+        with torch._functorch.config.patch(enable_autograd_cache=False):
+            rewritten = compile_fx(gm, example_inputs,
+                                   config_patches={**patches, "fx_graph_cache": False})
+        sites = sum(self.graph_pass.rewritten.values()) - before
+        if sites == 0:
+            return rewritten
+        inductor = compile_fx(plain, example_inputs)
+        verdict = gate.choose(rewritten, inductor, example_inputs, sites)
+        gate.remember(key, verdict)
+        self.verdicts.append(verdict)
+        return rewritten if verdict.keep == gate.KEEP_OASR else inductor
+
 
 def _size_symbols(gm: Any) -> list[tuple[int, int | None, Any]]:
     """``(input index, dim or None, symbol)`` for every graph input size that is a plain
@@ -178,39 +210,6 @@ def _shapes_only(gm: Any) -> Any:
                         if isinstance(t, torch.Tensor) else t, out)
 
     return run
-
-
-    def _gated(self, gm: Any, example_inputs: Any, patches: dict) -> Any:
-        """Compile ``gm`` with the pass; when it moved sites, also as Inductor alone, and
-        keep the faster (:mod:`oasr_core.compile.gate`; a stored verdict compiles once)."""
-        import copy
-
-        import torch
-        from torch._inductor.compile_fx import compile_fx
-
-        key = gate.graph_key(gm.code, example_inputs, self.graph_pass.uuid())
-        known = gate.recall(key)
-        if known == gate.KEEP_INDUCTOR:
-            self.verdicts.append(gate.Verdict(known, why="stored"))
-            return compile_fx(gm, example_inputs)
-        if known == gate.KEEP_OASR:
-            self.verdicts.append(gate.Verdict(known, why="stored"))
-            return compile_fx(gm, example_inputs, config_patches=patches)
-        plain = copy.deepcopy(gm)
-        before = sum(self.graph_pass.rewritten.values())
-        # Caches off for this compile: a cached graph would skip the pass, which then could
-        # not say whether it moved a site.
-        with torch._functorch.config.patch(enable_autograd_cache=False):
-            rewritten = compile_fx(gm, example_inputs,
-                                   config_patches={**patches, "fx_graph_cache": False})
-        sites = sum(self.graph_pass.rewritten.values()) - before
-        if sites == 0:
-            return rewritten
-        inductor = compile_fx(plain, example_inputs)
-        verdict = gate.choose(rewritten, inductor, example_inputs, sites)
-        gate.remember(key, verdict)
-        self.verdicts.append(verdict)
-        return rewritten if verdict.keep == gate.KEEP_OASR else inductor
 
 
 def _stopped(exc: BaseException | None) -> bool:
