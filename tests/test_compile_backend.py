@@ -323,6 +323,74 @@ def test_census_probe_traces_once_for_keys_of_one_shape_class() -> None:
     assert seen == [[("gemm", m), ("gemm_activation", m)] for m in (200, 60, 210, 88)]
 
 
+def test_a_compile_census_in_the_tiers_makes_the_next_compile_serve_every_site(
+        tmp_path, monkeypatch) -> None:
+    """The loop a user runs: ``oasr tune census --compile`` of the reference Conformer, its
+    points in a user tier (what ``oasr tune build`` writes: an entry per signature naming a
+    config over M regions), then the compiled model: every site the census
+    recorded is rewritten (the census keys are the ones the pass looks up), the
+    convolution module's depthwise convolution included."""
+    from collections import Counter
+
+    from click.testing import CliRunner
+
+    from oasr_core import cli
+    from oasr_core.census import models, shapeset
+    from oasr_core.commands.census import census_cmd
+    from oasr_core.database import signature_key
+    from oasr_core.runtime import get_runtime
+
+    out = tmp_path / "census.json"
+    manifest = tmp_path / "m.jsonl"
+    manifest.write_text('{"duration": 1.2}\n{"duration": 1.1}\n')
+    result = CliRunner().invoke(census_cmd, [
+        "--workload", "conformer", "--param", "layers=1", "--service-mode", "offline",
+        "--manifest", str(manifest), "--max-batch-size", "2", "--batch-buckets", "2",
+        "--frame-granularity", "64", "--max-frames", "128", "--dtype", "bf16", "--compile",
+        "--out", str(out)], obj=cli.CliState())
+    assert result.exit_code == 0, (result.output, result.exception)
+    census = shapeset.load(out)
+    assert census.provenance["keys"] == {"offline:B2xT128": 1.0}
+    registry = get_runtime().registry
+    tables: dict = {}
+    # The Conformer's frames are bucketed: its convolutions are recorded over M regions,
+    # like the linears (no exact point). gemm's lane default runs every linear here; the
+    # depthwise convolution takes conv1d's shape heuristic (the dense lane's default
+    # cannot run it).
+    choice = {"gemm": "default", "conv1d": "heuristic"}
+    for point in census.points:
+        fam = registry.family(point.family)
+        key = signature_key(fam, point.op, fam.key_dtypes(point.dtype)[-1], point.dims)
+        assert point.point is None
+        tables.setdefault(point.family, {})[key] = {
+            "regions": [[None, choice[point.family]]], "source": "aot"}
+    assert sorted(tables) == ["conv1d", "gemm"]
+    user = tmp_path / "user"
+    for family, entries in tables.items():
+        _table(user, family, entries)
+    monkeypatch.setenv("OASR_TUNE_USER_DB", str(user))
+    monkeypatch.setenv("OASR_TUNE_SYSTEM_DB", "off")
+    from oasr_core import runtime
+
+    runtime.install_runtime(None)
+    torch.manual_seed(0)
+    model = models.ConformerEncoder(input_dim=80, d_model=256, heads=4, ffn_dim=1024,
+                                    kernel_size=31, layers=1).eval().bfloat16()
+    x = torch.randn(2, 128, 80, dtype=torch.bfloat16)
+    backend, graph, out_, ref = _run(model, x)
+    per_forward = Counter()
+    for point in census.points:
+        per_forward[(point.family, point.op)] += round(point.calls)
+    assert backend.rewritten == dict(per_forward)
+    # Every site: the subsampling's projection, the layer's 11 linears and its depthwise
+    # convolution (recorded as conv1d: under compile its BatchNorm and SiLU stay Inductor's).
+    assert backend.rewritten[("conv1d", "conv1d")] == 1
+    assert sum(backend.rewritten.values()) == 1 + 11 + 1
+    assert "aten.mm.default" not in _targets(graph) and "aten.addmm.default" not in \
+        _targets(graph)
+    _close([out_], [ref], 3e-2)
+
+
 def test_kernel_classes_and_compile_option_checks() -> None:
     from oasr_core.bench.e2e import E2EOptions
     from oasr_core.bench.kernel_profile import kernel_class, summarize
