@@ -279,6 +279,45 @@ def test_a_scheme_quantizes_the_linears_its_tiers_say_pay_and_leaves_the_rest(
     assert backend.rewritten == {("gemm", "gemm_activation"): 1, ("gemm", "gemm_residual"): 1}
 
 
+class NormedProjections(nn.Module):
+    """A pre-norm block's Q, K, V: one LayerNorm feeding three linears (V without bias)."""
+
+    def __init__(self, keep_norm: bool = False) -> None:
+        super().__init__()
+        self.norm = nn.LayerNorm(256)
+        self.q, self.k = nn.Linear(256, 1024), nn.Linear(256, 1024)
+        self.v = nn.Linear(256, 1024, bias=False)
+        self.keep_norm = keep_norm
+
+    def forward(self, x):
+        h = self.norm(x)
+        y = self.q(h) * self.k(h) + self.v(h)
+        return (y, h) if self.keep_norm else y
+
+
+@pytest.mark.parametrize("keep_norm", [False, True])
+def test_the_linears_after_a_layer_norm_share_its_quantized_rows(
+        keep_norm, tmp_path, monkeypatch) -> None:
+    _table(tmp_path, "scaled_mm", {"scaled_mm|op=scaled_mm|N=1024|K=256": {
+        "regions": [[None, "heuristic"]], "source": "aot"}})
+    monkeypatch.setenv("OASR_TUNE_USER_DB", str(tmp_path))
+    torch.manual_seed(0)
+    model = NormedProjections(keep_norm).eval().bfloat16()
+    with torch.no_grad():
+        model.norm.weight.uniform_(0.5, 1.5)
+        model.norm.bias.uniform_(-0.5, 0.5)
+    x = torch.randn(2, 100, 256, dtype=torch.bfloat16)
+    backend, graph, out, ref = _run(model, x, quantization="int8_w8a8")
+    assert backend.rewritten == {("scaled_mm", "scaled_mm"): 3}
+    targets = _targets(graph)
+    # One fused norm-and-quantize for the three linears; the norm Inductor would compute
+    # is gone unless something else reads it.
+    assert targets.count("oasr.scaled_mm_norm_quantize.default") == 1
+    assert targets.count("oasr.scaled_mm_rows_linear.default") == 3
+    assert ("aten.var_mean.correction" in targets) == keep_norm
+    _close(out if keep_norm else [out], ref if keep_norm else [ref], 3e-2)
+
+
 def test_a_quantized_compile_census_records_the_scheme_ops() -> None:
     from oasr_core.census.probe import compiled_calls
 

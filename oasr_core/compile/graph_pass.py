@@ -13,7 +13,10 @@ What it finds (:mod:`oasr_core.compile.patterns` says what families declare):
   bias add Inductor split off (``add(mm, bias)``), an activation (``relu``; SiLU and GELU as
   Inductor decomposes them, ``x / (1 + exp(-x))`` or ``x * sigmoid(x)``, and
   ``x * 0.5 * (1 + erf(x / sqrt(2)))``, with their fp32 casts), or a
-  residual add (``r + y``, ``r + alpha * y``);
+  residual add (``r + y``, ``r + alpha * y``); and, on the input side, a LayerNorm over the
+  last dim that the rows are (views of), as Inductor decomposes it (offered as a normed
+  site: a quantized family may quantize the rows in the norm, once per norm,
+  :class:`~oasr_core.compile.patterns.Shared`);
 * a **1-D convolution**: ``aten.convolution`` with a 3-D weight, not transposed, and the
   activation after it. torch code writes it channels-first, ``[B, C, T]``; the families'
   conv kernels are channels-last. The pass hands the op the transposed input where that is
@@ -36,6 +39,7 @@ see the layouts the rewritten graph produces.
 from __future__ import annotations
 
 import hashlib
+import operator
 from collections import Counter
 from collections.abc import Callable, Sequence
 from pathlib import Path
@@ -46,7 +50,7 @@ import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from oasr_core.census.recorder import Call
-from oasr_core.compile.patterns import CONV1D, LINEAR, Pattern, Served, Site, Slot
+from oasr_core.compile.patterns import CONV1D, LINEAR, Pattern, Served, Shared, Site, Slot
 from oasr_core.database import signature_key
 from oasr_core.errors import OasrError
 from oasr_core.runtime import get_runtime
@@ -180,6 +184,64 @@ def _match_residual(node: Any) -> tuple[Any, Any, float] | None:
             rv.dtype != yv.dtype:
         return None
     return user, residual, alpha
+
+
+def _vector(node: Any, width: Any) -> bool:
+    val = _val(node)
+    return val is not None and val.dim() == 1 and val.shape[0] == width
+
+
+def _match_layer_norm(a: Any, width: Any) -> tuple[Any, Any, Any, float] | None:
+    """``(x, weight, bias, eps)`` where the rows ``a`` are (views of) a LayerNorm of ``x``
+    over its last dim, as Inductor decomposes it: ``var_mean`` of the (fp32) input, ``(x -
+    mean) * rsqrt(var + eps)``, times the weight, plus the bias, cast back; weight and bias
+    (each may be absent) in ``x``'s dtype. None otherwise."""
+    node = a
+    while _is(node, *_VIEWS):
+        node = node.args[0]
+    dtype = _val(a).dtype
+    if _is(node, prims.convert_element_type.default):
+        if node.args[1] != dtype:
+            return None
+        node = node.args[0]
+    weight = bias = None
+    for op in (aten.add.Tensor, aten.mul.Tensor):
+        if _is(node, op) and len(node.args) == 2:
+            x0, x1 = node.args
+            vec, rest = (x1, x0) if _vector(x1, width) else (x0, x1) if _vector(x0, width) \
+                else (None, None)
+            if vec is not None and _is(rest, aten.mul.Tensor, aten.add.Tensor):
+                if op is aten.add.Tensor:
+                    bias = vec
+                else:
+                    weight = vec
+                node = rest
+    if not (_is(node, aten.mul.Tensor) and len(node.args) == 2):
+        return None
+    sub, rs = node.args if _is(node.args[0], aten.sub.Tensor) else node.args[::-1]
+    if not (_is(sub, aten.sub.Tensor) and _is(rs, aten.rsqrt.default)):
+        return None
+    add = rs.args[0]
+    if not (_is(add, aten.add.Tensor) and isinstance(add.args[1], float)):
+        return None
+    var, eps = add.args
+    xf, mean = sub.args[:2]
+    if not (_is(var, operator.getitem) and _is(mean, operator.getitem) and var.args[1] == 0
+            and mean.args[1] == 1 and var.args[0] is mean.args[0]):
+        return None
+    vm = var.args[0]
+    if not _is(vm, aten.var_mean.correction) or vm.args[0] is not xf or \
+            vm.kwargs.get("correction", 1) != 0 or not vm.kwargs.get("keepdim", False):
+        return None
+    rank = _val(xf).dim()
+    if [d % rank for d in vm.args[1]] != [rank - 1]:
+        return None
+    x = xf.args[0] if _is(xf, prims.convert_element_type.default) else xf
+    xv = _val(x)
+    if xv is None or xv.dtype != dtype or xv.shape[-1] != width or any(
+            p is not None and _val(p).dtype != dtype for p in (weight, bias)):
+        return None
+    return x, weight, bias, float(eps)
 
 
 # -- the pass -----------------------------------------------------------------------------
@@ -325,6 +387,8 @@ class _Rewriter:
         self.changed = False
         self.probing, self.probed = False, None
         self.sizes: dict[int, tuple[Any, Any, Any]] = {}
+        self.shared: dict[tuple, Any] = {}
+        self.order: dict[Any, int] | None = None
         schemes = list(dict.fromkeys(p.scheme for p in owner.patterns))
         self.by_kind = {kind: [[p for p in owner.patterns if p.kind == kind and p.scheme == s]
                                for s in schemes] for kind in (LINEAR, CONV1D)}
@@ -464,6 +528,11 @@ class _Rewriter:
         if res is not None:
             options.append((self.site(LINEAR, av.dtype, m, dims, bias=has_bias, residual=True,
                                       alpha=res[2]), res[0], {Slot.RESIDUAL: res[1]}))
+        norm = _match_layer_norm(a, k)
+        if norm is not None:
+            options.append((self.site(LINEAR, av.dtype, m, dims, bias=has_bias, norm=True), end,
+                            dict(zip((Slot.NORM_X, Slot.NORM_WEIGHT, Slot.NORM_BIAS,
+                                      Slot.NORM_EPS), norm, strict=True))))
         options.append((self.site(LINEAR, av.dtype, m, dims, bias=has_bias), end, {}))
         got = self.offer(LINEAR, [o[0] for o in options])
         if got is None or not self.owner.rewrite:
@@ -472,12 +541,11 @@ class _Rewriter:
         _, last, extra = next(o for o in options if o[0] is site)
         with self.graph.inserting_before(last):
             fill = {Slot.X: a, Slot.WEIGHT: w, Slot.BIAS: bias, Slot.ALPHA: site.alpha,
-                    Slot.ACTIVATION: site.activation}
+                    Slot.ACTIVATION: site.activation, **extra}
             if Slot.RESIDUAL in extra:
                 fill[Slot.RESIDUAL] = self.emit(aten.reshape.default, extra[Slot.RESIDUAL],
                                                 [-1, n])
-            out = self.emit(served.target, *(fill[x] if isinstance(x, Slot) else x
-                                             for x in served.args))
+            out = self.emit(served.target, *(self.argument(x, fill) for x in served.args))
             shape = _val(last).shape
             if tuple(_val(out).shape) != tuple(shape):
                 view = self.view_args(last, node)
@@ -485,6 +553,42 @@ class _Rewriter:
                     return
                 out = self.emit(aten.reshape.default, out, view)
         self.replace(last, out, served)
+
+    def argument(self, value: Any, fill: dict) -> Any:
+        """A :class:`Served` argument in the graph: a slot's node or value, a
+        :class:`Shared` call's node (emitted once per graph for equal arguments, after its
+        last input), or the value itself."""
+        if isinstance(value, Slot):
+            return fill[value]
+        if not isinstance(value, Shared):
+            return value
+        args = tuple(self.argument(a, fill) for a in value.args)
+        key = (value.target, args)
+        node = self.shared.get(key)
+        if node is None:
+            inputs = [a for a in args if isinstance(a, torch.fx.Node)]
+            anchor = max(inputs, key=self.position) if inputs else None
+            if anchor is None or anchor.op == "placeholder":
+                anchor = next(n for n in self.graph.nodes if n.op != "placeholder")
+                point = self.graph.inserting_before(anchor)
+            else:
+                point = self.graph.inserting_after(anchor)
+            with point:
+                node = self.shared[key] = self.emit(value.target, *args)
+        if value.index is None:
+            return node
+        item = self.shared.get((node, value.index))
+        if item is None:
+            with self.graph.inserting_after(node):
+                item = self.shared[(node, value.index)] = self.emit(operator.getitem, node,
+                                                                    value.index)
+        return item
+
+    def position(self, node: Any) -> int:
+        """``node``'s place in the graph as it was before this pass (new nodes last)."""
+        if self.order is None:
+            self.order = {n: i for i, n in enumerate(self.graph.nodes)}
+        return self.order.get(node, len(self.order))
 
     def view_args(self, last: Any, product: Any) -> Any:
         """A shape argument for the rows' original shape: the first row view's."""

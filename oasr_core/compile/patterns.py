@@ -46,6 +46,26 @@ class Slot(enum.Enum):
     """The residual add's scale of the linear's output (a float)."""
     ACTIVATION = "activation"
     """The activation's name (a str)."""
+    NORM_X = "norm_x"
+    """A normed linear's (:attr:`Site.norm`) LayerNorm input ``[..., K]``."""
+    NORM_WEIGHT = "norm_weight"
+    """That LayerNorm's weight ``[K]``, or None."""
+    NORM_BIAS = "norm_bias"
+    """That LayerNorm's bias ``[K]``, or None."""
+    NORM_EPS = "norm_eps"
+    """That LayerNorm's epsilon (a float)."""
+
+
+@attrs.frozen
+class Shared:
+    """An argument of a :class:`Served` call that is another op's output: ``target(*args)``
+    (``args`` values or :class:`Slot` members), item ``index`` of its tuple (None: the
+    output itself). The pass emits one such call per graph for equal arguments, so the
+    linears after one LayerNorm share the rows it quantized."""
+
+    target: Any
+    args: tuple[Any, ...]
+    index: int | None = None
 
 
 @attrs.frozen
@@ -72,6 +92,11 @@ class Site:
     alpha: float = 1.0
     point: str | None = None
     """A conv's exact point ``<B>x<T>`` (None when dynamic, or for a linear)."""
+    norm: bool = False
+    """A linear whose input is a LayerNorm's output over its last dim (the ``NORM_*`` slots
+    then hold the norm's input and parameters): a quantized family may quantize the rows in
+    the norm, once for every linear after it. A family that does not look at it serves the
+    site as the plain linear (``Slot.X`` is the norm's output)."""
     arch: str | None = None
     """The arch family the choice is made for (``sm90``); None: no GPU, nothing rewritten
     unless the backend's ``arch`` option names one."""

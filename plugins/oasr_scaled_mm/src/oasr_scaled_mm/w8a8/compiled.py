@@ -13,9 +13,15 @@ where the family's verdict at that shape is "quantized":
   otherwise the site falls through to the full-precision patterns (gemm's, where its tiers
   choose it) or stays Inductor's.
 
+A linear after a LayerNorm (``site.norm``) takes the norm's rows quantized in the norm:
+``oasr::<family>_norm_quantize(x, weight, bias, eps)`` (the family's fused kernel), one per
+norm and shared by every linear after it, then ``oasr::<family>_rows_linear(q, scale, W,
+b)``; the untuned route then counts what quantizing in the norm adds, not a quantizer.
+
 With a dynamic row count the site is quantized where an entry names a config in some M
-region; the op then decides per call exactly as the eager quantized linear does
-(``<package>.ops.unquantized``: quantized, or ``F.linear`` in the activation dtype).
+region (a normed site too, as the plain quantized linear); the op then decides per call
+exactly as the eager quantized linear does (``<package>.ops.unquantized``: quantized, or
+``F.linear`` in the activation dtype).
 
 The op quantizes the activation per token (the family's one-kernel quantizer) and the weight
 once per output channel: the quantized weight is cached by the weight tensor's storage and
@@ -35,6 +41,8 @@ from oasr_scaled_mm.w8a8.formats import Format
 from oasr_scaled_mm.w8a8.weights import QuantizedWeight
 
 LINEAR_SCHEMA = "(Tensor x, Tensor w, Tensor? bias) -> Tensor"
+NORM_SCHEMA = "(Tensor x, Tensor? weight, Tensor? bias, float eps) -> (Tensor, Tensor)"
+ROWS_SCHEMA = "(Tensor q, Tensor scale, Tensor w, Tensor? bias) -> Tensor"
 
 
 def op_name(fmt: Format) -> str:
@@ -103,32 +111,108 @@ def custom_op(fmt: Format) -> Any:
     return getattr(torch.ops.oasr, op_name(fmt)).default
 
 
-def untuned_wins(fmt: Format, n: int, k: int, m: int) -> Any:
+def norm_quantize(fmt: Format, x: Any, weight: Any, bias: Any, eps: float) -> tuple[Any, Any]:
+    """``(q [..., K], scale float32 [...])``: the rows of ``layer_norm(x)`` (over the last
+    dim) quantized, in one pass by the family's fused kernel where it serves (contiguous
+    fp16/bf16 CUDA rows), else torch's norm then the family's quantizer (what the eager
+    quantized model's deferred norm computes, :mod:`oasr_core.kit.normed`)."""
+    import types
+
+    from oasr_core.kit.normed import fusable
+    from torch.nn import functional as F
+
+    quantize = fmt.module("quantize")
+    norm = types.SimpleNamespace(weight=weight, bias=bias, eps=eps,
+                                 normalized_shape=(x.shape[-1],))
+    if fusable(x, norm):
+        got = quantize.norm_quantize_rows(x.detach(), norm)
+        if got is not None:
+            return got
+    return quantize.quantize_rows(F.layer_norm(x, (x.shape[-1],), weight, bias, eps))
+
+
+def rows_linear(fmt: Format, q: Any, scale: Any, w: Any, bias: Any) -> Any:
+    """``[M, N]`` in ``w``'s dtype: the format's GEMM of quantized rows ``q [..., K]`` (per-row
+    ``scale``) with ``w``'s cached quantized form (:func:`weight_for`)."""
+    ops = fmt.module("ops")
+    k = w.shape[1]
+    state = weight_for(fmt, w, bias)
+    y = getattr(ops, fmt.op_mm)(q.reshape(-1, k), state.weight, scale.reshape(-1),
+                                state.scale, state.bias, out_dtype=w.dtype)
+    return y
+
+
+@functools.cache
+def norm_ops(fmt: Format) -> tuple[Any, Any]:
+    """``torch.ops.oasr.<family>_norm_quantize`` (a LayerNorm's rows quantized, for every
+    linear after it) and ``torch.ops.oasr.<family>_rows_linear`` (a linear of quantized
+    rows), registered on first use with their fakes."""
+    import torch
+
+    element = getattr(torch, fmt.dtype)
+
+    @torch.library.custom_op(f"oasr::{fmt.family}_norm_quantize", mutates_args=(),
+                             schema=NORM_SCHEMA)
+    def norm_op(x, weight, bias, eps):
+        return norm_quantize(fmt, x, weight, bias, eps)
+
+    @norm_op.register_fake
+    def _norm_fake(x, weight, bias, eps):
+        return x.new_empty(x.shape, dtype=element), \
+            x.new_empty(x.shape[:-1], dtype=torch.float32)
+
+    @torch.library.custom_op(f"oasr::{fmt.family}_rows_linear", mutates_args=(),
+                             schema=ROWS_SCHEMA)
+    def rows_op(q, scale, w, bias):
+        return rows_linear(fmt, q, scale, w, bias)
+
+    @rows_op.register_fake
+    def _rows_fake(q, scale, w, bias):
+        return w.new_empty((q.numel() // w.shape[1], w.shape[0]))
+
+    ns = torch.ops.oasr
+    return (getattr(ns, f"{fmt.family}_norm_quantize").default,
+            getattr(ns, f"{fmt.family}_rows_linear").default)
+
+
+def untuned_wins(fmt: Format, n: int, k: int, m: int, *, normed: bool = False) -> Any:
     """The format's untuned route as the pass's ``untuned(selection)``: quantized where the
-    heuristic's tile plus the activation quantizer is predicted to beat the layer in its
-    dtype on the selection's lane."""
+    heuristic's tile plus the activation quantizer (``normed``: what quantizing in the
+    LayerNorm adds to the norm) is predicted to beat the layer in its dtype on the
+    selection's lane."""
     from oasr_core.types import Tier
 
     from oasr_scaled_mm.w8a8.untuned import quantized_wins
 
     def wins(sel: Any) -> bool:
         return (sel.tier is Tier.HEURISTIC and sel.config is not None
-                and quantized_wins(fmt.module("untuned").MODELS, sel.lane, n, k, m))
+                and quantized_wins(fmt.module("untuned").MODELS, sel.lane, n, k, m,
+                                   quantizer=not normed))
 
     return wins
 
 
 def serve_linear(fmt: Format, site: Any) -> Any:
-    """The quantized linear for a linear ``site``, or None (the next pattern, or Inductor)."""
-    from oasr_core.compile import Served, Slot
+    """The quantized linear for a linear ``site``, or None (the next pattern, or Inductor).
+
+    A site after a LayerNorm (``site.norm``, static rows) takes the norm's quantized rows,
+    computed once for every linear after that norm (``Shared``); the untuned route then
+    counts what quantizing in the norm adds instead of a quantizer."""
+    from oasr_core.compile import Served, Shared, Slot
 
     if site.dtype not in fmt.linear_dtypes or site.quantization != fmt.quantization or \
-            site.activation is not None or site.residual:
+            site.activation is not None or site.residual or (site.norm and site.m is None):
         return None
     n, k = site.dim("N"), site.dim("K")
-    untuned = untuned_wins(fmt, n, k, site.m) if site.m is not None else None
+    untuned = untuned_wins(fmt, n, k, site.m, normed=site.norm) if site.m is not None \
+        else None
     if not site.serves(fmt.family, fmt.op_mm, (n, k), dtype=fmt.dtype, untuned=untuned):
         return None
+    if site.norm:
+        norm_op, rows_op = norm_ops(fmt)
+        rows = (Slot.NORM_X, Slot.NORM_WEIGHT, Slot.NORM_BIAS, Slot.NORM_EPS)
+        return Served(rows_op, (Shared(norm_op, rows, 0), Shared(norm_op, rows, 1),
+                                Slot.WEIGHT, Slot.BIAS), family=fmt.family, op=fmt.op_mm)
     return Served(custom_op(fmt), (Slot.X, Slot.WEIGHT, Slot.BIAS), family=fmt.family,
                   op=fmt.op_mm)
 
@@ -141,5 +225,6 @@ def patterns_for(fmt: Format, quantization: str) -> list[Any]:
 
     return [Pattern(name=f"{fmt.family}.linear", family=fmt.family, kind=LINEAR,
                     serve=functools.partial(serve_linear, fmt),
-                    description=f"{fmt.quantization} linear (+bias): per-token activation, "
-                                "per-channel weight, quantized where it pays")]
+                    description=f"{fmt.quantization} linear (+bias): per-token activation "
+                                "(in the LayerNorm before it, shared by the linears after "
+                                "it), per-channel weight, quantized where it pays")]
