@@ -85,6 +85,10 @@ def test_tiny_conformer_table_and_tiers():
     assert "conv1d/conv1d_silu: torch (cpu) x1" in out
     assert "gemm/gemm: torch (cpu) x5" in out and "gemm/gemm_activation: torch (cpu) x2" in out
     assert "gemm/gemm_residual: torch (cpu) x4" in out
+    # The CPU's forwards are counted on stderr (the last line at least), never on stdout.
+    total = 2 * (int(TINY[TINY.index("--warmup") + 1]) + int(TINY[TINY.index("--iters") + 1]))
+    assert _errors(result)[-1].startswith(f"progress: {total}/{total} forwards, ")
+    assert "progress:" not in out
 
 
 def test_json_output_and_out_file(tmp_path):

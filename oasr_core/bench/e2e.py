@@ -45,6 +45,7 @@ from oasr_core.census.choices import describe, offered
 from oasr_core.census.recorder import ShapeRecorder, _is_torch_function, patches_of
 from oasr_core.census.workloads import ReferenceFactory, make_inputs
 from oasr_core.errors import ConfigurationError, OasrError
+from oasr_core.progress import ProgressMode, track
 from oasr_core.report import tuning_report
 from oasr_core.routing import route
 from oasr_core.runtime import get_runtime
@@ -448,12 +449,25 @@ def _alternating(rounds: int, measure: Callable[[list[str]], dict[str, float]]) 
 
 
 def time_eager(fns: Mapping[str, Callable[[], Any]], options: E2EOptions) -> Row:
-    """Median eager milliseconds per forward of ``fns["oasr"]`` and ``fns["torch"]``."""
+    """Median eager milliseconds per forward of ``fns["oasr"]`` and ``fns["torch"]``.
+
+    On the CPU, where a reference model's forwards take seconds each, the forwards done so
+    far show on stderr (a bar on a terminal, else a line per tenth), so a minutes-long run
+    does not look hung."""
     clock = _Clock(options.device == "cuda")
-    for fn in fns.values():
-        for _ in range(options.warmup):
-            fn()
-    got = _alternating(options.iters, lambda order: {n: clock.time(fns[n]) for n in order})
+    mode = ProgressMode.choose(None) if options.device == "cpu" else ProgressMode.OFF
+    with track("forwards", len(fns) * (options.warmup + options.iters), mode) as tracker:
+        for fn in fns.values():
+            for _ in range(options.warmup):
+                fn()
+                tracker.advance("done")
+
+        def measure(order: list[str]) -> dict[str, float]:
+            times = {n: clock.time(fns[n]) for n in order}
+            tracker.advance("done", len(order))
+            return times
+
+        got = _alternating(options.iters, measure)
     return Row("eager", got["oasr"], got["torch"], options.iters)
 
 
