@@ -18,6 +18,13 @@ Fixtures:
 ``cli_runner``
     ``run(*args, plugin_manager=None)`` invokes the ``oasr`` CLI in-process with a
     :class:`click.testing.CliRunner`, bound to the test's manager.
+``cuda_like``
+    while the test runs, every tensor reports CUDA device 0 to ``is_cuda`` and
+    ``get_device`` (overridden on ``torch.Tensor``'s Python class, which torch's own code never
+    reads), so an op files its plans under device 0 while its torch math runs on the CPU.
+
+:func:`aten_calls` lists the aten ops a call dispatches (views, copies and allocations
+included): what tells a torch-served call from torch's own on a CPU.
 
 Builds and censuses run on a CPU against these fakes: :class:`ScriptedBench` is a scripted
 device (a family's ``make_bench`` plus a :class:`~oasr_core.bench.ScriptedTimer` timing each
@@ -399,6 +406,40 @@ def fake_family(register_plugin: Callable[..., Any]) -> FakeFamilyPlugin:
 def fake_int8_family(register_plugin: Callable[..., Any]) -> FakeInt8Plugin:
     """A registered :class:`FakeInt8Plugin` (plugin name ``fake_int8``), not measurable."""
     return register_plugin(FakeInt8Plugin(), name="fake_int8")
+
+
+@pytest.fixture
+def cuda_like() -> Iterator[None]:
+    """Every tensor reports CUDA device 0 to ``is_cuda`` and ``get_device`` while the test
+    runs (see the module docstring); removed afterwards."""
+    import torch
+
+    names = ("is_cuda", "get_device")
+    assert not any(name in torch.Tensor.__dict__ for name in names), \
+        "cuda_like: torch.Tensor already overrides is_cuda or get_device"
+    torch.Tensor.is_cuda = property(lambda self: True)
+    torch.Tensor.get_device = lambda self: 0
+    try:
+        yield
+    finally:
+        for name in names:
+            delattr(torch.Tensor, name)
+
+
+def aten_calls(fn: Callable[[], Any]) -> list[str]:
+    """The aten ops ``fn()`` dispatches, in order, by name (``aten.convolution.default``)."""
+    from torch.utils._python_dispatch import TorchDispatchMode
+
+    calls: list[str] = []
+
+    class Calls(TorchDispatchMode):
+        def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+            calls.append(str(func))
+            return func(*args, **(kwargs or {}))
+
+    with Calls():
+        fn()
+    return calls
 
 
 @pytest.fixture

@@ -4,8 +4,9 @@ module, no op run, no copy or allocation of its own); the op serves every other 
 recorder's, a compiling one's, and a new epoch's first.
 
 CPU tests on real modules and tensors: a CUDA call is stood for by CPU tensors that report
-CUDA device 0 (:func:`cuda_like`; torch's own code never reads those two Python attributes),
-so the op files its plan under device 0 and the torch math runs on the CPU."""
+CUDA device 0 (torch's own code never reads those two Python attributes),
+so the op files its plan under device 0 and the torch math runs on the CPU
+(``oasr_core.testing``'s ``cuda_like`` fixture)."""
 
 from __future__ import annotations
 
@@ -15,8 +16,8 @@ import torch.nn.functional as F
 from oasr_core.census.recorder import ShapeRecorder
 from oasr_core.routing import route, unroute
 from oasr_core.runtime import reload
+from oasr_core.testing import aten_calls
 from torch import nn
-from torch.utils._python_dispatch import TorchDispatchMode
 
 import oasr_conv1d
 from oasr_conv1d import layer as conv_layer_module
@@ -26,20 +27,6 @@ from oasr_conv1d.numerics import torch_conv
 from oasr_conv1d.recorder import recorder_patches
 
 B, T, C, K = 2, 40, 16, 5
-
-
-@pytest.fixture
-def cuda_like():
-    """While the test runs, every tensor reports CUDA device 0 to ``is_cuda`` and
-    ``get_device`` (overridden on ``torch.Tensor``'s Python class, then removed)."""
-    assert "is_cuda" not in torch.Tensor.__dict__ and "get_device" not in torch.Tensor.__dict__
-    torch.Tensor.is_cuda = property(lambda self: True)
-    torch.Tensor.get_device = lambda self: 0
-    try:
-        yield
-    finally:
-        del torch.Tensor.is_cuda
-        del torch.Tensor.get_device
 
 
 def _conv(groups=C, padding=K // 2, bias=True):
@@ -75,24 +62,6 @@ def _op_runs(monkeypatch):
     return runs
 
 
-class _AtenCalls(TorchDispatchMode):
-    """Every aten op called while entered, by name (views, copies and allocations too)."""
-
-    def __init__(self):
-        super().__init__()
-        self.calls = []
-
-    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        self.calls.append(str(func))
-        return func(*args, **(kwargs or {}))
-
-
-def _aten(fn):
-    with _AtenCalls() as mode:
-        fn()
-    return mode.calls
-
-
 def test_a_routed_conv_the_tiers_gave_to_torch_is_the_modules_own_call(monkeypatch, cuda_like):
     runs = _op_runs(monkeypatch)
     with torch.no_grad():
@@ -102,11 +71,11 @@ def test_a_routed_conv_the_tiers_gave_to_torch_is_the_modules_own_call(monkeypat
         xl = _channels_last()
         x = xl.transpose(1, 2)
         _torch_plan(xl, conv)
-        first = _aten(lambda: conv(x))
-        later = [_aten(lambda: conv(x)) for _ in range(3)]
+        first = aten_calls(lambda: conv(x))
+        later = [aten_calls(lambda: conv(x)) for _ in range(3)]
         assert conv(x).shape == own(x).shape == (B, C, T)
         assert conv(x).stride() == own(x).stride()
-        torch_calls = _aten(lambda: own(x))
+        torch_calls = aten_calls(lambda: own(x))
     assert runs == ["conv1d"]  # the first call only; then the layer plan
     assert "aten.clone.default" in first or "aten.empty.memory_format" in first  # the op's copy
     assert later == [torch_calls] * 3  # no view, copy or allocation of its own
@@ -121,10 +90,10 @@ def test_a_routed_conv_on_channels_first_data_is_the_modules_own_call(monkeypatc
         own.weight, own.bias = conv.weight, conv.bias
         route(conv, linear=False)
         x = _channels_last().transpose(1, 2).contiguous()  # a contiguous [B, C, T]
-        torch_calls = _aten(lambda: own(x))
-        assert _aten(lambda: conv(x)) == ["aten.transpose.int", *torch_calls]  # its layout
+        torch_calls = aten_calls(lambda: own(x))
+        assert aten_calls(lambda: conv(x)) == ["aten.transpose.int", *torch_calls]  # its layout
         for _ in range(2):
-            assert _aten(lambda: conv(x)) == torch_calls
+            assert aten_calls(lambda: conv(x)) == torch_calls
     assert runs == [] and oasr_conv1d.stats() == {"torch:selected": 2}
 
 
@@ -133,10 +102,10 @@ def test_the_conv_layer_torch_plan_is_the_ops_torch_path(monkeypatch, cuda_like)
     with torch.no_grad():
         conv, x = _conv(), _channels_last()
         _torch_plan(x, conv, "conv1d_silu")
-        first = _aten(lambda: conv_layer(x, conv, "silu"))
-        later = _aten(lambda: conv_layer(x, conv, "silu"))
+        first = aten_calls(lambda: conv_layer(x, conv, "silu"))
+        later = aten_calls(lambda: conv_layer(x, conv, "silu"))
         out = conv_layer(x, conv, "silu")
-        torch_path = _aten(lambda: torch_conv(x, conv.weight, conv.bias, 1, K // 2, 1, C,
+        torch_path = aten_calls(lambda: torch_conv(x, conv.weight, conv.bias, 1, K // 2, 1, C,
                                               "silu"))
     assert runs == ["conv1d_silu"]
     assert out.shape == (B, T, C) and out.is_contiguous()
