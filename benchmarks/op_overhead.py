@@ -228,10 +228,16 @@ def _at(m: int, width: int, number: int, repeat: int, cuda: bool,
     F.linear over the rounds)``; every round times each path once, in turn."""
     from oasr_gemm import ops as gemm_ops
     from oasr_scaled_mm import ops as smm_ops
+    from oasr_scaled_mm.quantize import QUANTIZATION as INT8
+    from oasr_scaled_mm.quantize import layer_norm as int8_norm
+    from oasr_scaled_mm.w8a8.scaled_ops import ROUTE
 
+    from oasr_core.census.workloads import served_linear
     from oasr_core.kit import TORCH
     from oasr_core.routing import route
+    from oasr_core.runtime import get_runtime
 
+    int8_linear = served_linear(get_runtime().pm, dtype="fp16", quantization=INT8)
     device = "cuda" if cuda else "cpu"
     a = torch.randn(m, width, device=device).half()
     w = torch.randn(width, width, device=device).half()
@@ -274,6 +280,26 @@ def _at(m: int, width: int, number: int, repeat: int, cuda: bool,
                 paths["gemm launch only"] = _launch_only(key, plan, a, w, b)
             if _kernel_served(smm_ops, scaled_mm):
                 paths["scaled_mm kernel"] = scaled_mm
+            # The int8 W8A8 linear where its route says unquantized (a tuning entry's
+            # UNQUANTIZED, or the untuned route), the gemm op's plan torch: routed, as the
+            # reference models call it, and after the family's deferred layer norm.
+            dev = 0 if cuda else None  # the route is keyed by x.device.index
+            for normed in (False, True):
+                smm_ops.SERVING.plans.store((ROUTE, width, width, m, dev, normed), True,
+                                            smm_ops.SERVING.bind())
+            routed_q, layer_q = _layer(w, b), _layer(w, b)
+            route(routed_q, dtype="fp16", quantization=INT8, conv1d=False)
+            norm = torch.nn.LayerNorm(width, device=device, dtype=a.dtype).eval()
+            paths["F.layer_norm + F.linear"] = \
+                lambda: F.linear(F.layer_norm(a, norm.normalized_shape, norm.weight, norm.bias,
+                                              norm.eps), w, b)
+            paths["routed int8 nn.Linear unquantized"] = lambda: routed_q(a)
+            paths["int8 linear unquantized"] = lambda: int8_linear(a, layer_q)
+            paths["int8 norm + linear unquantized"] = \
+                lambda: int8_linear(int8_norm(a, norm), layer_q)
+            plans.update(dict.fromkeys(("routed int8 nn.Linear unquantized",
+                                        "int8 linear unquantized",
+                                        "int8 norm + linear unquantized"), TORCH))
             times = _timed(paths, plans, gemm_ops.SERVING.plans, key, number, repeat)
     finally:
         gemm_ops._plan, smm_ops._plan = real_plans
@@ -345,13 +371,27 @@ def _conv_at(m: int, width: int, number: int, repeat: int, cuda: bool,
 
 def _summary(paths: dict[str, Any], times: dict[str, list[float]],
              base: str) -> list[tuple[str, Any, Any]]:
-    """Per path ``(path, best us, (median ratio, median difference in us) to base's time in
-    the same round)``; ``(path, None, None)`` for a path not timed."""
-    f = times[base]
-    return [(path, min(times[path]),
-             (statistics.median(t / b for t, b in zip(times[path], f, strict=True)),
-              statistics.median(t - b for t, b in zip(times[path], f, strict=True))))
-            if path in times else (path, None, None) for path in paths]
+    """Per path ``(path, best us, (median ratio, median difference in us) to its F call's
+    time in the same round)`` (:func:`_base`, ``base`` by default); ``(path, None, None)`` for
+    a path not timed."""
+    out: list[tuple[str, Any, Any]] = []
+    for path in paths:
+        if path not in times:
+            out.append((path, None, None))
+            continue
+        f = times[_base(path, base)]
+        out.append((path, min(times[path]),
+                    (statistics.median(t / b for t, b in zip(times[path], f, strict=True)),
+                     statistics.median(t - b for t, b in zip(times[path], f, strict=True)))))
+    return out
+
+
+def _base(path: str, default: str) -> str:
+    """The torch call a row is compared with: the norm rows' ``F.layer_norm + F.linear``, the
+    conv rows' ``F.conv1d``, else ``default``."""
+    if "norm" in path:
+        return "F.layer_norm + F.linear"
+    return "F.conv1d" if "onv1d" in path else default
 
 
 def _timed(paths: dict[str, Callable[[], Any] | None], plans: dict[str, Any], memo: Any,
@@ -477,7 +517,7 @@ def main() -> None:
         if best is None:
             print(f"| {mode} | {path} | {m} | n/a | | | |")
             continue
-        f_call = "F.conv1d" if "onv1d" in path else "F.linear"
+        f_call = _base(path, "F.linear")
         print(f"| {mode} | {path} | {m} | {best:.2f} | {best / base[(mode, f_call, m)]:.2f}x | "
               f"{ratio[0]:.2f}x | {ratio[1]:+.2f} |")
 

@@ -73,17 +73,22 @@ Quantize = Callable[["NormedRows"], tuple[Any, Any]]
 class NormedRows:
     """``norm(x)`` for the linears after a layer norm (see the module docstring): ``x`` the
     input rows ``[..., K]``, ``norm`` the ``nn.LayerNorm`` over ``K``, ``scheme`` the
-    quantization whose linears take :meth:`quantized`, ``quantize`` how it is computed."""
+    quantization whose linears take :meth:`quantized`, ``quantize`` how it is computed.
+    ``note``, when given, is a two-element list whose items the handle sets True when its
+    dense and its quantized form are first asked for (how a family's norm learns what the
+    linears after a norm take: :func:`oasr_core.kit.normed.layer_norm_answer`)."""
 
-    __slots__ = ("x", "norm", "scheme", "_quantize", "_dense", "_quantized")
+    __slots__ = ("x", "norm", "scheme", "_quantize", "_dense", "_quantized", "_note")
 
-    def __init__(self, x: Any, norm: Any, scheme: str, quantize: Quantize) -> None:
+    def __init__(self, x: Any, norm: Any, scheme: str, quantize: Quantize,
+                 note: list[bool] | None = None) -> None:
         self.x = x
         self.norm = norm
         self.scheme = scheme
         self._quantize = quantize
         self._dense: Any = None
         self._quantized: tuple[Any, Any] | None = None
+        self._note = note
 
     @property
     def shape(self) -> Any:
@@ -109,6 +114,8 @@ class NormedRows:
         if self._dense is None:
             from torch.nn import functional as F
 
+            if self._note is not None:
+                self._note[0] = True
             n = self.norm
             self._dense = F.layer_norm(self.x, n.normalized_shape, n.weight, n.bias, n.eps)
         return self._dense
@@ -117,6 +124,8 @@ class NormedRows:
         """The scheme's quantized rows ``(q [..., K], scale float32 [...])`` of ``norm(x)``,
         computed once."""
         if self._quantized is None:
+            if self._note is not None:
+                self._note[1] = True
             self._quantized = self._quantize(self)
         return self._quantized
 

@@ -27,7 +27,7 @@ from collections.abc import Callable
 from typing import Any
 
 from oasr_core.layers import NormedRows, Quantize, activate, dense
-from oasr_core.runtime import device_arch_of
+from oasr_core.runtime import device_arch_of, get_runtime
 
 __all__ = ["NormedRows", "Quantize", "dense", "fusable", "fused_kernel", "layer_norm_answer",
            "quantize_after_norm", "quantized_rows"]
@@ -90,16 +90,69 @@ def fused_kernel(module: str) -> Callable[[Any, Any], tuple[Any, Any] | None]:
     return fused
 
 
+DENSE = "dense"
+"""A norm's plan where every linear after it took its dense rows: torch's layer norm."""
+ROWS = "rows"
+"""A norm's plan where a linear after it took the quantized rows: a :class:`NormedRows`."""
+
+
 def layer_norm_answer(scheme: str, quantize: Quantize) -> Callable[..., Any]:
     """A family's answer to ``oasr_layer("LayerNorm", dtype, scheme)``: ``norm(x, layer,
     activation=None)`` returning ``NormedRows(x, layer, scheme, quantize)`` (an activation
-    after a layer norm has no deferred form: it is applied in torch to the dense output)."""
+    after a layer norm has no deferred form: it is applied in torch to the dense output).
+
+    Each norm has a plan per epoch (a memo of the runtime's epoch, keyed by the layer's
+    ``id`` and the input's shape and dtype): its first call's handle notes which forms the
+    linears after it ask for, and the next call reads the note. Where they took the dense
+    rows only (every linear after it runs unquantized at that shape), the norm is from then
+    on ``F.layer_norm`` on the layer's parameter dict, returned as a tensor, which the
+    linears take as they took the dense rows, so the norm costs what torch's does; where one
+    took the quantized rows, every call returns a handle. A layer whose ``weight`` and
+    ``bias`` are not both in its parameter dict, and any call while compiling, always get a
+    handle.
+    """
+    from oasr_core.epoch import EpochMemo
+
+    memo = EpochMemo(f"{scheme}:norms")
+    bound: list[Any] = []
+
+    def load() -> list[Any]:
+        import torch
+        from torch.nn import functional as F
+
+        bound.extend((F.layer_norm, torch.compiler.is_compiling))
+        return bound
 
     def norm(x: Any, layer: Any, activation: str | None = None) -> Any:
         if activation is not None:
             return activate(layer(x), activation)
-        return NormedRows(x, layer, scheme, quantize)
+        layer_norm, compiling = bound or load()
+        if compiling():
+            return NormedRows(x, layer, scheme, quantize)
+        key = (id(layer), x.shape, x.dtype)
+        plan = memo.table.get(key)
+        if plan is DENSE:
+            p = layer._parameters
+            return layer_norm(x, layer.normalized_shape, p["weight"], p["bias"], layer.eps)
+        if plan is ROWS:
+            return NormedRows(x, layer, scheme, quantize)
+        if plan is not None:  # the note of the previous call's handle
+            plan = ROWS if plan[1] or not _plain(layer) else DENSE if plan[0] else None
+            if plan is not None:
+                memo.store(key, plan, get_runtime().state)
+                return norm(x, layer)
+        note = [False, False]
+        memo.store(key, note, get_runtime().state)
+        return NormedRows(x, layer, scheme, quantize, note)
 
     norm.__doc__ = (f"``layer(x)`` deferred for the {scheme} linears after it "
-                    "(:class:`oasr_core.layers.NormedRows`).")
+                    "(:class:`oasr_core.layers.NormedRows`), or torch's layer norm where they "
+                    "all take its dense rows.")
     return norm
+
+
+def _plain(layer: Any) -> bool:
+    """Whether ``layer``'s ``weight`` and ``bias`` are both in its parameter dict."""
+    params = getattr(layer, "_parameters", None)
+    return isinstance(params, dict) and "weight" in params and "bias" in params \
+        and params["weight"] is layer.weight

@@ -46,6 +46,12 @@ def quantized_linear(x: Any, layer: Any, activation: str | None = None, *,
     return linear.quantized_linear(E4M3, x, layer, activation, residual=residual, alpha=alpha)
 
 
+def layer_plan(key: tuple, x: Any, layer: Any) -> Any:
+    """The per-layer plan of a call that just ran :func:`quantized_linear`
+    (:func:`oasr_scaled_mm.w8a8.linear.layer_plan`)."""
+    return linear.layer_plan(E4M3, key, x, layer)
+
+
 norm_quantize_rows = fused_kernel("oasr_scaled_mm_fp8.quantize_kernel")
 """``(x, norm) -> (q, scale) | None``: this family's fused layer norm and quantizer
 (:func:`oasr_core.kit.normed.fused_kernel`)."""

@@ -19,7 +19,7 @@ from typing import Any
 from oasr_core.kit.normed import NormedRows, quantized_rows
 
 from oasr_scaled_mm.w8a8.formats import Format
-from oasr_scaled_mm.w8a8.scaled_ops import add_residual, linear_in_dtype
+from oasr_scaled_mm.w8a8.scaled_ops import add_residual, full_precision_linear, linear_in_dtype
 from oasr_scaled_mm.w8a8.weights import QuantizedWeight, cached_weight
 
 
@@ -86,3 +86,58 @@ def quantized_linear(fmt: Format, x: Any, layer: Any, activation: str | None = N
                                 out_dtype=out_dtype)
     y = activate(y if y.dtype == x.dtype else y.to(x.dtype), activation)
     return y if residual is None else add_residual(y, residual, alpha)
+
+
+def layer_plan(fmt: Format, key: tuple, x: Any, layer: Any) -> Any:
+    """Memoise, for this epoch, how the layer call ``key`` (its layer, activation and input
+    shape, dtype and type: :func:`~oasr_scaled_mm.w8a8.scaled_ops.layer_linear`) that just
+    ran :func:`quantized_linear` on ``x`` is served from now on; returns the plan.
+
+    Where it ran unquantized (a CUDA input, the family's route unquantized at its shape, the
+    layer's weight in ``x``'s dtype), the plan is the unquantized call itself,
+    ``(x, layer, activation) -> activation(layer(x))``: the installed unquantized linear (the
+    gemm family's, whose own per-layer plan then serves) or, without one, ``F.linear`` and the
+    activation on the layer's parameter dict; on a :class:`NormedRows` input, on its dense
+    rows. Only a layer whose ``weight`` and ``bias`` are both in its parameter dict gets one;
+    every other call plans ``OP`` (:func:`quantized_linear` with all its checks). The plan is
+    right for any operands a later call under the same key brings (the unquantized linear
+    checks its own), at worst unquantized where the route would say quantized on another
+    device, until the epoch ends.
+    """
+    from oasr_core.kit.serving import OP
+
+    ops = fmt.module("ops")
+    plan = _unquantized_plan(fmt, ops, x, layer) or OP
+    return ops.SERVING.layers.store(key, plan, ops.SERVING.bind())
+
+
+def _unquantized_plan(fmt: Format, ops: Any, x: Any, layer: Any) -> Any:
+    params = getattr(layer, "_parameters", None)
+    if not (isinstance(params, dict) and "bias" in params and x.is_cuda):
+        return None
+    weight = params.get("weight")
+    if weight is None or weight is not layer.weight or weight.dtype != x.dtype \
+            or weight.dim() != 2:
+        return None
+    n, k = weight.shape
+    normed = isinstance(x, NormedRows) and x.scheme == fmt.quantization
+    if not ops.unquantized(n, k, x.numel() // k if k else 0, x.device.index, normed=normed):
+        return None
+    served = full_precision_linear(ops.SERVING, x.dtype)
+    if served is None:
+        served = _torch_linear
+    if isinstance(x, NormedRows):
+        def plan(x: Any, layer: Any, activation: str | None) -> Any:
+            return served(x.dense(), layer, activation)
+
+        return plan
+    return served
+
+
+def _torch_linear(x: Any, layer: Any, activation: str | None) -> Any:
+    """``activation(F.linear(x, weight, bias))`` on the layer's parameter dict."""
+    import torch.nn.functional as F
+    from oasr_core.layers import activate
+
+    p = layer._parameters
+    return activate(F.linear(x, p["weight"], p["bias"]), activation)

@@ -14,6 +14,7 @@ from typing import Any
 
 import oasr_core
 from oasr_core.errors import OasrError
+from oasr_core.kit.serving import OP
 from oasr_core.layers import activate, dense, served_linear, takes_residual
 from oasr_core.runtime import device_arch_of, get_runtime
 from oasr_core.types import Sentinel
@@ -118,17 +119,44 @@ def layer_linear(module: str, kind: str) -> Callable[..., Any]:
     """A W8A8 family's answer to ``oasr_linear`` for its scheme: ``linear(x, layer,
     activation=None, *, residual=None, alpha=1.0)`` calling ``<module>.quantized_linear`` with
     the same arguments (``module`` imported on the first call and the function looked up on
-    every call, so a recorder that rebinds it is seen; importing the family's linear module
-    imports neither torch nor the ops). ``kind`` names the GEMM in the docstring."""
+    every call, so a recorder or test that rebinds it is seen; importing the family's linear
+    module imports neither torch nor the ops). ``kind`` names the GEMM in the docstring.
+
+    A call without ``residual`` has a per-layer plan (the family's ``Serving.layers`` memo, the
+    ``SERVING`` of the package's ``ops``, keyed by the layer's ``id``, the activation and the
+    input's shape, dtype and type, filled after the layer's first call of that shape in an
+    epoch by ``<module>.layer_plan``): where the layer runs unquantized, a repeated call goes
+    straight to the unquantized linear (the gemm family's, with its own per-layer plan, or
+    ``F.linear``), with no route key, weight checks or lookups of its own; otherwise it calls
+    ``quantized_linear``. A call while compiling goes through ``quantized_linear`` as always.
+    """
     import importlib
 
     loaded: list[Any] = []
 
+    def load() -> list[Any]:
+        import torch
+
+        quantize = importlib.import_module(module)
+        serving = importlib.import_module(module.rsplit(".", 1)[0] + ".ops").SERVING
+        # The function itself, in a list: the identity check below tells a rebound one.
+        loaded.extend((quantize, quantize.quantized_linear, serving.layers,
+                       torch.compiler.is_compiling))
+        return loaded
+
     def linear(x: Any, layer: Any, activation: str | None = None, *, residual: Any = None,
                alpha: float = 1.0) -> Any:
-        if not loaded:
-            loaded.append(importlib.import_module(module))
-        return loaded[0].quantized_linear(x, layer, activation, residual=residual, alpha=alpha)
+        quantize, own, layers, compiling = loaded or load()
+        if residual is None and quantize.quantized_linear is own and not compiling():
+            key = (id(layer), activation, x.shape, x.dtype, type(x))
+            plan = layers.table.get(key)
+            if plan is not None and plan is not OP:
+                return plan(x, layer, activation)
+            out = own(x, layer, activation)
+            if plan is None:
+                quantize.layer_plan(key, x, layer)
+            return out
+        return quantize.quantized_linear(x, layer, activation, residual=residual, alpha=alpha)
 
     linear.__doc__ = (f"``activation(layer(x))``, the layer a W8A8 {kind} GEMM (its activation "
                       "in torch), or the unquantized linear with the activation fused where "
@@ -141,6 +169,13 @@ def add_residual(y: Any, residual: Any, alpha: float) -> Any:
     """``residual + y`` (``alpha`` 1) or ``residual + alpha * y``, as the reference models add
     a linear's output to the residual stream when nothing fuses it."""
     return residual + y if alpha == 1.0 else residual + alpha * y
+
+
+def full_precision_linear(serving: Any, dtype: Any) -> Any:
+    """The plugins' unquantized linear for torch ``dtype`` (None: none), as
+    :func:`linear_in_dtype` resolves it (memoised per epoch in ``serving``'s plans)."""
+    found = _full_precision_linear(serving, dtype)
+    return None if found is None else found[0]
 
 
 def _full_precision_linear(serving: Any, dtype: Any) -> tuple[Any, bool] | None:
