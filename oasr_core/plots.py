@@ -77,14 +77,20 @@ def served_figure(report: Any, path: str | Path, *, table: str | None,
         spread = [(p.m, [_us(t) for a in others if math.isfinite(t := p.time(a))])
                   for p in pts]
         spread = [(m, min(ts), sorted(ts)[len(ts) // 2]) for m, ts in spread if ts]
-        if spread:
+        if spread and len(others) == 1:
+            ax.plot([m for m, _, _ in spread], [lo for _, lo, _ in spread], color="#8c96c6",
+                    linewidth=1.2, linestyle=":", zorder=1,
+                    label=f"the one measured config ({others[0]})")
+        elif spread:
             ax.fill_between([m for m, _, _ in spread], [lo for _, lo, _ in spread],
                             [hi for _, _, hi in spread], color="#8c96c6", alpha=0.3,
                             linewidth=0, zorder=1,
                             label=f"the {len(others)} measured configs: best to median")
         if "torch" in arms:
             xs, ys = _series(pts, lambda p: p.time("torch"))
-            ax.plot(xs, ys, color=TORCH, linestyle="--", linewidth=1.6, zorder=3,
+            # Above the served line: where torch serves, the two coincide and the dashes
+            # show it.
+            ax.plot(xs, ys, color=TORCH, linestyle="--", linewidth=1.6, zorder=6,
                     label="torch")
         xs, ys = _series(pts, lambda p: p.best())
         ax.plot(xs, ys, color=ORACLE, linewidth=2.4, alpha=0.8, zorder=4,
@@ -110,25 +116,35 @@ def served_figure(report: Any, path: str | Path, *, table: str | None,
         ax.set_ylabel("time per call (us)")
         ax.grid(True, which="both", alpha=0.2)
         ax.legend(fontsize=7, loc="lower right", framealpha=0.85)
+    bottom = 0.0
+    if served is not None:
+        from matplotlib.patches import Patch
+
+        handles = [Patch(color=colors[c], alpha=0.45, label=c) for c in ids]
+        handles.append(Patch(color="#ececec", alpha=0.45, label="torch (or not served)"))
+        ncol = 4 if cols > 1 else 2
+        fig.legend(handles=handles, loc="lower center", ncol=ncol, fontsize=7,
+                   title=f"regions of {served.name}", title_fontsize=8, frameon=False)
+        bottom = (0.35 + 0.17 * math.ceil(len(handles) / ncol)) / fig.get_figheight()
+    top = 1.0
     if title or served is not None:
         fig.suptitle(title or f"measured time per call; shaded: the regions of {table}",
                      fontsize=10)
         # Keep the top half inch for the figure's title, off the first panels' titles.
-        fig.tight_layout(rect=(0, 0, 1, 1 - 0.5 / fig.get_figheight()))
-    else:
-        fig.tight_layout()
+        top = 1 - 0.5 / fig.get_figheight()
+    fig.tight_layout(rect=(0, bottom, 1, top))
     return _save(fig, path)
 
 
 def _plain_ticks(ax: Any) -> None:
-    """Log axes labelled 3, 10, 30 rather than 3x10^0."""
+    """Log axes labelled 3, 10, 30 (and 2000, 3000, 5000) rather than 3x10^0 or 2x10^3."""
     from matplotlib.ticker import FuncFormatter, LogLocator
 
     fmt = FuncFormatter(lambda v, _pos: f"{v:g}")
     for axis in (ax.xaxis, ax.yaxis):
         axis.set_major_formatter(fmt)
-    ax.yaxis.set_minor_locator(LogLocator(subs=(2.0, 3.0, 5.0)))
-    ax.yaxis.set_minor_formatter(fmt)
+        axis.set_minor_locator(LogLocator(subs=(2.0, 3.0, 5.0)))
+        axis.set_minor_formatter(fmt)
 
 
 def _focus(pts: Sequence[Any], served: Any, key: str) -> tuple[float, float]:
@@ -167,14 +183,24 @@ def _shade(ax: Any, pts: Sequence[Any], choices: Mapping[tuple[str, int], str | 
         else:
             spans.append([p.m, p.m, c])
     bounds = [math.sqrt(a[1] * b[0]) for a, b in zip(spans, spans[1:], strict=False)]
+    whole = max(spans[-1][1] * 1.15 / (spans[0][0] / 1.15), 1.0 + 1e-9) if spans else 2.0
     for k, (lo, hi, c) in enumerate(spans):
         left = bounds[k - 1] if k else lo / 1.15
         right = bounds[k] if k < len(bounds) else hi * 1.15
         color = colors.get(str(c), "#ececec")
         ax.axvspan(left, right, alpha=0.45, color=color, zorder=0, linewidth=0)
-        ax.text(math.sqrt(left * right), 0.97, str(c), transform=ax.get_xaxis_transform(),
-                fontsize=5.5, ha="center", va="top", rotation=90, color="#333333", zorder=6,
-                bbox={"facecolor": "white", "alpha": 0.6, "linewidth": 0, "pad": 1})
+        if math.log(right / left) >= LABEL_MIN_WIDTH * math.log(whole):
+            ax.text(math.sqrt(left * right), 0.97, str(c), transform=ax.get_xaxis_transform(),
+                    fontsize=7, ha="center", va="top", rotation=90, color="#333333",
+                    zorder=7, bbox={"facecolor": "white", "alpha": 0.6, "linewidth": 0,
+                                    "pad": 1})
+
+
+LABEL_MIN_WIDTH = 0.035
+"""A region is named in its panel when it spans at least this fraction of the panel's
+measured range of M (room for one 7 pt line of vertical text); every region's colour is
+named in the figure's legend below the panels."""
+
 
 
 def regrets(report: Any, name: str) -> list[float]:

@@ -239,3 +239,45 @@ def test_the_figure_title_stays_clear_of_the_panel_titles(tmp_path, monkeypatch)
     assert result.exit_code == 0, result.output
     suptitle, panel_titles = figures[0]
     assert len(panel_titles) == 7 and all(t.y1 < suptitle.y0 for t in panel_titles)
+
+
+def test_region_labels_never_overlap_and_the_legend_names_every_region(tmp_path, monkeypatch):
+    """The shipped conv1d log: labels only where they fit (none overlapping), every region's
+    colour in the figure's legend, a one-config panel drawn as a line, torch above the
+    served line, plain tick labels."""
+    from pathlib import Path
+
+    from oasr_core import plots
+
+    seen = {}
+    real_save = plots._save
+
+    def keep(fig, path):
+        if str(path).endswith("plot.png"):
+            fig.canvas.draw()
+            renderer = fig.canvas.get_renderer()
+            seen["legend"] = [t.get_text() for t in fig.legends[0].get_texts()]
+            seen["panels"] = [
+                {"labels": [(t.get_text(), t.get_window_extent(renderer)) for t in ax.texts],
+                 "legend": [t.get_text() for t in ax.get_legend().get_texts()],
+                 "z": {line.get_label(): line.get_zorder() for line in ax.get_lines()},
+                 "ticks": [t.get_text() for t in ax.get_xticklabels(minor=True)]}
+                for ax in fig.axes if ax.get_visible()]
+        return real_save(fig, path)
+
+    monkeypatch.setattr(plots, "_save", keep)
+    repo = Path(__file__).resolve().parents[1]
+    result = CliRunner().invoke(evaluate_cmd, [
+        "--log", str(repo / "db/sm90/measurements/conv1d.jsonl"),
+        "--db", f"shipped={repo / 'db/sm90/conv1d.json'}", "--plot", str(tmp_path / "plot.png")],
+        obj=CliState())
+    assert result.exit_code == 0, result.output
+    assert "torch (or not served)" in seen["legend"]
+    for panel in seen["panels"]:
+        boxes = [box for _, box in panel["labels"]]
+        assert all(not a.overlaps(b) for i, a in enumerate(boxes) for b in boxes[i + 1:])
+        assert {text for text, _ in panel["labels"]} - {"torch"} <= set(seen["legend"])
+        assert panel["z"]["torch"] > panel["z"]["served by shipped"]
+        assert not any("\\times" in t or "×" in t for t in panel["ticks"])
+    assert any(any(e.startswith("the one measured config") for e in p["legend"])
+               for p in seen["panels"])
