@@ -52,6 +52,12 @@
 #                    into a user tier (--e2e-budget; E2E_COMPILE_TIER names an existing tier
 #                    root instead and skips the build), then e2e-compile's arms with that tier
 #                    (h200_compile_<model>_tuned.md, .json; the tier's tables beside them)
+#   e2e-compile-fp8  benchmarks/e2e.py --compile --quantization fp8_w8a8 --dtype bf16 --profile:
+#                    torch.compile(backend="oasr") with the fp8 scheme against Inductor alone
+#                    on the Whisper-base encoder (batch 8) and a wide Conformer (d_model 1024,
+#                    FFN 4096, 8 layers, batch 16 x 1024): quantized linears where the table
+#                    or the untuned route says fp8 pays, the fused norm + quantize before them
+#                    (h200_compile_<model>_fp8.md, .json); E2E_COMPILE_FP8_MODELS picks models
 #   gpu-tests-fp8    `pytest -m gpu` of the fp8 plugin: every tile of both lanes, both ops, the
 #                    numerics bound, graphs, torch.compile, the quantizer, the unquantized route
 #   gpu-tests-residual  `pytest -m gpu` of gemm's op gemm_residual (test_gemm_residual_gpu.py):
@@ -155,7 +161,7 @@ for phase in "${PHASES[@]}"; do
   case "$phase" in
     setup|prebuild|gpu-tests|bench-gemm|ncu|bench-scaled-mm|build-table|build-speed|profile|served|engine|e2e|e2e-tuned) ;;
     gpu-tests-fp8|bench-fp8|gpu-tests-quant|e2e-fp8|conv1d|bench-conv1d|conv2d|e2e-conv2d) ;;
-    gpu-tests-residual|distributed|e2e-compile|e2e-compile-tuned) ;;
+    gpu-tests-residual|distributed|e2e-compile|e2e-compile-tuned|e2e-compile-fp8) ;;
     *) die "unknown phase $phase (see --help)" ;;
   esac
 done
@@ -525,6 +531,31 @@ phase_e2e_compile_tuned() {
     done
   fi
   OASR_TUNE_USER_DB=$user compile_arms "$dir" _tuned
+  tidy "$dir"
+}
+
+phase_e2e_compile_fp8() {
+  local dir=$1 name
+  el "production modules of gemm and conv1d; scaled_mm_fp8's lanes whole"
+  timeout 240 python3 -m oasr_core.cli tune prebuild --family gemm --family conv1d \
+    --arch 9.0a --jobs 16 --json > "$dir/prebuild.json" 2>&1
+  echo "  prebuild rc=$?"
+  prebuild_fp8 "$dir"
+  # torch.compile(backend=oc.backend(quantization="fp8_w8a8")) against Inductor alone on the
+  # bf16 model: linears quantized where the shipped table or the untuned route says fp8 pays
+  # (the Whisper encoder's widths: no entry, the route; the wide Conformer: d_model 1024,
+  # FFN 4096), the rows after each LayerNorm quantized once in the fused norm.
+  local -A args=([whisper_encoder]="--workload whisper_encoder --batch 8"
+                 [conformer_wide]="--workload conformer --param d_model=1024 --param ffn_dim=4096 --param heads=16 --param layers=8 --batch 16 --frames 1024")
+  for name in ${E2E_COMPILE_FP8_MODELS:-whisper_encoder conformer_wide}; do
+    set -- $name ${args[$name]:?unknown model $name}
+    el "e2e --compile --quantization fp8_w8a8 $1"
+    PYTHONPATH=$PYTHONPATH:$PWD OASR_SCALED_MM_FP8_COMPILE_SET=all timeout 280 \
+      python3 benchmarks/e2e.py "${@:2}" --dtype bf16 --quantization fp8_w8a8 --compile \
+      --profile --no-eager --replays "$E2E_REPLAYS" --out "$dir/h200_compile_$1_fp8.md" \
+      > "$dir/h200_compile_$1_fp8.log" 2>&1
+    echo "  rc=$?"; grep -E "^\| |^compile|^sites|^- agreement|e2e:" "$dir/h200_compile_$1_fp8.log"
+  done
   tidy "$dir"
 }
 
