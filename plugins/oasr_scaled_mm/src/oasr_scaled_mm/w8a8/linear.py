@@ -17,10 +17,27 @@ from __future__ import annotations
 from typing import Any
 
 from oasr_core.kit.normed import NormedRows, quantized_rows
+from oasr_core.layers import activate
+from oasr_core.runtime import device_arch_of
 
 from oasr_scaled_mm.w8a8.formats import Format
 from oasr_scaled_mm.w8a8.scaled_ops import add_residual, full_precision_linear, linear_in_dtype
 from oasr_scaled_mm.w8a8.weights import QuantizedWeight, cached_weight
+
+_HALF: tuple[Any, ...] = ()
+"""``(torch.float16, torch.bfloat16)``, bound with :data:`_compiling` on the first quantized
+call (importing this module imports no torch; an import statement per call costs about
+1 us)."""
+_compiling: Any = None
+"""``torch.compiler.is_compiling``."""
+
+
+def _half() -> tuple[Any, ...]:
+    global _HALF, _compiling
+    import torch
+
+    _HALF, _compiling = (torch.float16, torch.bfloat16), torch.compiler.is_compiling
+    return _HALF
 
 
 def reference_rows(fmt: Format, x: Any) -> tuple[Any, Any]:
@@ -36,12 +53,9 @@ def quantize_rows(fmt: Format, x: Any) -> tuple[Any, Any]:
     quantizer (``<package>.quantize_kernel``); anything else, or a quantizer that cannot be
     loaded, takes the torch reference (:func:`reference_rows`).
     """
-    import torch
-
-    if (x.is_cuda and x.dtype in (torch.float16, torch.bfloat16) and x.is_contiguous()
-            and x.dim() >= 1 and not torch.compiler.is_compiling()):
-        from oasr_core.runtime import device_arch_of
-
+    half = _HALF or _half()
+    if (x.is_cuda and x.dtype in half and x.is_contiguous() and x.dim() >= 1
+            and not _compiling()):
         got = fmt.module("quantize_kernel").quantize_rows_cuda(
             x.detach(), device_arch_of(x.device.index))
         if got is not None:
@@ -76,12 +90,10 @@ def quantized_linear(fmt: Format, x: Any, layer: Any, activation: str | None = N
                                      normed=normed):
         return linear_in_dtype(x, layer, activation, serving=ops.SERVING, residual=residual,
                                alpha=alpha)
-    import torch
-    from oasr_core.layers import activate
-
+    half = _HALF or _half()
     state = quantize.quantized_weight(layer)
     q, a_scale = quantized_rows(x, fmt.quantization, quantize.quantize_rows)
-    out_dtype = x.dtype if x.dtype in (torch.float16, torch.bfloat16) else torch.bfloat16
+    out_dtype = x.dtype if x.dtype in half else half[1]
     y = getattr(ops, fmt.op_mm)(q, state.weight, a_scale, state.scale, state.bias,
                                 out_dtype=out_dtype)
     y = activate(y if y.dtype == x.dtype else y.to(x.dtype), activation)
@@ -135,9 +147,16 @@ def _unquantized_plan(fmt: Format, ops: Any, x: Any, layer: Any) -> Any:
 
 
 def _torch_linear(x: Any, layer: Any, activation: str | None) -> Any:
-    """``activation(F.linear(x, weight, bias))`` on the layer's parameter dict."""
-    import torch.nn.functional as F
-    from oasr_core.layers import activate
+    """``activation(F.linear(x, weight, bias))`` on the layer's parameter dict (``F.linear``
+    bound on the first call: an import statement per call costs about 1 us)."""
+    global _f_linear
+    if _f_linear is None:
+        import torch.nn.functional as F
 
+        _f_linear = F.linear
     p = layer._parameters
-    return activate(F.linear(x, p["weight"], p["bias"]), activation)
+    y = _f_linear(x, p["weight"], p["bias"])
+    return y if activation is None else activate(y, activation)
+
+
+_f_linear: Any = None
