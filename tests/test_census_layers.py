@@ -72,7 +72,12 @@ def test_conformer_conv_module_is_served_channels_last_with_its_norm_folded():
     assert models.folded_conv(oasr.layers[0].conv.depthwise, bn) is first
     with torch.no_grad():
         bn.running_var.mul_(2.0)
-    assert models.folded_conv(oasr.layers[0].conv.depthwise, bn) is not first
+    second = models.folded_conv(oasr.layers[0].conv.depthwise, bn)
+    assert second is not first
+    # ... and when the model moves to another dtype (its tensors' storage is new)
+    oasr.double()
+    third = models.folded_conv(oasr.layers[0].conv.depthwise, bn)
+    assert third is not second and third.weight.dtype == torch.float64
     assert "_oasr_folded" not in "".join(oasr.state_dict())
 
 
