@@ -77,3 +77,13 @@ def scaled_mm_quant(a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor,
     acc = exact_acc(a.reshape(-1, k), w)
     y = scale(acc, a_scale, w_scale, bias)
     return quantize_output(y, out_scale).reshape(*a.shape[:-1], n)
+
+
+def torch_scaled_mm(a: torch.Tensor, w: torch.Tensor, a_scale: torch.Tensor,
+                    w_scale: torch.Tensor, bias: torch.Tensor | None, out_dtype: torch.dtype,
+                    out_scale: Any = None) -> torch.Tensor:
+    """The torch path of either op: :func:`scaled_mm_quant` when ``out_scale`` is given, else
+    :func:`scaled_mm` (the kernels' bits, computed by torch)."""
+    if out_scale is not None:
+        return scaled_mm_quant(a, w, a_scale, w_scale, out_scale, bias)
+    return scaled_mm(a, w, a_scale, w_scale, bias, out_dtype)

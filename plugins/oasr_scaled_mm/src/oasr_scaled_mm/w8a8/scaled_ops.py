@@ -1,10 +1,7 @@
 """Op plumbing the W8A8 families share (int8 ``scaled_mm`` and fp8 ``scaled_mm_fp8``): how one
-call shape resolves to a prepared launcher, and the pair of torch custom ops each family
-registers (a GEMM with a high-precision output and one quantizing its output).
-
-Both families' eager ops call ``_run(op, a, w, a_scale, w_scale, bias, out_dtype, out_scale,
-out)``; the custom ops reach it through the caller's module at call time, so a test that
-rebinds the module's ``_run`` is seen by the custom ops too.
+call shape resolves to a prepared launcher (:func:`plan_shape`), the quantized linear's route
+(:func:`unquantized_route`), its unquantized path (:func:`linear_in_dtype`) and the custom ops'
+schemas. The ops themselves are :mod:`oasr_scaled_mm.w8a8.ops`.
 """
 
 from __future__ import annotations
@@ -198,27 +195,3 @@ def _full_precision_linear(serving: Any, dtype: Any) -> tuple[Any, bool] | None:
     if linear is not None:
         linear = (linear, takes_residual(linear))
     return serving.plans.store(key, linear, serving.bind())
-
-
-def register_custom_ops(module: Any, *, mm_name: str, quant_name: str, op_mm: str,
-                        op_quant: str, quant_dtype: Any) -> tuple[Any, Any]:
-    """Register ``torch.ops.oasr.<mm_name>`` and ``torch.ops.oasr.<quant_name>`` (with fake
-    implementations, so they trace under ``torch.compile``) over ``module._run``; the quant
-    op's output is ``quant_dtype``. Returns both custom ops."""
-    from oasr_core.kit.ops import custom_op
-
-    def mm(a, w, a_scale, w_scale, bias, out_dtype):
-        return module._run(op_mm, a, w, a_scale, w_scale, bias, out_dtype, None, None)
-
-    def mm_fake(a, w, a_scale, w_scale, bias, out_dtype):
-        return a.new_empty((*a.shape[:-1], w.shape[0]), dtype=out_dtype)
-
-    def quant(a, w, a_scale, w_scale, out_scale_tensor, out_scale, bias):
-        scale = out_scale_tensor if out_scale_tensor is not None else out_scale
-        return module._run(op_quant, a, w, a_scale, w_scale, bias, quant_dtype, scale, None)
-
-    def quant_fake(a, w, a_scale, w_scale, out_scale_tensor, out_scale, bias):
-        return a.new_empty((*a.shape[:-1], w.shape[0]), dtype=quant_dtype)
-
-    return (custom_op(mm_name, MM_SCHEMA, mm, mm_fake),
-            custom_op(quant_name, QUANT_SCHEMA, quant, quant_fake))
