@@ -80,7 +80,7 @@ def test_a_routed_conv_the_tiers_gave_to_torch_is_the_modules_own_call(monkeypat
     assert "aten.clone.default" in first or "aten.empty.memory_format" in first  # the op's copy
     assert later == [torch_calls] * 3  # no view, copy or allocation of its own
     assert oasr_conv1d.stats() == {"torch:selected": 6}
-    assert set(ops.SERVING.layers.table.values()) == {ops.TORCH}
+    assert set(ops.SERVING.layers.table.values()) == {"torch:selected"}
 
 
 def test_a_routed_conv_on_channels_first_data_is_the_modules_own_call(monkeypatch, cuda_like):
@@ -94,7 +94,7 @@ def test_a_routed_conv_on_channels_first_data_is_the_modules_own_call(monkeypatc
         assert aten_calls(lambda: conv(x)) == ["aten.transpose.int", *torch_calls]  # its layout
         for _ in range(2):
             assert aten_calls(lambda: conv(x)) == torch_calls
-    assert runs == [] and oasr_conv1d.stats() == {"torch:selected": 2}
+    assert runs == [] and oasr_conv1d.stats() == {"torch:noncontiguous": 2}
 
 
 def test_the_conv_layer_torch_plan_is_the_ops_torch_path(monkeypatch, cuda_like):
@@ -119,15 +119,34 @@ def test_the_layer_plans_compute_what_the_layer_does(activation):
     conv = nn.Conv1d(16, 16, 5, padding=2, groups=16).requires_grad_(False)
     xl = torch.randn(2, 12, 16, generator=gen)
     epoch = ops.SERVING.bind()
-    ops.SERVING.layers.store((id(conv), activation, xl.shape, xl.dtype), ops.TORCH, epoch)
+    ops.SERVING.layers.store((id(conv), activation, xl.shape, xl.dtype), "torch:selected",
+                             epoch)
     ref = conv(xl.transpose(1, 2))
     ref = ref if activation is None else F.gelu(ref)
     assert torch.equal(conv_layer(xl, conv, activation), ref.transpose(1, 2))
     x = xl.transpose(1, 2)
-    ops.SERVING.layers.store((id(conv), CHANNELS_FIRST, x.shape, x.dtype), ops.TORCH, epoch)
+    ops.SERVING.layers.store((id(conv), CHANNELS_FIRST, x.shape, x.dtype), "torch:selected",
+                             epoch)
     route(conv, linear=False)
     assert torch.equal(conv(x), F.conv1d(x, conv.weight, conv.bias, 1, 2, 1, 16))
     assert unroute(conv) == 1
+
+
+def test_a_grouped_conv_no_kernel_takes_is_the_modules_own_call(monkeypatch, cuda_like):
+    runs = _op_runs(monkeypatch)
+    with torch.no_grad():
+        conv, own = _conv(groups=4), _conv(groups=4)
+        own.weight, own.bias = conv.weight, conv.bias
+        route(conv, linear=False)
+        x = _channels_last().transpose(1, 2)
+        conv(x)  # the op, its torch path: a grouping neither dense nor depthwise
+        torch_calls = aten_calls(lambda: own(x))
+        for _ in range(2):
+            assert aten_calls(lambda: conv(x)) == torch_calls
+        layer_out = conv_layer(_channels_last(), conv, "relu")
+        assert conv_layer(_channels_last(), conv, "relu").shape == layer_out.shape
+    assert runs == ["conv1d", "conv1d_relu"]  # each form's first call only
+    assert oasr_conv1d.stats() == {"torch:grouped": 5}
 
 
 def test_cpu_calls_are_the_modules_own_and_keep_no_plan(monkeypatch):

@@ -17,9 +17,12 @@ cost what a kernel saves; a CPU tensor, counted ``torch:cpu``) is the module's o
 
 Both keep a per-layer plan in the family's ``Serving.layers`` memo (keyed by the layer's
 ``id``, the activation, or :data:`CHANNELS_FIRST`, and the input's shape and dtype, filled
-after the layer's first call of that shape in an epoch). Where the op's plan for that call is
-torch (the tiers chose torch, or a launcher refused), or the routed input is not channels-last
-data, a repeated call is ``F.conv1d`` on the layer's registered weight and bias, read from
+after the layer's first CUDA call of that shape in an epoch). Where the op's plan for that
+call is torch (the tiers chose torch, or a launcher refused), the layer's grouping is one no
+kernel takes (neither dense nor depthwise), or the routed input is not channels-last data, the
+plan is the torch path's counter key (``torch:selected``, ``torch:grouped``,
+``torch:noncontiguous``) and a repeated call, counted under it, is ``F.conv1d`` on the layer's
+registered weight and bias, read from
 its parameter dict, with the layer's own stride, padding, dilation and groups: exactly what
 the torch model calls (``nn.Conv1d.forward``; for :func:`conv_layer`, the op's torch path:
 transpose, conv, activation, transpose back, contiguous as the op's output always is), with
@@ -49,9 +52,9 @@ def conv_layer(x: Any, layer: Any, activation: str | None = None) -> Any:
     if ops.conv1d_activation is _OWN[0] and not _compiling():
         key = (id(layer), activation, x.shape, x.dtype)
         plan = _LAYERS.table.get(key)
-        if plan is _TORCH:
+        if plan is not None and plan is not _OP:  # torch, counted under its reason
             p = layer._parameters
-            _FALLBACKS[_SELECTED] += 1
+            _FALLBACKS[plan] += 1
             y = _conv1d(x.transpose(1, 2), p["weight"], p["bias"], layer.stride,
                         layer.padding, layer.dilation, layer.groups)
             if activation is not None:
@@ -59,7 +62,8 @@ def conv_layer(x: Any, layer: Any, activation: str | None = None) -> Any:
             return y.transpose(1, 2).contiguous()
         if plan is None:
             out = _op(ops, x, layer, activation)
-            _SERVING.layer_plan(key, _op_key(ops, x, layer, activation))
+            if x.is_cuda:  # a CPU call keeps no plan: the layer may run on a GPU later
+                _store(key, layer, _op_key(ops, x, layer, activation))
             return out
     return _op(ops, x, layer, activation)
 
@@ -70,25 +74,38 @@ def conv_forward(layer: Any, x: Any) -> Any:
     if ops.conv1d_activation is _OWN[0] and not _compiling():
         key = (id(layer), CHANNELS_FIRST, x.shape, x.dtype)
         plan = _LAYERS.table.get(key)
-        if plan is _TORCH:
+        if plan is not None and plan is not _OP:  # torch, counted under its reason
             p = layer._parameters
-            _FALLBACKS[_SELECTED] += 1
+            _FALLBACKS[plan] += 1
             return _conv1d(x, p["weight"], p["bias"], layer.stride, layer.padding,
                            layer.dilation, layer.groups)
         if plan is None:
             xt = _channels_last(x)
             if xt is None:
-                if x.is_cuda:  # a layout, not a device, the op does not take: torch from now
-                    _SERVING.layers.store(key, _TORCH if _plain(layer) else _OP,
-                                          _SERVING.bind())
+                if x.is_cuda:  # a layout the kernels do not take: torch from now on
+                    _store(key, layer, None, "torch:noncontiguous")
                 return type(layer).forward(layer, x)
             out = _op(ops, xt, layer, None)
-            _SERVING.layer_plan(key, _op_key(ops, xt, layer, None))
+            _store(key, layer, _op_key(ops, xt, layer, None))
             return out.transpose(1, 2)
     xt = _channels_last(x)
     if xt is None:
         return type(layer).forward(layer, x)
     return _op(ops, xt, layer, None).transpose(1, 2)
+
+
+def _store(key: tuple, layer: Any, op_key: tuple | None, reason: str | None = None) -> None:
+    """Memoise the plan of the CUDA layer call ``key`` that just ran: for a :func:`_plain`
+    layer, the torch path's counter key (``torch:<reason>``) where torch serves it from now
+    on (``reason`` given; a grouping no kernel takes; the op's plan under ``op_key``, the
+    call's, is torch); else ``OP``."""
+    if reason is None:
+        if weights.kind_of(layer.in_channels, layer.out_channels, layer.groups) is None:
+            reason = "torch:grouped"
+        elif op_key is not None and _PLANS.table.get(op_key) is _TORCH:
+            reason = "torch:selected"
+    plan = reason if reason is not None and _plain(layer) else _OP
+    _LAYERS.store(key, plan, _SERVING.bind())
 
 
 conv_layer.channels_first = conv_forward  # type: ignore[attr-defined]
@@ -130,10 +147,7 @@ def _plain(layer: Any) -> bool:
 
 
 def _op_key(ops: Any, x: Any, layer: Any, activation: str | None) -> tuple | None:
-    """The op's plan key of the call :func:`_op` just made (None: a layer that gets no torch
-    plan, or a call the op keys none for)."""
-    if not _plain(layer):
-        return None
+    """The op's plan key of the call :func:`_op` just made (None: one the op keys none for)."""
     return ops._key(ops.op_name(activation), x, layer.weight, layer.stride, layer.padding,
                     layer.dilation, layer.groups)
 
@@ -142,14 +156,14 @@ def _load_ops() -> Any:
     """The ops module, imported on the first call (an import statement per call costs ~1 us
     of host time on a slow host); its attributes are still read per call. Binds the names the
     per-layer path reads."""
-    global _OPS, _OWN, _SERVING, _LAYERS, _FALLBACKS, _SELECTED, _TORCH, _OP, _compiling, \
-        _conv1d, _activate
+    global _OPS, _OWN, _SERVING, _LAYERS, _PLANS, _FALLBACKS, _TORCH, _OP, _compiling, \
+        _conv1d, _activate, weights
     import torch
     import torch.nn.functional as F
     from oasr_core.kit import TORCH
     from oasr_core.kit.serving import OP
 
-    from oasr_conv1d import ops
+    from oasr_conv1d import ops, weights
     from oasr_conv1d.numerics import apply_activation
 
     # In a tuple: a census recorder rebinds every module global that is the op it wraps
@@ -157,7 +171,7 @@ def _load_ops() -> Any:
     # tells it.
     _OWN = (ops.conv1d_activation,)
     _SERVING, _LAYERS, _FALLBACKS = ops.SERVING, ops.SERVING.layers, ops.SERVING.fallbacks
-    _SELECTED, _TORCH, _OP = "torch:selected", TORCH, OP
+    _PLANS, _TORCH, _OP = ops.SERVING.plans, TORCH, OP
     _compiling, _conv1d, _activate = torch.compiler.is_compiling, F.conv1d, apply_activation
     _OPS = ops
     return ops
