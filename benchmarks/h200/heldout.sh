@@ -1,6 +1,7 @@
 #!/usr/bin/env bash
 # On the H200 machine, from the repository root, with .whl carried (benchmarks/h200/prepare.sh
-# wheels): the eager host cost of the ops next to F.linear and nn.Linear, then the e2e bench
+# wheels): the eager host cost of the ops and routed layers next to their torch calls (F.linear,
+# F.conv1d, F.layer_norm, nn.Linear, nn.Conv1d), then the e2e bench
 # of the held-out encoders (benchmarks/heldout_encoders.py), out of the box: fp16 in CUDA
 # graphs and eagerly, then int8 against its fp16 self and fp8 against its bf16 self.
 #
@@ -34,7 +35,7 @@ python3 -c "import torch, oasr_core, oasr_gemm; print('torch', torch.__version__
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm --format=csv,noheader
 
 el "op_overhead --stub"
-timeout 120 python3 benchmarks/op_overhead.py --stub --repeat "${REPEAT:-9}" \
+timeout 300 python3 benchmarks/op_overhead.py --stub --repeat "${REPEAT:-9}" \
   > "$OUT/h200_op_overhead_heldout.md" 2>"$OUT/op_overhead.err"
 echo "  rc=$?"; grep -E "\| 16 \|" "$OUT/h200_op_overhead_heldout.md"
 
