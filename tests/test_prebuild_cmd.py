@@ -74,6 +74,18 @@ def test_prebuild_builds_then_hits_the_cache(run):
     assert text.exit_code == 0 and "tp_production" in text.stdout
 
 
+def test_a_prebuild_that_links_nothing_still_records_its_nvcc(run, tmp_path):
+    from oasr_core import jit
+    from oasr_core.jit import toolchains
+
+    assert run("--family", "tp", "--arch", "9.0a", "--all").exit_code == 0
+    toolchains.record_path(tmp_path / "jit").unlink()  # a cache made before the record
+    again = run("--family", "tp", "--arch", "9.0a", "--all", "--json")
+    assert {u["status"] for u in json.loads(again.stdout)["modules"][0]["units"].values()} \
+        == {"cached"}
+    assert toolchains.known().toolchain == jit.toolchain()
+
+
 def test_prebuild_reads_the_arch_from_the_environment(run, monkeypatch):
     monkeypatch.setenv("OASR_CUDA_ARCH_LIST", "9.0")
     res = run("--family", "tp", "--json")

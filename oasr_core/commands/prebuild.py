@@ -21,7 +21,7 @@ from oasr_core import jit
 from oasr_core.cli import CliState, completer, handle_errors
 from oasr_core.errors import ConfigurationError
 from oasr_core.gpu_probe import gpu_visible
-from oasr_core.jit import cache
+from oasr_core.jit import cache, toolchains
 from oasr_core.jit.spec import plan
 from oasr_core.progress import ProgressMode, track
 
@@ -196,6 +196,9 @@ def prebuild_cmd(state: CliState, families: tuple[str, ...], arch: str | None,
         finally:
             stop.set()
             follower.join()
+    # A cache whose modules were all built before (nothing linked now) still tells `doctor`
+    # and `tune status` which nvcc it was made with.
+    toolchains.record(jit.cache_dir(), jit.toolchain())
     counts = unit_counts(builds)
     rows = [b.to_json() for b in builds]
     if as_json:

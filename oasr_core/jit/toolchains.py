@@ -7,7 +7,8 @@ seconds behind a cold wrapper or a network file system), and the nvcc a user's `
 names may be anything. What they need of the toolchain (its build version, the soft stamp
 staleness compares; its identity, part of every JIT cache key) comes from, in order:
 
-1. ``<cache>/toolchain.json``, which every module link writes (:func:`record`): per nvcc
+1. ``<cache>/toolchain.json``, which every module link and every ``oasr tune prebuild``
+   (even one that finds every module built) writes (:func:`record`): per nvcc
    path, the identity its build probed and the fingerprint (size, mtime, inode) of the file
    the path names and of the file it resolves to; used while both fingerprints match;
 2. the CUDA toolkit's ``version.json`` beside the resolved binary's ``bin/`` (``cuda_nvcc``'s
