@@ -138,11 +138,11 @@ def test_quantize_rows_is_absmax_over_448_with_zero_and_nan_rows_stated():
 
 def test_the_recorder_sees_fp8_calls_only():
     a, a_scale, w, w_scale, bias = operands(m=6)
-    call = recorder.record_mm(a.reshape(2, 3, 96), w)
+    call = recorder.record_scaled_mm_fp8(a.reshape(2, 3, 96), w)
     assert (call.family, call.op, call.dtype, call.dims, call.m) == (
         cs.FAMILY, cs.OP_MM, "float8_e4m3fn", (("N", 64), ("K", 96)), 6)
-    assert recorder.record_quant(a, w).op == cs.OP_QUANT
-    assert recorder.record_mm(a.to(torch.bfloat16), w) is None
+    assert recorder.record_scaled_mm_fp8_quant(a, w).op == cs.OP_QUANT
+    assert recorder.record_scaled_mm_fp8(a.to(torch.bfloat16), w) is None
     assert {p.target for p in recorder.recorder_patches()} == {
         "oasr_scaled_mm_fp8.ops:scaled_mm_fp8", "oasr_scaled_mm_fp8.ops:scaled_mm_fp8_quant"}
 

@@ -10,7 +10,4 @@ from oasr_scaled_mm.format import INT8
 from oasr_scaled_mm.w8a8.plugin import Hooks
 
 HOOKS = Hooks(INT8)
-oasr_register_families = HOOKS.oasr_register_families
-oasr_register_lanes = HOOKS.oasr_register_lanes
-oasr_linear, oasr_layer = HOOKS.oasr_linear, HOOKS.oasr_layer
-oasr_compile_patterns = HOOKS.oasr_compile_patterns
+globals().update(HOOKS.implementations())  # oasr_register_families, ..., oasr_compile_patterns

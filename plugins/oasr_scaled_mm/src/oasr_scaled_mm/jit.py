@@ -8,26 +8,14 @@ links its default, its heuristic ladder and what the loaded tiers reference
 from __future__ import annotations
 
 from oasr_scaled_mm import config_space as cs
-from oasr_scaled_mm.config_space import unit_name
 from oasr_scaled_mm.format import INT8
-from oasr_scaled_mm.w8a8.jit import EXTRA_FLAGS, LaneModules, jit_arch
+from oasr_scaled_mm.w8a8.jit import LaneModules
 
-MODULE_PREFIX = {cs.LANE_SM80: "scaled_mm_sm80_int8_mma", cs.LANE_SM90: "scaled_mm_sm90_int8_wgmma"}
-COMPILE_SET_ENV = "OASR_SCALED_MM_COMPILE_SET"
-MODULES = LaneModules(INT8, MODULE_PREFIX, COMPILE_SET_ENV)
-PRODUCTION = MODULES.production
-"""The lanes' production sets: default, heuristic ladder, what the tiers reference."""
-compile_set, lane_configs = PRODUCTION.compile_set, PRODUCTION.lane_configs
-production_ids = PRODUCTION.ids
-ladder_ids = MODULES.ladder_ids
-unit, module_spec = MODULES.unit, MODULES.module_spec
-production_spec, full_spec = MODULES.production_spec, MODULES.full_spec
-lane_specs, soft_validators = MODULES.lane_specs, MODULES.soft_validators
-KernelModule = ScaledMmKernelModule = MODULES.kernel_module()
-"""``Lane.jit_module``: the JIT module of one config."""
-
-__all__ = [
-    "COMPILE_SET_ENV", "EXTRA_FLAGS", "MODULE_PREFIX", "PRODUCTION", "KernelModule",
-    "ScaledMmKernelModule", "compile_set", "full_spec", "jit_arch", "lane_configs", "lane_specs",
-    "module_spec", "production_ids", "production_spec", "soft_validators", "unit", "unit_name",
-]
+MODULES = LaneModules(
+    INT8, {cs.LANE_SM80: "scaled_mm_sm80_int8_mma", cs.LANE_SM90: "scaled_mm_sm90_int8_wgmma"},
+    "OASR_SCALED_MM_COMPILE_SET")
+NAMES = MODULES.names()
+"""The module's names (:meth:`oasr_scaled_mm.w8a8.jit.LaneModules.names`)."""
+globals().update(NAMES)
+ScaledMmKernelModule = NAMES["KernelModule"]
+__all__ = sorted(NAMES)

@@ -9,25 +9,7 @@ Importing this module imports neither torch nor the ops.
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
-
 from oasr_scaled_mm.format import INT8
 from oasr_scaled_mm.w8a8 import plugin
 
-QUANTIZATION = INT8.quantization
-DTYPES = INT8.linear_dtypes
-"""Activation dtypes the quantized linear takes (and returns)."""
-linear = plugin.linear(INT8)
-"""``linear(x, layer, activation=None, *, residual=None, alpha=1.0)``."""
-
-
-def linear_for(dtype: str, quantization: str) -> Callable[..., Any] | None:
-    """:data:`linear` for :data:`QUANTIZATION` at a dtype of :data:`DTYPES`, else None."""
-    return plugin.linear_for(INT8, dtype, quantization)
-
-
-def layer_for(kind: str, dtype: str, quantization: str) -> Callable[..., Any] | None:
-    """``oasr_layer``'s answer: for ``LayerNorm`` under :data:`QUANTIZATION`,
-    :data:`oasr_scaled_mm.quantize.layer_norm`; else None."""
-    return plugin.layer_for(INT8, kind, dtype, quantization)
+globals().update(plugin.linear_names(INT8))  # QUANTIZATION, DTYPES, linear, linear_for, layer_for

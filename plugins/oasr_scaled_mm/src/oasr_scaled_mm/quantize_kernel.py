@@ -14,13 +14,4 @@ from __future__ import annotations
 from oasr_scaled_mm.format import INT8
 from oasr_scaled_mm.w8a8.quantizer import ActivationQuantizer
 
-QUANTIZER = ActivationQuantizer(INT8)
-FORMAT = INT8.row_format
-"""The int8 quantizer's numerics."""
-SYMBOL, MODULE = QUANTIZER.symbol, QUANTIZER.module
-spec = QUANTIZER.spec
-KERNEL, NORM_KERNEL = QUANTIZER.kernel, QUANTIZER.norm_kernel
-"""The loaded quantizer and fused layer norm + quantizer per arch (None, warned once, where they
-cannot be loaded)."""
-quantize_rows_cuda = QUANTIZER.quantize_rows
-norm_quantize_rows_cuda = QUANTIZER.norm_quantize_rows
+globals().update(ActivationQuantizer(INT8).names())

@@ -8,23 +8,7 @@ module imports neither torch nor the ops.
 
 from __future__ import annotations
 
-from typing import Any
-
-from oasr_core.census.recorder import RecorderPatch
-
 from oasr_scaled_mm.format import INT8
 from oasr_scaled_mm.w8a8 import recorder
 
-record_scaled_mm, record_scaled_mm_quant = recorder.records(INT8)
-"""The record functions of ``scaled_mm`` and ``scaled_mm_quant`` (each takes its op\'s
-arguments)."""
-
-
-def call_of(op: str, a: Any, w: Any) -> Any:
-    """The census ``Call`` of ``a [..., K] x w [N, K]^T`` for ``op``; None if not this family's."""
-    return recorder.call_of(INT8, op, a, w)
-
-
-def recorder_patches() -> list[RecorderPatch]:
-    """The scaled_mm family's patches (``Family.recorder_patches``)."""
-    return recorder.recorder_patches(INT8, record_scaled_mm, record_scaled_mm_quant)
+globals().update(recorder.names(INT8))  # record_<op> of both ops, call_of, recorder_patches

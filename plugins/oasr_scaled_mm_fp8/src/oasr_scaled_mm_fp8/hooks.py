@@ -11,7 +11,4 @@ from oasr_scaled_mm.w8a8.plugin import Hooks
 from oasr_scaled_mm_fp8.format import E4M3
 
 HOOKS = Hooks(E4M3)
-oasr_register_families = HOOKS.oasr_register_families
-oasr_register_lanes = HOOKS.oasr_register_lanes
-oasr_linear, oasr_layer = HOOKS.oasr_linear, HOOKS.oasr_layer
-oasr_compile_patterns = HOOKS.oasr_compile_patterns
+globals().update(HOOKS.implementations())  # oasr_register_families, ..., oasr_compile_patterns

@@ -15,13 +15,4 @@ from oasr_scaled_mm.w8a8.quantizer import ActivationQuantizer
 
 from oasr_scaled_mm_fp8.format import E4M3
 
-QUANTIZER = ActivationQuantizer(E4M3)
-FORMAT = E4M3.row_format
-"""The fp8 quantizer's numerics."""
-SYMBOL, MODULE = QUANTIZER.symbol, QUANTIZER.module
-spec = QUANTIZER.spec
-KERNEL, NORM_KERNEL = QUANTIZER.kernel, QUANTIZER.norm_kernel
-"""The loaded quantizer and fused layer norm + quantizer per arch (None, warned once, where they
-cannot be loaded)."""
-quantize_rows_cuda = QUANTIZER.quantize_rows
-norm_quantize_rows_cuda = QUANTIZER.norm_quantize_rows
+globals().update(ActivationQuantizer(E4M3).names())

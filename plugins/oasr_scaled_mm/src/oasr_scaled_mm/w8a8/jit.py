@@ -101,6 +101,25 @@ class LaneModules:
                             production_spec=self.production_spec, full_spec=self.full_spec)
         return [*specs, self.format.module("quantize_kernel").spec(arch)] if specs else specs
 
+    def names(self) -> dict[str, Any]:
+        """What a family's ``jit`` module names: ``MODULE_PREFIX``, ``COMPILE_SET_ENV``,
+        ``EXTRA_FLAGS``, ``PRODUCTION`` (the lanes' production sets: default, heuristic ladder,
+        what the tiers reference) with its ``compile_set`` / ``lane_configs`` /
+        ``production_ids``, ``ladder_ids``, ``unit``, ``module_spec``, ``production_spec``,
+        ``full_spec``, ``lane_specs``, ``soft_validators``, ``jit_arch``, ``unit_name`` and
+        ``KernelModule`` (``Lane.jit_module``: the JIT module of one config)."""
+        production = self.production
+        return {"MODULE_PREFIX": self.module_prefix, "COMPILE_SET_ENV": self.compile_set_env,
+                "EXTRA_FLAGS": EXTRA_FLAGS, "MODULES": self, "PRODUCTION": production,
+                "compile_set": production.compile_set, "lane_configs": production.lane_configs,
+                "production_ids": production.ids, "ladder_ids": self.ladder_ids,
+                "unit": self.unit, "module_spec": self.module_spec,
+                "production_spec": self.production_spec, "full_spec": self.full_spec,
+                "lane_specs": self.lane_specs, "soft_validators": self.soft_validators,
+                "jit_arch": jit_arch,
+                "unit_name": self.format.module("config_space").unit_name,
+                "KernelModule": self.kernel_module()}
+
     def soft_validators(self) -> dict[str, str | None]:
         """The family's soft stamps: the generator/headers hash and the CUTLASS version."""
         return cutlass_stamps(self.format.module("codegen").impl_hash())

@@ -36,6 +36,28 @@ class Binding:
     workspaces: WorkspacePool
     reserve_bytes: int
 
+    def names(self) -> dict[str, Any]:
+        """What a family's ``launch`` module names: ``BINDING`` (this), ``Kernel``,
+        ``SERVING`` (the ops' plans per epoch, fallback counters, warnings and production
+        libraries), ``WORKSPACES`` (scratch per (device, stream)), ``LIBRARIES`` (this
+        process's kernel libraries by (lane, arch): production modules, or a harness's
+        ``install``; ``forget`` drops them all), ``Kernels`` (loaded kernels by ``(op, config
+        id)``), ``bind_all``, ``is_available``, ``reserve_workspace``, ``out_scale_args``,
+        ``status_text``, ``CallArgs`` and ``LaunchError``."""
+        from collections.abc import Mapping
+
+        from oasr_core.jit.kit import CallArgs
+        from oasr_core.kit import LaunchError
+
+        from oasr_scaled_mm.w8a8.scaled import out_scale_args, status_text
+
+        return {"BINDING": self, "Kernel": self.kernel, "SERVING": self.serving,
+                "WORKSPACES": self.workspaces, "LIBRARIES": self.serving.libraries,
+                "Kernels": Mapping[tuple[str, str], self.kernel], "bind_all": self.bind_all,
+                "is_available": self.is_available, "reserve_workspace": self.reserve_workspace,
+                "out_scale_args": out_scale_args, "status_text": status_text,
+                "CallArgs": CallArgs, "LaunchError": LaunchError}
+
     def bind_all(self, module: Any, configs: Any) -> dict[tuple[str, str], ScaledKernel]:
         """Every (op, config) launcher of ``configs`` present in a loaded module."""
         return _bind_all(self.kernel, module, configs, self.format.module("config_space").serves)

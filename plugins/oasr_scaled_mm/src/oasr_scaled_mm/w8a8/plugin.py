@@ -85,6 +85,12 @@ class Hooks:
     def __init__(self, fmt: Format) -> None:
         self.format = fmt
 
+    def implementations(self) -> dict[str, Any]:
+        """The bound hook implementations by hook name (what the ``hooks`` module binds)."""
+        return {name: getattr(self, name) for name in (
+            "oasr_register_families", "oasr_register_lanes", "oasr_linear", "oasr_layer",
+            "oasr_compile_patterns")}
+
     @hookimpl
     def oasr_register_families(self) -> list[Any]:
         return families(self.format)
@@ -106,3 +112,21 @@ class Hooks:
         from oasr_scaled_mm.w8a8.compiled import patterns_for
 
         return patterns_for(self.format, quantization)
+
+
+def linear_names(fmt: Format) -> dict[str, Any]:
+    """What a format's ``linear`` module names: ``QUANTIZATION`` (its scheme), ``DTYPES`` (the
+    activation dtypes the quantized linear takes and returns), ``linear`` (``linear(x, layer,
+    activation=None, *, residual=None, alpha=1.0)``), ``linear_for(dtype, quantization)``
+    (``linear`` for the scheme at one of ``DTYPES``, else None) and ``layer_for(kind, dtype,
+    quantization)`` (``oasr_layer``'s answer: the deferred layer norm for ``LayerNorm`` under
+    the scheme, else None)."""
+
+    def linear_of(dtype: str, quantization: str) -> Callable[..., Any] | None:
+        return linear_for(fmt, dtype, quantization)
+
+    def layer_of(kind: str, dtype: str, quantization: str) -> Callable[..., Any] | None:
+        return layer_for(fmt, kind, dtype, quantization)
+
+    return {"QUANTIZATION": fmt.quantization, "DTYPES": fmt.linear_dtypes,
+            "linear": linear(fmt), "linear_for": linear_of, "layer_for": layer_of}

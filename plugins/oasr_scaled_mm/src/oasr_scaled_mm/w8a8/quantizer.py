@@ -36,6 +36,17 @@ class ActivationQuantizer:
         self.norm_kernel = norm_quantizer(self.spec, self.symbol,
                                           label=f"{fmt.package}: the fused layer-norm quantizer")
 
+    def names(self) -> dict[str, Any]:
+        """What a family's ``quantize_kernel`` module names: ``QUANTIZER`` (this), ``FORMAT``
+        (the quantizer's numerics), ``SYMBOL``, ``MODULE``, ``spec``, ``KERNEL`` /
+        ``NORM_KERNEL`` (the loaded quantizer and fused layer norm + quantizer per arch; None,
+        warned once, where they cannot load), ``quantize_rows_cuda`` and
+        ``norm_quantize_rows_cuda``."""
+        return {"QUANTIZER": self, "FORMAT": self.format.row_format, "SYMBOL": self.symbol,
+                "MODULE": self.module, "spec": self.spec, "KERNEL": self.kernel,
+                "NORM_KERNEL": self.norm_kernel, "quantize_rows_cuda": self.quantize_rows,
+                "norm_quantize_rows_cuda": self.norm_quantize_rows}
+
     def spec(self, arch: str) -> Any:
         """The quantizer's :class:`oasr_core.jit.JitSpec` for arch family ``arch``."""
         jit = self.format.module("jit")

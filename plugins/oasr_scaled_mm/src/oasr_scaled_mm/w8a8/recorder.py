@@ -62,3 +62,21 @@ def recorder_patches(fmt: Format, record_mm: Callable[..., Any],
         RecorderPatch(family=fmt.family, target=f"{fmt.package}.ops:{fmt.op_quant}",
                       record=record_quant, description=f"{kind} quantizing its output"),
     ]
+
+
+def names(fmt: Format) -> dict[str, Any]:
+    """What a format's ``recorder`` module names: ``record_<op>`` for both ops (each takes its
+    op's arguments), ``call_of(op, a, w)`` (the census ``Call`` of ``a [..., K] x w [N, K]^T``;
+    None if not this family's) and ``recorder_patches()`` (``Family.recorder_patches``: the
+    patches observing ``<package>.ops:<op>`` for both ops). Importing neither torch nor the
+    ops."""
+    record_mm, record_quant = records(fmt)
+
+    def call_of_op(op: str, a: Any, w: Any) -> Call | None:
+        return call_of(fmt, op, a, w)
+
+    def patches() -> list[RecorderPatch]:
+        return recorder_patches(fmt, record_mm, record_quant)
+
+    return {f"record_{fmt.op_mm}": record_mm, f"record_{fmt.op_quant}": record_quant,
+            "call_of": call_of_op, "recorder_patches": patches}
