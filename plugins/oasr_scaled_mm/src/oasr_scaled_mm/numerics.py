@@ -16,6 +16,8 @@ from typing import Any
 
 from oasr_core.kit.gates import Verdict
 
+from oasr_scaled_mm.w8a8.numerics import operand_helpers
+
 GateResult = Verdict
 """The gate's verdict: ``error`` is the fraction of elements that differ (0.0 on a pass)."""
 
@@ -59,16 +61,4 @@ def quantize_rows(x: Any) -> tuple[Any, Any]:
     return q, scale
 
 
-def make_operands(m: int, n: int, k: int, *, bias: bool = True, device: Any = "cpu",
-                  seed: int = 0) -> tuple[Any, Any, Any, Any, Any]:
-    """Random ``(a [m, k] int8, a_scale [m], w [n, k] int8, w_scale [n], bias [n] | None)``:
-    the kit's :func:`~oasr_core.kit.benching.quantized_operands` with :func:`quantize_rows`."""
-    from oasr_core.kit.benching import quantized_operands
-
-    return quantized_operands(quantize_rows, m, n, k, bias=bias, device=device, seed=seed)
-
-
-def out_scale_for(y: Any) -> float:
-    """A per-tensor output scale that maps ``y``'s absmax to 127 (1.0 for an all-zero ``y``)."""
-    amax = float(y.detach().abs().amax()) if y.numel() else 0.0
-    return amax / 127.0 if amax > 0 else 1.0
+globals().update(operand_helpers(quantize_rows, 127.0, "int8"))  # make_operands, out_scale_for

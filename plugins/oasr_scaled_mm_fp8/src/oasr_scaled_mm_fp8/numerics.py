@@ -28,6 +28,7 @@ from __future__ import annotations
 from typing import Any
 
 from oasr_core.kit.gates import Verdict, within_limit
+from oasr_scaled_mm.w8a8.numerics import operand_helpers
 
 ACC_TOL = 2.0 ** -6
 ROUND = {"bfloat16": 2.0 ** -8, "float16": 2.0 ** -11, "float8_e4m3fn": 2.0 ** -3,
@@ -81,16 +82,4 @@ def quantize_rows(x: Any) -> tuple[Any, Any]:
     return q, scale
 
 
-def make_operands(m: int, n: int, k: int, *, bias: bool = True, device: Any = "cpu",
-                  seed: int = 0) -> tuple[Any, Any, Any, Any, Any]:
-    """Random ``(a [m, k] e4m3, a_scale [m], w [n, k] e4m3, w_scale [n], bias [n] | None)``:
-    the kit's :func:`~oasr_core.kit.benching.quantized_operands` with :func:`quantize_rows`."""
-    from oasr_core.kit.benching import quantized_operands
-
-    return quantized_operands(quantize_rows, m, n, k, bias=bias, device=device, seed=seed)
-
-
-def out_scale_for(y: Any) -> float:
-    """A per-tensor output scale mapping ``y``'s absmax to 448 (1.0 for an all-zero ``y``)."""
-    amax = float(y.detach().abs().amax()) if y.numel() else 0.0
-    return amax / 448.0 if amax > 0 else 1.0
+globals().update(operand_helpers(quantize_rows, 448.0, "e4m3"))  # make_operands, out_scale_for

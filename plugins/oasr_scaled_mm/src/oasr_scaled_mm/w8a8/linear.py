@@ -160,3 +160,37 @@ def _torch_linear(x: Any, layer: Any, activation: str | None) -> Any:
 
 
 _f_linear: Any = None
+
+
+def quantize_names(fmt: Format) -> dict[str, Any]:
+    """What a format's ``quantize`` module names, each the function above for ``fmt``:
+    ``CACHE_ATTR`` (the attribute of an ``nn.Linear`` holding its :class:`QuantizedWeight`),
+    ``QUANTIZATION``, ``quantize_rows(x)`` (per-token quantization ``(q [..., K], scale
+    float32 [...])``, the one-kernel quantizer on CUDA), ``quantized_weight(layer)`` (the
+    cached quantized copy of ``layer.weight``), ``quantized_linear(x, layer, activation=None,
+    *, residual=None, alpha=1.0)``, ``layer_plan(key, x, layer)``, ``norm_quantize_rows``
+    (``(x, norm) -> (q, scale) | None``: the fused layer norm and quantizer) and ``layer_norm``
+    (``oasr_layer("LayerNorm", dtype, QUANTIZATION)``'s answer: the norm deferred for the
+    linears after it). The deferred norm looks ``<package>.quantize.quantize_rows`` up at call
+    time (the census recorder and tests rebind it)."""
+    from oasr_core.kit.normed import fused_kernel, layer_norm_answer, quantize_after_norm
+
+    def rows(x: Any) -> tuple[Any, Any]:
+        return quantize_rows(fmt, x)
+
+    def weight(layer: Any) -> QuantizedWeight:
+        return quantized_weight(fmt, layer)
+
+    def linear(x: Any, layer: Any, activation: str | None = None, *, residual: Any = None,
+               alpha: float = 1.0) -> Any:
+        return quantized_linear(fmt, x, layer, activation, residual=residual, alpha=alpha)
+
+    def plan(key: tuple, x: Any, layer: Any) -> Any:
+        return layer_plan(fmt, key, x, layer)
+
+    fused = fused_kernel(f"{fmt.package}.quantize_kernel")
+    norm = layer_norm_answer(fmt.quantization, quantize_after_norm(
+        fused, lambda x: fmt.module("quantize").quantize_rows(x)))
+    return {"CACHE_ATTR": fmt.cache_attr, "QUANTIZATION": fmt.quantization,
+            "quantize_rows": rows, "quantized_weight": weight, "quantized_linear": linear,
+            "layer_plan": plan, "norm_quantize_rows": fused, "layer_norm": norm}
