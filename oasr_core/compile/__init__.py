@@ -27,11 +27,20 @@ from __future__ import annotations
 from typing import Any
 
 from oasr_core.compile import gate
-from oasr_core.compile.patterns import CONV1D, LINEAR, Pattern, Served, Shared, Site, Slot
+from oasr_core.compile.patterns import (
+    CONV1D,
+    CONV2D,
+    LINEAR,
+    Pattern,
+    Served,
+    Shared,
+    Site,
+    Slot,
+)
 from oasr_core.runtime import get_runtime
 
-__all__ = ["CONV1D", "LINEAR", "OasrBackend", "Pattern", "Served", "Shared", "Site", "Slot",
-           "backend", "oasr_backend"]
+__all__ = ["CONV1D", "CONV2D", "LINEAR", "OasrBackend", "Pattern", "Served", "Shared", "Site",
+           "Slot", "backend", "oasr_backend"]
 
 
 class OasrBackend:

@@ -23,7 +23,9 @@ What it finds (:mod:`oasr_core.compile.patterns` says what families declare):
   free (the input is a transposed channels-last tensor, as ``conv(x.transpose(1, 2))``
   makes it) or cheap (a copy Inductor can fold into the producing pointwise kernel, or one
   at most a quarter of the output's size); otherwise the convolution stays Inductor's. The
-  op's output reaches its consumers as the transposed view, so no consumer changes.
+  op's output reaches its consumers as the transposed view, so no consumer changes;
+* a **2-D convolution** the same way, ``[B, C, H, W]`` to NHWC and back (a speech front
+  end's input ``[B, 1, T, F]`` is NHWC already: one channel), with a static input width.
 
 For each site the pass asks the patterns, most fused epilogue first, and rewrites the first
 that serves; a pattern serves only where the tiers choose one of its family's configs at
@@ -50,7 +52,16 @@ import torch
 from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from oasr_core.census.recorder import Call
-from oasr_core.compile.patterns import CONV1D, LINEAR, Pattern, Served, Shared, Site, Slot
+from oasr_core.compile.patterns import (
+    CONV1D,
+    CONV2D,
+    LINEAR,
+    Pattern,
+    Served,
+    Shared,
+    Site,
+    Slot,
+)
 from oasr_core.database import signature_key
 from oasr_core.errors import OasrError
 from oasr_core.runtime import get_runtime
@@ -62,6 +73,7 @@ prims = torch.ops.prims
 _VIEWS = frozenset({aten.view.default, aten.reshape.default, aten._unsafe_view.default})
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16", torch.float32: "fp32"}
 _CONV_DIMS = ("Cin", "Cout", "k", "stride", "pad", "dil", "groups")
+_CONV2D_DIMS = ("Cin", "Cout", "W", "kh", "kw", "sh", "sw", "ph", "pw", "dh", "dw", "groups")
 _EXTERN = frozenset({aten.mm.default, aten.addmm.default, aten.bmm.default,
                      aten.convolution.default})
 
@@ -312,6 +324,12 @@ def site_call(site: Site, family: str, op: str, dims: Sequence[int],
     if site.kind == LINEAR:
         n, k = d["N"], d["K"]
         elements, flops, weight = m * k + n * k + m * n, 2 * m * n * k, n * k
+    elif site.kind == CONV2D:
+        cin, cout, groups = d["Cin"], d["Cout"], d["groups"]
+        batch, h_in = (int(v) for v in site.point.split("x"))
+        weight = cout * cin // groups * d["kh"] * d["kw"]
+        elements = batch * h_in * d["W"] * cin + weight + m * cout
+        flops = 2 * m * weight
     else:
         cin, cout, k, groups = d["Cin"], d["Cout"], d["k"], d["groups"]
         batch, t_in = (int(v) for v in site.point.split("x"))
@@ -391,7 +409,7 @@ class _Rewriter:
         self.order: dict[Any, int] | None = None
         schemes = list(dict.fromkeys(p.scheme for p in owner.patterns))
         self.by_kind = {kind: [[p for p in owner.patterns if p.kind == kind and p.scheme == s]
-                               for s in schemes] for kind in (LINEAR, CONV1D)}
+                               for s in schemes] for kind in (LINEAR, CONV1D, CONV2D)}
 
     def run(self) -> None:
         for node in list(self.graph.nodes):
@@ -612,6 +630,9 @@ class _Rewriter:
     def conv(self, node: Any) -> None:
         x, w, bias, stride, padding, dilation, transposed, output_padding, groups = node.args
         xv, wv, ov = _val(x), _val(w), _val(node)
+        if wv is not None and wv.dim() == 4:
+            self.conv2d(node)
+            return
         if xv is None or wv is None or ov is None or transposed or wv.dim() != 3 or \
                 xv.dim() != 3 or len(stride) != 1 or len(padding) != 1 or len(dilation) != 1:
             return
@@ -654,6 +675,54 @@ class _Rewriter:
             out = self.emit(served.target, *(fill[a] if isinstance(a, Slot) else a
                                              for a in served.args))
             out = self.emit(aten.permute.default, out, [0, 2, 1])
+        self.replace(last, out, served)
+
+    def conv2d(self, node: Any) -> None:
+        """A 2-D convolution site (the module docstring): NCHW in, the op NHWC, NCHW out."""
+        x, w, bias, stride, padding, dilation, transposed, output_padding, groups = node.args
+        xv, wv, ov = _val(x), _val(w), _val(node)
+        if xv is None or ov is None or transposed or xv.dim() != 4 or len(stride) != 2 or \
+                len(padding) != 2 or len(dilation) != 2:
+            return
+        batch, cin, h_in, w_in = xv.shape
+        cout, _, kh, kw = wv.shape
+        h_out, w_out = ov.shape[2], ov.shape[3]
+        if not _static(cin, cout, kh, kw, w_in, w_out, *stride, *padding, *dilation, groups):
+            return
+        values = (cin, cout, w_in, kh, kw, *stride, *padding, *dilation, groups)
+        dims = tuple(zip(_CONV2D_DIMS, values, strict=True))
+        static = _static(batch, h_in, h_out)
+        rows = batch * h_out * w_out
+        point = f"{batch}x{h_in}" if static else None
+        options: list[tuple[Site, Any]] = []
+        act = _match_activation(node)
+        has_bias = bias is not None
+        if act is not None:
+            options.append((self.site(CONV2D, xv.dtype, rows, dims, (batch, h_in),
+                                      bias=has_bias, activation=act[1], point=point), act[0]))
+        options.append((self.site(CONV2D, xv.dtype, rows, dims, (batch, h_in), bias=has_bias,
+                                  point=point), node))
+        got = self.offer(CONV2D, [o[0] for o in options])
+        if got is None or not self.owner.rewrite:
+            return
+        site, served = got
+        last = next(o[1] for o in options if o[0] is site)
+        with self.graph.inserting_before(last):
+            xcl = self.emit(aten.permute.default, x, [0, 2, 3, 1])
+            if not _val(xcl).is_contiguous():
+                if not self.cheap_copy(x, xv, ov):
+                    self.graph.erase_node(xcl)
+                    return
+                xcl = self.emit(aten.clone.default, xcl)
+                xcl.kwargs = {"memory_format": torch.contiguous_format}
+                with self.fake:
+                    xcl.meta["val"] = _val(xcl.args[0]).clone(
+                        memory_format=torch.contiguous_format)
+            fill = {Slot.X: xcl, Slot.WEIGHT: w, Slot.BIAS: bias,
+                    Slot.ACTIVATION: site.activation}
+            out = self.emit(served.target, *(fill[a] if isinstance(a, Slot) else a
+                                             for a in served.args))
+            out = self.emit(aten.permute.default, out, [0, 3, 1, 2])
         self.replace(last, out, served)
 
     def cheap_copy(self, x: Any, xv: Any, ov: Any) -> bool:

@@ -3,8 +3,8 @@ call that serves a site.
 
 The core finds the *sites* in a post-grad FX graph (:mod:`oasr_core.compile.graph_pass`): a
 linear (``mm``/``addmm`` of a 2-D weight read transposed, with its bias, the activation and
-the residual add after it) or a 1-D convolution (``aten.convolution`` with a 3-D weight, and
-the activation after it). It names no family: a family answers ``oasr_compile_patterns``
+the residual add after it), or a 1-D or 2-D convolution (``aten.convolution`` with a 3-D or
+4-D weight, and the activation after it). It names no family: a family answers ``oasr_compile_patterns``
 with :class:`Pattern` records, each a ``kind`` of site and a ``serve`` callable that looks
 at a :class:`Site` (shape, dtype, epilogue) and returns a :class:`Served` call of one of its
 custom ops, or None to leave the site to Inductor. ``serve`` decides through
@@ -24,7 +24,8 @@ from oasr_core.errors import OasrWarning
 
 LINEAR = "linear"
 CONV1D = "conv1d"
-KINDS = (LINEAR, CONV1D)
+CONV2D = "conv2d"
+KINDS = (LINEAR, CONV1D, CONV2D)
 """The kinds of site the pass finds."""
 
 
@@ -34,10 +35,11 @@ class Slot(enum.Enum):
 
     X = "x"
     """The activation: ``[M, K]`` rows for a linear; channels-last ``[B, T, Cin]`` for a
-    convolution (the core transposes torch's ``[B, Cin, T]`` and back, see
-    :class:`Served`)."""
+    1-D convolution, NHWC ``[B, H, W, Cin]`` for a 2-D one (the core permutes torch's
+    channels-first input and the output back, see :class:`Served`)."""
     WEIGHT = "weight"
-    """torch's weight: ``[N, K]`` for a linear, ``[Cout, Cin / groups, k]`` for a conv."""
+    """torch's weight: ``[N, K]`` for a linear, ``[Cout, Cin / groups, k]`` for a 1-D conv,
+    ``[Cout, Cin / groups, kh, kw]`` for a 2-D one."""
     BIAS = "bias"
     """The bias (``[N]`` / ``[Cout]``), or None."""
     RESIDUAL = "residual"
@@ -83,15 +85,19 @@ class Site:
     dtype: str
     """``fp16``, ``bf16``, ``fp32`` (the activation's dtype)."""
     m: int | None
-    """Rows of the product: ``M`` of a linear, ``B * T_out`` of a conv (None: dynamic)."""
+    """Rows of the product: ``M`` of a linear, ``B * T_out`` of a 1-D conv,
+    ``B * H_out * W_out`` of a 2-D one (None: dynamic)."""
     dims: tuple[tuple[str, int], ...]
-    """``N``, ``K`` of a linear; ``Cin, Cout, k, stride, pad, dil, groups`` of a conv."""
+    """``N``, ``K`` of a linear; ``Cin, Cout, k, stride, pad, dil, groups`` of a 1-D conv;
+    ``Cin, Cout, W, kh, kw, sh, sw, ph, pw, dh, dw, groups`` of a 2-D one (``W`` the input
+    width, static: the feature axis of a speech front end)."""
     bias: bool
     activation: str | None = None
     residual: bool = False
     alpha: float = 1.0
     point: str | None = None
-    """A conv's exact point ``<B>x<T>`` (None when dynamic, or for a linear)."""
+    """A conv's exact point ``<B>x<T>`` (``<B>x<H>`` for a 2-D one; None when dynamic, or
+    for a linear)."""
     norm: bool = False
     """A linear whose input is a LayerNorm's output over its last dim (the ``NORM_*`` slots
     then hold the norm's input and parameters): a quantized family may quantize the rows in
@@ -128,9 +134,10 @@ class Served:
     """How a family serves a site: ``target`` (a torch custom op overload) called with
     ``args`` (values, or :class:`Slot` members the core fills in).
 
-    ``channels_last``: the op takes and returns ``[B, T, C]`` (a convolution); the core
-    hands it the transposed input (a copy only where that is cheap, see the pass) and gives
-    its consumers the transposed view of its output, so no consumer changes.
+    ``channels_last``: the op takes and returns channels-last data (``[B, T, C]`` for a 1-D
+    convolution, NHWC for a 2-D one); the core hands it the permuted input (a copy only
+    where that is cheap, see the pass) and gives its consumers the permuted-back view of its
+    output, so no consumer changes.
     """
 
     target: Any

@@ -56,3 +56,10 @@ def oasr_layer(kind, dtype, quantization):
     from oasr_conv2d import layer
 
     return layer.layer_for(kind, dtype, quantization)
+
+
+@hookimpl
+def oasr_compile_patterns(quantization):
+    from oasr_conv2d import compiled
+
+    return compiled.patterns_for(quantization)
