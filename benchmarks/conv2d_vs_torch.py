@@ -108,11 +108,11 @@ def _prebuild(spec, jobs):
 
 def _kernels(spec, arch):
     """Every compiled config; installed as the ops' library so ``served`` runs from it."""
-    from oasr_core import jit as core_jit
-
     from oasr_conv2d import jit, launch
     from oasr_conv2d.geometry import LANE
     from oasr_conv2d.lanes import symbol
+
+    from oasr_core import jit as core_jit
 
     module = core_jit.load(spec, build_missing=False)
     kernels = {c.id: launch.Kernel.bind(module, c) for c in jit.lane_configs(LANE, arch)
@@ -122,14 +122,14 @@ def _kernels(spec, arch):
 
 
 def _point(kernels, shape, args, rng, timer):
-    import oasr_core
+    import oasr_conv2d
     import torch
     import torch.nn.functional as F
-
-    import oasr_conv2d
     from oasr_conv2d import launch, numerics, ops, space, weights
     from oasr_conv2d.bench import activation_of
     from oasr_conv2d.geometry import geometry
+
+    import oasr_core
 
     sset, op, cin, cout, width, b, h, k, s, p, g = shape
     act = activation_of(op)
@@ -241,7 +241,6 @@ def _report(points, header, build_lines, gpu):
 def main(argv=None) -> int:
     args = _args(argv)
     import torch
-
     from oasr_conv2d import jit
     from oasr_conv2d.geometry import LANE
 

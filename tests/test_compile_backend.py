@@ -433,8 +433,9 @@ def test_a_compile_census_in_the_tiers_makes_the_next_compile_serve_every_site(
     for point in census.points:
         per_forward[(point.family, point.op)] += round(point.calls)
     assert backend.rewritten == dict(per_forward)
-    # Every site: the subsampling's two convolutions and projection, the layer's 11 linears and its depthwise convolution (recorded as conv1d: under compile
-    # its BatchNorm and SiLU stay Inductor's).
+    # Every site: the subsampling's two convolutions and projection, the layer's 11 linears
+    # and its depthwise convolution (recorded as conv1d: under compile its BatchNorm and SiLU
+    # stay Inductor's).
     assert backend.rewritten[("conv1d", "conv1d")] == 1
     assert sum(n for (family, _), n in backend.rewritten.items() if family == "conv2d") == 2
     assert sum(backend.rewritten.values()) == 2 + 1 + 11 + 1

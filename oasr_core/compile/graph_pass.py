@@ -654,28 +654,7 @@ class _Rewriter:
                                       bias=has_bias, activation=act[1], point=point), act[0]))
         options.append((self.site(CONV1D, xv.dtype, rows, dims, (batch, t_in), bias=has_bias,
                                   point=point), node))
-        got = self.offer(CONV1D, [o[0] for o in options])
-        if got is None or not self.owner.rewrite:
-            return
-        site, served = got
-        last = next(o[1] for o in options if o[0] is site)
-        with self.graph.inserting_before(last):
-            xcl = self.emit(aten.permute.default, x, [0, 2, 1])
-            if not _val(xcl).is_contiguous():
-                if not self.cheap_copy(x, xv, ov):
-                    self.graph.erase_node(xcl)
-                    return
-                xcl = self.emit(aten.clone.default, xcl)
-                xcl.kwargs = {"memory_format": torch.contiguous_format}
-                with self.fake:
-                    xcl.meta["val"] = _val(xcl.args[0]).clone(
-                        memory_format=torch.contiguous_format)
-            fill = {Slot.X: xcl, Slot.WEIGHT: w, Slot.BIAS: bias,
-                    Slot.ACTIVATION: site.activation}
-            out = self.emit(served.target, *(fill[a] if isinstance(a, Slot) else a
-                                             for a in served.args))
-            out = self.emit(aten.permute.default, out, [0, 2, 1])
-        self.replace(last, out, served)
+        self.conv_rewrite(CONV1D, options, x, w, bias, [0, 2, 1], [0, 2, 1])
 
     def conv2d(self, node: Any) -> None:
         """A 2-D convolution site (the module docstring): NCHW in, the op NHWC, NCHW out."""
@@ -702,15 +681,24 @@ class _Rewriter:
                                       bias=has_bias, activation=act[1], point=point), act[0]))
         options.append((self.site(CONV2D, xv.dtype, rows, dims, (batch, h_in), bias=has_bias,
                                   point=point), node))
-        got = self.offer(CONV2D, [o[0] for o in options])
+        self.conv_rewrite(CONV2D, options, x, w, bias, [0, 2, 3, 1], [0, 3, 1, 2])
+
+    def conv_rewrite(self, kind: str, options: Sequence[tuple[Site, Any]], x: Any, w: Any,
+                     bias: Any, to_last: list[int], to_first: list[int]) -> None:
+        """Offer a convolution's sites (most fused first, each with the node it ends at) and
+        rewrite the one a pattern serves: the input permuted ``to_last`` (channels-last; a
+        copy only where :meth:`cheap_copy` says so, else the site stays Inductor's), the
+        op, its output permuted ``to_first`` for the consumers."""
+        got = self.offer(kind, [o[0] for o in options])
         if got is None or not self.owner.rewrite:
             return
         site, served = got
         last = next(o[1] for o in options if o[0] is site)
+        conv = options[-1][1]
         with self.graph.inserting_before(last):
-            xcl = self.emit(aten.permute.default, x, [0, 2, 3, 1])
+            xcl = self.emit(aten.permute.default, x, to_last)
             if not _val(xcl).is_contiguous():
-                if not self.cheap_copy(x, xv, ov):
+                if not self.cheap_copy(x, _val(x), _val(conv)):
                     self.graph.erase_node(xcl)
                     return
                 xcl = self.emit(aten.clone.default, xcl)
@@ -722,7 +710,7 @@ class _Rewriter:
                     Slot.ACTIVATION: site.activation}
             out = self.emit(served.target, *(fill[a] if isinstance(a, Slot) else a
                                              for a in served.args))
-            out = self.emit(aten.permute.default, out, [0, 3, 1, 2])
+            out = self.emit(aten.permute.default, out, to_first)
         self.replace(last, out, served)
 
     def cheap_copy(self, x: Any, xv: Any, ov: Any) -> bool:

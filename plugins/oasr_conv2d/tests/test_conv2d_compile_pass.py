@@ -8,12 +8,12 @@ from __future__ import annotations
 
 import json
 
+import oasr_core
+import oasr_core.compile as oc
 import pytest
 import torch
 from torch import nn
 
-import oasr_core
-import oasr_core.compile as oc
 from oasr_conv2d import hooks, lanes, space
 from oasr_conv2d.geometry import LANE
 

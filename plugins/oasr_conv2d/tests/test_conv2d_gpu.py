@@ -95,8 +95,9 @@ def test_every_config_matches_the_fp32_reference_where_it_runs(cid):
                 y = kernel.run(x, packed, b_arg, geo, act)
                 ref = numerics.reference(x, wt, b_arg, s, p, d, 1, act)
                 atol, rtol = TOLERANCE[dtype]
+                where = f"{cid} {name} {dtype} {act}"
                 torch.testing.assert_close(y.float(), ref, atol=atol, rtol=rtol,
-                                           msg=lambda m, n=name: f"{cid} {n} {dtype} {act}: {m}")
+                                           msg=lambda m, w=where: f"{w}: {m}")
             ran += 1
     assert ran, f"{cid} supports none of the shapes"
 

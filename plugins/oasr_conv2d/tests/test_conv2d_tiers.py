@@ -110,8 +110,8 @@ def _time_us(name, config, problem):
 
 
 def _census(tmp_path):
-    first = dict(zip(("Cin", "Cout", "W"), (1, 256, 80)))
-    second = dict(zip(("Cin", "Cout", "W"), (256, 256, 39)))
+    first = {"Cin": 1, "Cout": 256, "W": 80}
+    second = {"Cin": 256, "Cout": 256, "W": 39}
     window = dict(s.split("=") for s in _WINDOW)
     rows = []
     for b, t in ((1, 256), (8, 1024)):

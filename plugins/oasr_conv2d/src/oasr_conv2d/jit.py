@@ -11,9 +11,9 @@ Nothing here runs at import; building happens in :func:`oasr_core.jit.load` call
 
 from __future__ import annotations
 
+import fnmatch
 import functools
 import hashlib
-import fnmatch
 from collections.abc import Iterable, Sequence
 
 from oasr_core import jit as core_jit
