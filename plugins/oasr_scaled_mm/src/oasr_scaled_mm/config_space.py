@@ -22,8 +22,14 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from oasr_core.kit.lanes import LaneSpaces
 from oasr_core.types import Config
+
+from oasr_scaled_mm.w8a8.space import (
+    lane_spaces,
+    mma_config,
+    op_functions,
+    wgmma_config,
+)
 
 FAMILY = "scaled_mm"
 OPS = ("scaled_mm", "scaled_mm_quant")
@@ -31,11 +37,6 @@ OP_MM, OP_QUANT = OPS
 LANE_SM80 = "sm80_int8_mma"
 LANE_SM90 = "sm90_int8_wgmma"
 LANES = (LANE_SM80, LANE_SM90)
-
-SM90_SCHEDULES = ("ws", "pingpong", "cooperative")
-"""``ws``: non-persistent ``KernelTmaWarpSpecialized``; ``pingpong`` / ``cooperative``: the
-persistent ``KernelTmaWarpSpecialized{Pingpong,Cooperative}`` kernels."""
-_SM90_TAG = {"ws": "ws", "pingpong": "pp", "cooperative": "co"}
 
 SM80_DEFAULT = "b128x128x64_w64x64x64_s5"
 SM90_DEFAULT = "ws_64x128x128_c1x1"
@@ -46,13 +47,8 @@ DEFAULTS = {LANE_SM80: SM80_DEFAULT, LANE_SM90: SM90_DEFAULT}
 def sm80_config(tile: tuple[int, int, int], warp: tuple[int, int, int], stages: int, *,
                 stream_k: bool = False) -> Config:
     """A CUTLASS 2.x int8 config: ``b{tile}_w{warp}_s{stages}`` (``_sk`` for Stream-K)."""
-    bm, bn, bk = tile
-    wm, wn, wk = warp
-    cid = f"b{bm}x{bn}x{bk}_w{wm}x{wn}x{wk}_s{stages}" + ("_sk" if stream_k else "")
-    return Config(id=cid, lane=LANE_SM80, params={
-        "tile": [bm, bn, bk], "warp": [wm, wn, wk], "stages": stages, "stream_k": stream_k,
-        "schedule": "mma_sync", "unit": cid,
-    })
+    return mma_config(LANE_SM80, tile, warp, stages, extra={"stream_k": stream_k},
+                      suffix="_sk" if stream_k else "")
 
 
 def sm90_config(tile: tuple[int, int, int], cluster: tuple[int, int] = (1, 1),
@@ -62,17 +58,8 @@ def sm90_config(tile: tuple[int, int, int], cluster: tuple[int, int] = (1, 1),
     ``stages=0`` lets the builder fit as many stages as shared memory allows after the
     epilogue; ``stream_k`` pairs the cooperative kernel with ``StreamKScheduler``.
     """
-    if schedule not in SM90_SCHEDULES:
-        raise ValueError(f"schedule {schedule!r} is not one of {SM90_SCHEDULES}")
-    tm, tn, tk = tile
-    cm, cn = cluster
-    cid = f"{'sk' if stream_k else _SM90_TAG[schedule]}_{tm}x{tn}x{tk}_c{cm}x{cn}"
-    if stages:
-        cid += f"_s{stages}"
-    return Config(id=cid, lane=LANE_SM90, params={
-        "tile": [tm, tn, tk], "cluster": [cm, cn], "schedule": schedule, "stages": stages,
-        "stream_k": stream_k, "unit": cid,
-    })
+    return wgmma_config(LANE_SM90, tile, cluster, schedule, stages=stages,
+                        extra={"stream_k": stream_k}, tag="sk" if stream_k else None)
 
 
 _SM80_TILES = (
@@ -108,33 +95,9 @@ def _sm90_all() -> Iterable[Config]:
     yield sm90_config((128, 128, 128), (1, 1), "cooperative", stream_k=True)
 
 
-def _is_feasible():
-    from oasr_scaled_mm.feasibility import is_feasible
-
-    return is_feasible
-
-
-SPACES = LaneSpaces(FAMILY, {LANE_SM80: _sm80_all, LANE_SM90: _sm90_all}, _is_feasible)
+SPACES = lane_spaces(FAMILY, "oasr_scaled_mm", {LANE_SM80: _sm80_all, LANE_SM90: _sm90_all})
 """The lanes' listed and feasible spaces (cached once per process)."""
 full_space = SPACES.full
 space = SPACES.space
 config = SPACES.config
-
-
-def serves(config: Config, op: str) -> bool:
-    """Whether ``config`` has a launcher for ``op`` (no quantizing Stream-K launcher)."""
-    if op == OP_MM:
-        return True
-    if op == OP_QUANT:
-        return not config.params.get("stream_k", False)
-    raise ValueError(f"op {op!r} is not one of {OPS}")
-
-
-def unit_name(config: Config, op: str) -> str:
-    """The translation unit compiling ``config`` for ``op``."""
-    return config.params["unit"] + ("_quant" if op == OP_QUANT else "")
-
-
-def units_of(config: Config) -> tuple[tuple[str, str], ...]:
-    """``(op, unit name)`` of every unit behind ``config``."""
-    return tuple((op, unit_name(config, op)) for op in OPS if serves(config, op))
+globals().update(op_functions(OPS))  # serves (no quantizing Stream-K), unit_name, units_of

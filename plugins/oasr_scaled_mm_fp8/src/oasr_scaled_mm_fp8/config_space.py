@@ -23,8 +23,13 @@ from __future__ import annotations
 
 from collections.abc import Iterable
 
-from oasr_core.kit.lanes import LaneSpaces
 from oasr_core.types import Config
+from oasr_scaled_mm.w8a8.space import (
+    lane_spaces,
+    mma_config,
+    op_functions,
+    wgmma_config,
+)
 
 FAMILY = "scaled_mm_fp8"
 DTYPE = "float8_e4m3fn"
@@ -34,8 +39,6 @@ OP_MM, OP_QUANT = OPS
 LANE_SM89 = "sm89_fp8_mma"
 LANE_SM90 = "sm90_fp8_wgmma"
 LANES = (LANE_SM89, LANE_SM90)
-SM90_SCHEDULES = ("ws", "pingpong", "cooperative")
-_SM90_TAG = {"ws": "ws", "pingpong": "pp", "cooperative": "co"}
 
 SM89_DEFAULT = "b128x128x64_w64x64x64_s5_fa"
 SM90_DEFAULT = "ws_64x128x128_c1x1_fa"
@@ -45,32 +48,17 @@ DEFAULTS = {LANE_SM89: SM89_DEFAULT, LANE_SM90: SM90_DEFAULT}
 def sm89_config(tile: tuple[int, int, int], warp: tuple[int, int, int], stages: int, *,
                 fast_accum: bool = True) -> Config:
     """A CUTLASS 2.x fp8 config: ``b{tile}_w{warp}_s{stages}_{fa,st}``."""
-    bm, bn, bk = tile
-    wm, wn, wk = warp
-    cid = f"b{bm}x{bn}x{bk}_w{wm}x{wn}x{wk}_s{stages}_{'fa' if fast_accum else 'st'}"
-    return Config(id=cid, lane=LANE_SM89, params={
-        "tile": [bm, bn, bk], "warp": [wm, wn, wk], "stages": stages, "fast_accum": fast_accum,
-        "schedule": "mma_sync", "unit": cid,
-    })
+    return mma_config(LANE_SM89, tile, warp, stages, extra={"fast_accum": fast_accum},
+                      suffix="_fa" if fast_accum else "_st")
 
 
 def sm90_config(tile: tuple[int, int, int], cluster: tuple[int, int] = (1, 1),
                 schedule: str = "ws", *, fast_accum: bool = True, stages: int = 0) -> Config:
     """A CUTLASS 3.x fp8 config: ``{ws,pp,co}_{tile}_c{cluster}[_fa]`` (``stages=0``: as many
     as shared memory allows after the epilogue)."""
-    if schedule not in SM90_SCHEDULES:
-        raise ValueError(f"schedule {schedule!r} is not one of {SM90_SCHEDULES}")
-    tm, tn, tk = tile
-    cm, cn = cluster
-    cid = f"{_SM90_TAG[schedule]}_{tm}x{tn}x{tk}_c{cm}x{cn}"
-    if stages:
-        cid += f"_s{stages}"
-    if fast_accum:
-        cid += "_fa"
-    return Config(id=cid, lane=LANE_SM90, params={
-        "tile": [tm, tn, tk], "cluster": [cm, cn], "schedule": schedule, "stages": stages,
-        "stream_k": False, "fast_accum": fast_accum, "unit": cid,
-    })
+    return wgmma_config(LANE_SM90, tile, cluster, schedule, stages=stages,
+                        extra={"stream_k": False, "fast_accum": fast_accum},
+                        suffix="_fa" if fast_accum else "")
 
 
 _SM89_TILES = (
@@ -109,33 +97,10 @@ def _sm90_all() -> Iterable[Config]:
         yield sm90_config((128, 128, 128), (1, 1), schedule, fast_accum=False)
 
 
-def _is_feasible():
-    from oasr_scaled_mm_fp8.feasibility import is_feasible
-
-    return is_feasible
-
-
-SPACES = LaneSpaces(FAMILY, {LANE_SM89: _sm89_all, LANE_SM90: _sm90_all}, _is_feasible)
+SPACES = lane_spaces(FAMILY, "oasr_scaled_mm_fp8", {LANE_SM89: _sm89_all,
+                                                   LANE_SM90: _sm90_all})
 """The lanes' listed and feasible spaces (cached once per process)."""
 full_space = SPACES.full
 space = SPACES.space
 config = SPACES.config
-
-
-def unit_name(config: Config, op: str) -> str:
-    """The translation unit compiling ``config`` for ``op``."""
-    if op not in OPS:
-        raise ValueError(f"op {op!r} is not one of {OPS}")
-    return config.params["unit"] + ("_quant" if op == OP_QUANT else "")
-
-
-def units_of(config: Config) -> tuple[tuple[str, str], ...]:
-    """``(op, unit name)`` of every unit behind ``config``."""
-    return tuple((op, unit_name(config, op)) for op in OPS)
-
-
-def serves(config: Config, op: str) -> bool:
-    """Whether ``config`` has a launcher for ``op``: every fp8 config has both."""
-    if op not in OPS:
-        raise ValueError(f"op {op!r} is not one of {OPS}")
-    return True
+globals().update(op_functions(OPS))  # serves (every fp8 config has both), unit_name, units_of
