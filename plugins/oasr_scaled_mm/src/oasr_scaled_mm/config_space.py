@@ -25,11 +25,15 @@ from collections.abc import Iterable
 from oasr_core.types import Config
 
 from oasr_scaled_mm.w8a8.space import (
+    MMA_TILES,
+    WGMMA_PP_CLUSTERS,
+    WGMMA_WS_TILES,
     lane_spaces,
     mma_config,
     op_functions,
     wgmma_config,
 )
+from oasr_scaled_mm.w8a8.space import SM90_SCHEDULES as SM90_SCHEDULES
 
 FAMILY = "scaled_mm"
 OPS = ("scaled_mm", "scaled_mm_quant")
@@ -62,16 +66,6 @@ def sm90_config(tile: tuple[int, int, int], cluster: tuple[int, int] = (1, 1),
                         extra={"stream_k": stream_k}, tag="sk" if stream_k else None)
 
 
-_SM80_TILES = (
-    # (tile, warp, stages): CUTLASS's int8 sm80 list (warp counts 2x2, 2x4, 4x2).
-    ((64, 64, 128), (32, 32, 128), 5),
-    ((64, 128, 128), (32, 64, 128), 3),
-    ((128, 64, 128), (64, 32, 128), 3),
-    ((128, 128, 64), (64, 64, 64), 5),
-    ((128, 128, 128), (64, 64, 128), 3),
-    ((128, 256, 64), (64, 64, 64), 3),
-    ((256, 128, 64), (64, 64, 64), 3),
-)
 _SM80_STREAM_K = (
     ((64, 64, 128), (32, 32, 128), 5),
     ((128, 128, 64), (64, 64, 64), 5),
@@ -79,16 +73,16 @@ _SM80_STREAM_K = (
 
 
 def _sm80_all() -> Iterable[Config]:
-    for tile, warp, stages in _SM80_TILES:
+    for tile, warp, stages in MMA_TILES:
         yield sm80_config(tile, warp, stages)
     for tile, warp, stages in _SM80_STREAM_K:
         yield sm80_config(tile, warp, stages, stream_k=True)
 
 
 def _sm90_all() -> Iterable[Config]:
-    for tm, tn in ((64, 32), (64, 64), (64, 128), (128, 64), (128, 128)):
+    for tm, tn in WGMMA_WS_TILES:
         yield sm90_config((tm, tn, 128))
-    for cluster in ((1, 1), (1, 2), (2, 1)):
+    for cluster in WGMMA_PP_CLUSTERS:
         yield sm90_config((128, 128, 128), cluster, "pingpong")
     for tm in (128, 256):
         yield sm90_config((tm, 128, 128), (1, 1), "cooperative")

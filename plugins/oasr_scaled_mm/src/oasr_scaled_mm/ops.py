@@ -43,21 +43,12 @@ from oasr_scaled_mm.format import INT8
 from oasr_scaled_mm.launch import SERVING, reserve_workspace
 from oasr_scaled_mm.w8a8.ops import make_ops
 
-__all__ = ["scaled_mm", "scaled_mm_quant", "select_config", "select_quant_config",
-           "unquantized", "reserve_workspace", "stats", "reset_stats", "clear_memo"]
-
 DTYPE = INT8.dtype
 _PLANS = SERVING.plans
 stats, reset_stats, clear_memo = SERVING.stats, SERVING.reset_stats, SERVING.clear
 
 _OPS = make_ops(__name__, INT8, operand_name="int8", default_out=torch.float16,
                 wins="int8_wins")
-"""The W8A8 code base's ops for :data:`oasr_scaled_mm.format.INT8`
-(:func:`oasr_scaled_mm.w8a8.ops.make_ops`)."""
-scaled_mm, scaled_mm_quant = _OPS.mm, _OPS.quant
-select_config, select_quant_config = _OPS.select_config, _OPS.select_quant_config
-unquantized = _OPS.unquantized
-_run, _check, _checked, _unsupported = _OPS.run, _OPS.check, _OPS.checked, _OPS.unsupported
-_plan, _torch_path, _OUT_NAMES = _OPS.plan, _OPS.torch_path, _OPS.out_names
-_CUSTOM_OPS = _OPS.custom_ops
-"""``torch.ops.oasr.scaled_mm`` and ``torch.ops.oasr.scaled_mm_quant`` over :func:`_run`."""
+globals().update(_OPS.names())  # the two ops, selection, the route, _run and its pieces
+__all__ = [*sorted(name for name in _OPS.names() if not name.startswith("_")),
+           "reserve_workspace", "stats", "reset_stats", "clear_memo"]

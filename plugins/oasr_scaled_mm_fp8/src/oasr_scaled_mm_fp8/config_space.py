@@ -25,11 +25,15 @@ from collections.abc import Iterable
 
 from oasr_core.types import Config
 from oasr_scaled_mm.w8a8.space import (
+    MMA_TILES,
+    WGMMA_PP_CLUSTERS,
+    WGMMA_WS_TILES,
     lane_spaces,
     mma_config,
     op_functions,
     wgmma_config,
 )
+from oasr_scaled_mm.w8a8.space import SM90_SCHEDULES as SM90_SCHEDULES
 
 FAMILY = "scaled_mm_fp8"
 DTYPE = "float8_e4m3fn"
@@ -61,15 +65,6 @@ def sm90_config(tile: tuple[int, int, int], cluster: tuple[int, int] = (1, 1),
                         suffix="_fa" if fast_accum else "")
 
 
-_SM89_TILES = (
-    ((64, 64, 128), (32, 32, 128), 5),
-    ((64, 128, 128), (32, 64, 128), 3),
-    ((128, 64, 128), (64, 32, 128), 3),
-    ((128, 128, 64), (64, 64, 64), 5),
-    ((128, 128, 128), (64, 64, 128), 3),
-    ((128, 256, 64), (64, 64, 64), 3),
-    ((256, 128, 64), (64, 64, 64), 3),
-)
 _SM89_STAGED = (
     ((128, 128, 64), (64, 64, 64), 5),
     ((128, 128, 128), (64, 64, 128), 3),
@@ -77,16 +72,16 @@ _SM89_STAGED = (
 
 
 def _sm89_all() -> Iterable[Config]:
-    for tile, warp, stages in _SM89_TILES:
+    for tile, warp, stages in MMA_TILES:
         yield sm89_config(tile, warp, stages)
     for tile, warp, stages in _SM89_STAGED:
         yield sm89_config(tile, warp, stages, fast_accum=False)
 
 
 def _sm90_all() -> Iterable[Config]:
-    for tm, tn in ((64, 32), (64, 64), (64, 128), (128, 64), (128, 128)):
+    for tm, tn in WGMMA_WS_TILES:
         yield sm90_config((tm, tn, 128))
-    for cluster in ((1, 1), (1, 2), (2, 1)):
+    for cluster in WGMMA_PP_CLUSTERS:
         yield sm90_config((128, 128, 128), cluster, "pingpong")
     yield sm90_config((128, 64, 128), (1, 1), "pingpong")
     for tm, tn in ((128, 128), (256, 128), (128, 256)):

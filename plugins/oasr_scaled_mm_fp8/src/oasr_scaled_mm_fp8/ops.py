@@ -39,21 +39,12 @@ from oasr_scaled_mm.w8a8.ops import make_ops
 from oasr_scaled_mm_fp8.format import E4M3
 from oasr_scaled_mm_fp8.launch import SERVING, reserve_workspace
 
-__all__ = ["scaled_mm_fp8", "scaled_mm_fp8_quant", "select_config", "select_quant_config",
-           "unquantized", "reserve_workspace", "stats", "reset_stats", "clear_memo"]
-
 DTYPE = E4M3.dtype
 _PLANS = SERVING.plans
 stats, reset_stats, clear_memo = SERVING.stats, SERVING.reset_stats, SERVING.clear
 
 _OPS = make_ops(__name__, E4M3, operand_name="torch.float8_e4m3fn", default_out=torch.bfloat16,
                 wins="fp8_wins")
-"""The W8A8 code base's ops for :data:`oasr_scaled_mm_fp8.format.E4M3`
-(:func:`oasr_scaled_mm.w8a8.ops.make_ops`)."""
-scaled_mm_fp8, scaled_mm_fp8_quant = _OPS.mm, _OPS.quant
-select_config, select_quant_config = _OPS.select_config, _OPS.select_quant_config
-unquantized = _OPS.unquantized
-_run, _check, _checked, _unsupported = _OPS.run, _OPS.check, _OPS.checked, _OPS.unsupported
-_plan, _torch_path, _OUT_NAMES = _OPS.plan, _OPS.torch_path, _OPS.out_names
-_CUSTOM_OPS = _OPS.custom_ops
-"""``torch.ops.oasr.scaled_mm_fp8`` and ``torch.ops.oasr.scaled_mm_fp8_quant`` over :func:`_run`."""
+globals().update(_OPS.names())  # the two ops, selection, the route, _run and its pieces
+__all__ = [*sorted(name for name in _OPS.names() if not name.startswith("_")),
+           "reserve_workspace", "stats", "reset_stats", "clear_memo"]

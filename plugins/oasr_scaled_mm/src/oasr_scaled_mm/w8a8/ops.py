@@ -55,6 +55,19 @@ class Ops:
     out_names: dict
     custom_ops: tuple[Any, Any]
 
+    def names(self) -> dict[str, Any]:
+        """What a family's ``ops`` module names: its two ops (by their op names),
+        ``select_config``, ``select_quant_config``, ``unquantized``, and the call path's pieces
+        (``_run``, ``_check``, ``_checked``, ``_unsupported``, ``_plan``, ``_torch_path``,
+        ``_OUT_NAMES``, ``_CUSTOM_OPS``: the custom ops over ``_run``)."""
+        return {self.mm.__name__: self.mm, self.quant.__name__: self.quant,
+                "select_config": self.select_config,
+                "select_quant_config": self.select_quant_config,
+                "unquantized": self.unquantized, "_run": self.run, "_check": self.check,
+                "_checked": self.checked, "_unsupported": self.unsupported, "_plan": self.plan,
+                "_torch_path": self.torch_path, "_OUT_NAMES": self.out_names,
+                "_CUSTOM_OPS": self.custom_ops}
+
 
 def _named(fn: Callable[..., Any], module: str, name: str, doc: str) -> Callable[..., Any]:
     fn.__name__ = fn.__qualname__ = name

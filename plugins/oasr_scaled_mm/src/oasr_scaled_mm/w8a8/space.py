@@ -27,6 +27,23 @@ SM90_SCHEDULES = ("ws", "pingpong", "cooperative")
 persistent ``KernelTmaWarpSpecialized{Pingpong,Cooperative}`` kernels."""
 SM90_TAG = {"ws": "ws", "pingpong": "pp", "cooperative": "co"}
 """The id prefix of each 3.x schedule."""
+MMA_TILES = (
+    # (tile, warp, stages): CUTLASS's int8 sm80 list (warp counts 2x2, 2x4, 4x2); 128x128x128
+    # with 3 stages instead of 4 so that it also fits the 99 KiB of sm86/sm89. One-byte fp8
+    # operands take the same K-32 instruction shape, shared-memory footprint and warps.
+    ((64, 64, 128), (32, 32, 128), 5),
+    ((64, 128, 128), (32, 64, 128), 3),
+    ((128, 64, 128), (64, 32, 128), 3),
+    ((128, 128, 64), (64, 64, 64), 5),
+    ((128, 128, 128), (64, 64, 128), 3),
+    ((128, 256, 64), (64, 64, 64), 3),
+    ((256, 128, 64), (64, 64, 64), 3),
+)
+"""The data-parallel tiles of both formats' 2.x lanes."""
+WGMMA_WS_TILES = ((64, 32), (64, 64), (64, 128), (128, 64), (128, 128))
+"""(M, N) of both formats' non-persistent 3.x tiles (K 128), for small and middle M."""
+WGMMA_PP_CLUSTERS = ((1, 1), (1, 2), (2, 1))
+"""Clusters of both formats' persistent ping-pong 128x128x128 tile, for large M."""
 
 
 def mma_config(lane: str, tile: tuple[int, int, int], warp: tuple[int, int, int], stages: int,
