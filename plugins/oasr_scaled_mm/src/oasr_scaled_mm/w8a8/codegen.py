@@ -1,0 +1,135 @@
+"""C++ generation of a W8A8 family: one translation unit per (config, op), for its format.
+
+A unit (:func:`oasr_core.jit.kit.c_abi_unit`) includes its lane's header (the family's
+``csrc/<package>/<lane tag>.cuh``: the kernels; the call record, parameter cache and launch
+helpers are the kit's ``oasr_kit/*.cuh``), names one kernel type per output dtype (fp16 and
+bf16 for the mm op, the format's element for the quant op) and exports two ``extern "C"``
+functions::
+
+    int32_t <prefix>_<lane tag>_<unit>(const CallArgs* call, a, w, a_scale, w_scale, bias,
+                                       out_scale_ptr, float out_scale, d, stream)
+    int64_t <prefix>_<lane tag>_<unit>_workspace(m, n, k, out_dtype)
+
+``CallArgs`` (sizes, output dtype code as ``dtype``, workspace) is prepared once per shape
+(:class:`oasr_core.jit.kit.CallArgs`); the launcher returns a status code. A family's
+``codegen`` module keeps what is its format's -- the C++ kernel type of a config per lane, the
+output dtype codes, its namespace and symbol prefix -- and binds the names
+:meth:`UnitWriter.names` gives. Its ``impl_hash`` covers that module, this one and the
+family's headers (and the kit's). Importing this module imports no torch.
+"""
+
+from __future__ import annotations
+
+import functools
+import hashlib
+from collections.abc import Callable, Iterable, Mapping
+from importlib import resources
+from pathlib import Path
+from typing import Any
+
+import attrs
+from oasr_core.jit import kit
+from oasr_core.types import Config
+
+from oasr_scaled_mm.w8a8.formats import Format
+
+OPERANDS = ("const void* a, const void* w, const void* a_scale, const void* w_scale, "
+            "const void* bias, const void* out_scale_ptr, float out_scale, void* d")
+"""The launcher's operands after the call record (the scaled C ABI)."""
+
+
+@attrs.frozen(eq=False)
+class UnitWriter:
+    """One W8A8 family's unit writer (see the module docstring): ``namespace`` of its C++
+    (``oasr_smm``), ``prefix`` of its symbols (``oasr_smm``), ``lane_tags`` (lane -> ``sm80``,
+    ...: the header ``csrc/<package>/<tag>.cuh`` and the symbol's part), ``kernel_types``
+    (lane -> ``(config, out dtype) -> C++ type``), ``out_codes`` (output dtype name -> code),
+    ``op_out_dtypes`` (op -> its output dtype names), ``source`` (the family's codegen file,
+    hashed into ``impl_hash``)."""
+
+    format: Format
+    namespace: str
+    prefix: str
+    lane_tags: Mapping[str, str]
+    kernel_types: Mapping[str, Callable[[Config, str], str]]
+    out_codes: Mapping[str, int]
+    op_out_dtypes: Mapping[str, tuple[str, ...]]
+    source: Path
+
+    def csrc_dir(self) -> Path:
+        """The include dir holding ``<package>/*.cuh`` (package data)."""
+        return Path(str(resources.files(self.format.package) / "csrc"))
+
+    def symbol(self, config: Config, op: str | None = None) -> str:
+        """The launcher's C symbol for ``config`` serving ``op`` (default: the mm op)."""
+        unit_name = self.format.module("config_space").unit_name
+        return (f"{self.prefix}_{self.lane_tags[config.lane]}_"
+                f"{unit_name(config, op or self.format.op_mm)}")
+
+    def workspace_symbol(self, config: Config, op: str | None = None) -> str:
+        """The workspace query's C symbol for ``config`` serving ``op``."""
+        return self.symbol(config, op) + "_workspace"
+
+    def kernel_type(self, config: Config, out_dtype: str) -> str:
+        """The C++ kernel type of ``config`` writing ``out_dtype`` (either lane)."""
+        emit = self.kernel_types.get(config.lane)
+        if emit is None:
+            raise KeyError(f"config {config.id!r} belongs to lane {config.lane!r}, not a "
+                           f"{self.format.family} lane")
+        return emit(config, out_dtype)
+
+    def unit_source(self, config: Config, op: str | None = None,
+                    out_dtypes: Iterable[str] | None = None) -> str:
+        """The translation unit of ``config`` for ``op`` (default: the mm op), with kernels
+        for ``out_dtypes`` (default: every output of the op; a subset compiles faster)."""
+        fmt = self.format
+        op = op or fmt.op_mm
+        cs = fmt.module("config_space")
+        if not cs.serves(config, op):
+            raise ValueError(f"config {config.id!r} has no {op} launcher (Stream-K)")
+        allowed = self.op_out_dtypes[op]
+        dtypes = tuple(out_dtypes) if out_dtypes is not None else allowed
+        if not dtypes or any(d not in allowed for d in dtypes):
+            raise ValueError(f"out_dtypes {dtypes!r} must be a non-empty subset of {allowed}")
+        ns = self.namespace
+        return kit.c_abi_unit(
+            title=f"{fmt.package} {config.lane} unit {cs.unit_name(config, op)} "
+                  f"({op}: {', '.join(dtypes)})",
+            generator=f"{fmt.package}.codegen",
+            header=f"{fmt.package}/{self.lane_tags[config.lane]}.cuh",
+            kernels={self.out_codes[d]: self.kernel_type(config, d) for d in dtypes},
+            symbol=self.symbol(config, op),
+            operands=OPERANDS,
+            prologue=f"  {ns}::Operands o{{a, w, static_cast<const float*>(a_scale),\n"
+                     "      static_cast<const float*>(w_scale), static_cast<const float*>(bias),\n"
+                     "      static_cast<const float*>(out_scale_ptr), out_scale, d};\n",
+            run="run(o, *c, static_cast<cudaStream_t>(stream))",
+            workspace_params="int64_t m, int64_t n, int64_t k, int32_t out_dtype",
+            workspace_switch="out_dtype",
+            workspace="workspace(m, n, k)",
+        )
+
+    @functools.cache  # noqa: B019 - one writer per family, alive for the process
+    def impl_hash(self) -> str:
+        """A short hash of what decides the generated code: the family's codegen module,
+        this one, the family's headers and the kit's; an earlier hash where the family's
+        ``equivalent_impls.json`` records this one as compiling to the same machine code
+        (:func:`oasr_core.jit.kit.canonical_impl_hash`). The family's ``impl_hash`` soft
+        validator: an entry measured under another implementation is marked stale."""
+        digest = hashlib.sha256()
+        digest.update(self.source.read_bytes())
+        digest.update(Path(__file__).read_bytes())
+        kit.hash_headers(digest, [self.csrc_dir() / self.format.package])
+        return kit.canonical_impl_hash(digest.hexdigest()[:16],
+                                       self.source.with_name("equivalent_impls.json"))
+
+    def names(self) -> dict[str, Any]:
+        """What a family's ``codegen`` module names: ``csrc_dir``, ``symbol``,
+        ``workspace_symbol``, ``kernel_type``, ``unit_source``, ``impl_hash``, ``OUT_CODES``,
+        ``OP_OUT_DTYPES``, ``STATUS`` and ``EQUIVALENTS``."""
+        return {"csrc_dir": self.csrc_dir, "symbol": self.symbol,
+                "workspace_symbol": self.workspace_symbol, "kernel_type": self.kernel_type,
+                "unit_source": self.unit_source, "impl_hash": self.impl_hash,
+                "OUT_CODES": dict(self.out_codes), "OP_OUT_DTYPES": dict(self.op_out_dtypes),
+                "STATUS": kit.STATUS,
+                "EQUIVALENTS": self.source.with_name("equivalent_impls.json")}
