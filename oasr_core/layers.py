@@ -76,7 +76,8 @@ class NormedRows:
     quantization whose linears take :meth:`quantized`, ``quantize`` how it is computed.
     ``note``, when given, is a two-element list whose items the handle sets True when its
     dense and its quantized form are first asked for (how a family's norm learns what the
-    linears after a norm take: :func:`oasr_core.kit.normed.layer_norm_answer`)."""
+    linears after a norm take: a family's answer to ``oasr_layer("LayerNorm", ...)``, such
+    as the W8A8 families' ``oasr_scaled_mm.w8a8.normed.layer_norm_answer``)."""
 
     __slots__ = ("x", "norm", "scheme", "_quantize", "_dense", "_quantized", "_note")
 

@@ -18,11 +18,11 @@ import torch
 import torch.nn.functional as F
 from oasr_gemm import linear as gemm_linear
 from oasr_gemm import ops as gemm_ops
+from oasr_scaled_mm.w8a8.normed import DENSE
 from oasr_scaled_mm.w8a8.scaled_ops import ROUTE
 from torch import nn
 
 from oasr_core.census.workloads import served_linear
-from oasr_core.kit.normed import DENSE
 from oasr_core.layers import NormedRows
 from oasr_core.routing import route
 from oasr_core.runtime import get_runtime

@@ -1,4 +1,4 @@
-"""The deferred layer norm (``oasr_core.kit.normed``) off the GPU: each form computed once,
+"""The deferred layer norm (``oasr_scaled_mm.w8a8.normed``) off the GPU: each form computed once,
 the torch fallback bit for bit the norm then the family's quantizer, the families' answers to
 ``oasr_layer("LayerNorm", ...)``, the fused unit's text, and the reference models run with the
 deferred norm against the same models without it (real torch models on the CPU, real
@@ -9,9 +9,7 @@ from __future__ import annotations
 import pytest
 import torch
 import torch.nn.functional as F
-from oasr_scaled_mm.w8a8 import row_quantizer
-
-from oasr_core.kit import normed
+from oasr_scaled_mm.w8a8 import normed, row_quantizer
 
 SCHEMES = (("oasr_scaled_mm", "int8_w8a8"), ("oasr_scaled_mm_fp8", "fp8_w8a8"))
 

@@ -3,7 +3,7 @@
 
 The contract (``oasr_scaled_mm.w8a8.row_quantizer``'s norm unit): every row the quantizer holds in
 registers (K a multiple of 8 up to 16384, aligned) is quantized in one pass; anything else is
-refused and :func:`oasr_core.kit.normed.quantize_after_norm` runs the two apart. The kernel's
+refused and :func:`oasr_scaled_mm.w8a8.normed.quantize_after_norm` runs the two apart. The kernel's
 mean and variance are summed in another order than torch's, so a normalized value may differ
 by an ulp of its dtype: scales agree to a few ulps of the norm's dtype, and a quantized value
 differs from torch's by at most one step (int8: 1; e4m3: the next code) at under 1 % of the

@@ -29,7 +29,6 @@ serves its ops and keeps its per-epoch state:
 - :mod:`oasr_core.kit.helpers`: :class:`~oasr_core.kit.helpers.HelperKernel`, a small helper
   kernel (an activation quantizer) bound from its declared argument types and loaded once per
   arch, torch serving where it cannot load;
-- :mod:`oasr_core.kit.normed`: the deferred layer norm a quantized family's linears share.
 
 What only quantized W8A8 families need (the row quantizer, tile ladders, the scaled GEMM C ABI,
 the weight cache) is not here: it is the W8A8 code base its plugins share.

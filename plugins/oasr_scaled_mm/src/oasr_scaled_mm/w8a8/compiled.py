@@ -115,11 +115,12 @@ def norm_quantize(fmt: Format, x: Any, weight: Any, bias: Any, eps: float) -> tu
     """``(q [..., K], scale float32 [...])``: the rows of ``layer_norm(x)`` (over the last
     dim) quantized, in one pass by the family's fused kernel where it serves (contiguous
     fp16/bf16 CUDA rows), else torch's norm then the family's quantizer (what the eager
-    quantized model's deferred norm computes, :mod:`oasr_core.kit.normed`)."""
+    quantized model's deferred norm computes, :mod:`oasr_scaled_mm.w8a8.normed`)."""
     import types
 
-    from oasr_core.kit.normed import fusable
     from torch.nn import functional as F
+
+    from oasr_scaled_mm.w8a8.normed import fusable
 
     quantize = fmt.module("quantize")
     norm = types.SimpleNamespace(weight=weight, bias=bias, eps=eps,

@@ -16,11 +16,11 @@ from __future__ import annotations
 
 from typing import Any
 
-from oasr_core.kit.normed import NormedRows, quantized_rows
 from oasr_core.layers import activate
 from oasr_core.runtime import device_arch_of
 
 from oasr_scaled_mm.w8a8.formats import Format
+from oasr_scaled_mm.w8a8.normed import NormedRows, quantized_rows
 from oasr_scaled_mm.w8a8.scaled_ops import add_residual, full_precision_linear, linear_in_dtype
 from oasr_scaled_mm.w8a8.weights import QuantizedWeight, cached_weight
 
@@ -173,7 +173,7 @@ def quantize_names(fmt: Format) -> dict[str, Any]:
     (``oasr_layer("LayerNorm", dtype, QUANTIZATION)``'s answer: the norm deferred for the
     linears after it). The deferred norm looks ``<package>.quantize.quantize_rows`` up at call
     time (the census recorder and tests rebind it)."""
-    from oasr_core.kit.normed import fused_kernel, layer_norm_answer, quantize_after_norm
+    from oasr_scaled_mm.w8a8.normed import fused_kernel, layer_norm_answer, quantize_after_norm
 
     def rows(x: Any) -> tuple[Any, Any]:
         return quantize_rows(fmt, x)

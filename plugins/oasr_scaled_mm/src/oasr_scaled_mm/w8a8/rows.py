@@ -80,7 +80,7 @@ def norm_quantize_rows_with(kernel: HelperKernel, x: Any, norm: Any, arch: str, 
     """``(q [..., K] of q_dtype, scale float32 [...])`` of ``norm(x)`` (an ``nn.LayerNorm``
     over ``K``, its parameters in ``x``'s dtype or absent) for contiguous fp16/bf16 CUDA rows,
     by the fused kernel on the current stream; None when it is unavailable or refused the
-    call (:func:`oasr_core.kit.normed.quantize_after_norm` then runs them apart)."""
+    call (:func:`oasr_scaled_mm.w8a8.normed.quantize_after_norm` then runs them apart)."""
     gamma, beta = (None if p is None else p.data_ptr() for p in (norm.weight, norm.bias))
     return _rows_call(kernel, x, arch, q_dtype, lambda code, rows, k: (
         x.data_ptr(), gamma, beta, float(norm.eps), code, rows, k))
