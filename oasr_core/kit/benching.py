@@ -112,8 +112,8 @@ def choice_arms(problem: Problem, choices: Sequence[Config | Sentinel], options:
 def float_operands(m: int, n: int, k: int, *, bias: bool = True, seed: int = 0
                    ) -> tuple[Any, Any, Any]:
     """The float ``(x [m, k], w [n, k], bias [n] | None)`` on the host (std 1, 1/sqrt(k), 1)
-    that :func:`quantized_operands` quantizes: a bench arm that times the quantizer, or the
-    unquantized layer, starts from them."""
+    a quantized family's operands quantize (``oasr_scaled_mm.w8a8.numerics``): a bench arm that
+    times the quantizer, or the unquantized layer, starts from them."""
     import torch
 
     gen = torch.Generator(device="cpu").manual_seed(seed)
@@ -121,19 +121,6 @@ def float_operands(m: int, n: int, k: int, *, bias: bool = True, seed: int = 0
     wf = torch.randn(n, k, generator=gen) / k ** 0.5
     b = torch.randn(n, generator=gen) if bias else None
     return x, wf, b
-
-
-def quantized_operands(quantize_rows: Callable[[Any], tuple[Any, Any]], m: int, n: int, k: int,
-                       *, bias: bool = True, device: Any = "cpu", seed: int = 0
-                       ) -> tuple[Any, Any, Any, Any, Any]:
-    """Random ``(a [m, k], a_scale [m], w [n, k], w_scale [n], bias [n] | None)`` of a W8A8
-    family: a float activation and weight (std 1 and 1/sqrt(k)) quantized per token / per
-    channel by ``quantize_rows``, so outputs are O(1); bias float32. Never zeros or constants."""
-    x, wf, b = float_operands(m, n, k, bias=bias, seed=seed)
-    a, a_scale = quantize_rows(x)
-    w, w_scale = quantize_rows(wf)
-    move = (lambda t: t.to(device)) if str(device) != "cpu" else (lambda t: t)
-    return move(a), move(a_scale), move(w), move(w_scale), (move(b) if b is not None else None)
 
 
 def unquantized_arm(x: Any, weights: Sequence[Any], bias: Any, out: Any,
