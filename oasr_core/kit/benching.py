@@ -141,23 +141,3 @@ def unquantized_arm(x: Any, weights: Sequence[Any], bias: Any, out: Any,
         return run
 
     return factory
-
-
-def scaled_kernel_arm(prepared: Any, index: int, a: Any, weights: Sequence[Any], a_scale: Any,
-                      w_scale: Any, bias: Any, out_scale: float, out: Any, what: str,
-                      before: Callable[[], None] | None = None) -> Arm:
-    """A W8A8 family's kernel arm: ``prepared`` launched with the C ABI's operand list
-    ``(a, w, a_scale, w_scale, bias, out_scale tensor (none), out_scale, out)`` for each
-    weight copy (:func:`kernel_arm`), after ``before()`` (the activation quantizer a
-    quantized linear runs first; None: nothing)."""
-    operands = [(a.data_ptr(), wi.data_ptr(), a_scale.data_ptr(), w_scale.data_ptr(),
-                 bias.data_ptr(), 0, out_scale, out.data_ptr()) for wi in weights]
-    gemm = kernel_arm(prepared, index, operands, out, what)
-    if before is None:
-        return gemm
-
-    def run(i: int) -> Any:
-        before()
-        return gemm(i)
-
-    return run

@@ -75,6 +75,7 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
     from oasr_scaled_mm.quantize import quantize_rows_reference
     from oasr_scaled_mm.quantize_kernel import KERNEL
     from oasr_scaled_mm.w8a8.rows import quantize_step
+    from oasr_scaled_mm.w8a8.scaled import scaled_kernel_arm
 
     n, k, m = problem.dim("N"), problem.dim("K"), problem.m
     quant = problem.op == OP_QUANT
@@ -115,7 +116,7 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
                        and cfg.params.get("stream_k")
                        else f"is not compiled in the {options.lane} module")
                 raise LaunchError(f"{cfg.id} {why}")
-            arm_of[cfg.id] = benching.scaled_kernel_arm(
+            arm_of[cfg.id] = scaled_kernel_arm(
                 kernel.prepare(out_name, m, n, k), where.index, a_in, weights, s_in, w_scale,
                 bias, out_scale, out, f"{options.lane}/{cfg.id} refused m={m} n={n} k={k}",
                 None if quant else quantize)

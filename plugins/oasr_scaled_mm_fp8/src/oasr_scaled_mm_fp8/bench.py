@@ -63,6 +63,7 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
     import torch
     from oasr_core.bench import BenchCase
     from oasr_core.kit import benching
+    from oasr_scaled_mm.w8a8.scaled import scaled_kernel_arm
 
     from oasr_scaled_mm_fp8 import numerics, reference
 
@@ -96,7 +97,7 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
             kernel = where.kernels.get((problem.op, cfg.id))
             if kernel is None:
                 raise LaunchError(f"{cfg.id} is not compiled in the {options.lane} module")
-            arm_of[cfg.id] = benching.scaled_kernel_arm(
+            arm_of[cfg.id] = scaled_kernel_arm(
                 kernel.prepare("fp8" if quant else "bf16", m, n, k), where.index, a_in,
                 weights, s_in, w_scale, bias, out_scale, out,
                 f"{options.lane}/{cfg.id} refused m={m} n={n} k={k}", None if quant else quantize)

@@ -15,7 +15,7 @@ test/benchmark ``run`` are here. Importing this module imports no torch.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any, ClassVar
 
 import attrs
@@ -129,3 +129,25 @@ def bind_all(kernel: type[ScaledKernel], module: Any, configs: Iterable[Config],
     loaded module, by ``(op, config id)``."""
     return {(op, c.id): kernel.bind(module, c, op) for c in configs for op in kernel.ABI.ops
             if serves(c, op) and kernel.ABI.symbol(c, op) in module.exports}
+
+
+def scaled_kernel_arm(prepared: Any, index: int, a: Any, weights: Sequence[Any], a_scale: Any,
+                      w_scale: Any, bias: Any, out_scale: float, out: Any, what: str,
+                      before: Callable[[], None] | None = None) -> Any:
+    """A W8A8 family's kernel arm: ``prepared`` launched with the C ABI's operand list
+    ``(a, w, a_scale, w_scale, bias, out_scale tensor (none), out_scale, out)`` for each
+    weight copy (the kit's :func:`~oasr_core.kit.benching.kernel_arm`), after ``before()``
+    (the activation quantizer a quantized linear runs first; None: nothing)."""
+    operands = [(a.data_ptr(), wi.data_ptr(), a_scale.data_ptr(), w_scale.data_ptr(),
+                 bias.data_ptr(), 0, out_scale, out.data_ptr()) for wi in weights]
+    from oasr_core.kit.benching import kernel_arm
+
+    gemm = kernel_arm(prepared, index, operands, out, what)
+    if before is None:
+        return gemm
+
+    def run(i: int) -> Any:
+        before()
+        return gemm(i)
+
+    return run
