@@ -53,7 +53,13 @@ class Block(nn.Module):
 
 def _model(dtype=torch.bfloat16):
     torch.manual_seed(0)
-    return Block().eval().to(dtype)
+    block = Block().eval()
+    with torch.no_grad():  # statistics a trained norm has, so that folding it shows
+        block.bn.running_mean.uniform_(-0.5, 0.5)
+        block.bn.running_var.uniform_(0.5, 2.0)
+        block.bn.weight.uniform_(0.5, 1.5)
+        block.bn.bias.uniform_(-0.5, 0.5)
+    return block.to(dtype)
 
 
 def _aot_backend(graph_pass, graphs):
@@ -100,14 +106,20 @@ def test_pass_rewrites_where_the_tiers_choose_oasr_and_leaves_the_rest() -> None
     backend, graph, out, ref = _run(model, x)
     # The shipped sm90 tables: gemm_activation (1024, 256) and gemm_residual (256, 1024)
     # at M=1024 are oasr's; the linear to 96 columns has no entry (gemm's untuned choice is
-    # torch); no entry covers the convolutions (the family's untuned gate was measured
-    # against eager torch, not Inductor), so they stay Inductor's too.
-    assert backend.rewritten == {("gemm", "gemm_activation"): 1, ("gemm", "gemm_residual"): 1}
+    # torch). The depthwise convolution, its BatchNorm and SiLU are the eager model's folded
+    # conv1d_silu, which the system tier serves at M=1024: one op, the norm folded into its
+    # weight. No entry covers the pointwise convolution (the family's untuned gate was
+    # measured against eager torch, not Inductor), so it stays Inductor's.
+    assert backend.rewritten == {("gemm", "gemm_activation"): 1, ("gemm", "gemm_residual"): 1,
+                                 ("conv1d", "conv1d_silu"): 1}
     targets = _targets(graph)
     assert targets.count("oasr.gemm_activation.default") == 1
     assert targets.count("oasr.gemm_residual.default") == 1
+    assert targets.count("oasr.conv1d_batch_norm.default") == 1
     assert targets.count("aten.addmm.default") == 1  # the untuned linear stays Inductor's
-    assert targets.count("aten.convolution.default") == 2
+    assert targets.count("aten.convolution.default") == 1
+    # The norm's and the activation's pointwise work is gone from the graph.
+    assert "aten.sqrt.default" not in targets and "aten.exp.default" not in targets
     _close(out, ref, 2e-2)
 
 
@@ -145,10 +157,12 @@ def test_dynamic_time_axis_serves_signatures_with_entries() -> None:
     x = torch.randn(1, 1024, 256, dtype=torch.bfloat16)
     torch._dynamo.mark_dynamic(x, 1)
     backend, graph, out, ref = _run(model, x)
-    # M is symbolic: a linear goes to the op where a tier entry names a config for its
-    # signature (the op chooses per call by M region); the convs' exact points are unknown
-    # and no conv1d entry covers their signatures, so they stay Inductor's.
-    assert backend.rewritten == {("gemm", "gemm_activation"): 1, ("gemm", "gemm_residual"): 1}
+    # M is symbolic: a site goes to the op where a tier entry names a config for its
+    # signature in some M region (the op chooses per call): both linears, and the
+    # depthwise convolution with its BatchNorm folded (conv1d_silu's system entry); no
+    # entry covers the pointwise convolution, which stays Inductor's.
+    assert backend.rewritten == {("gemm", "gemm_activation"): 1, ("gemm", "gemm_residual"): 1,
+                                 ("conv1d", "conv1d_silu"): 1}
     _close(out, ref, 2e-2)
 
 
@@ -164,6 +178,39 @@ def test_backend_oasr_is_found_through_the_entry_point_and_compiles_with_inducto
     with torch.no_grad():
         out = torch.compile(model, backend="oasr")(x)
         assert torch.allclose(out, model(x), atol=1e-5)
+
+
+_CACHED_RUN = """
+import torch
+from torch import nn
+import oasr_core.compile as oc
+
+torch.manual_seed(0)
+model = nn.Sequential(nn.Linear(256, 1024), nn.SiLU()).eval().bfloat16()
+x = torch.randn(1024, 256, dtype=torch.bfloat16)
+backend = oc.backend(arch="sm90")
+with torch.no_grad():
+    out = torch.compile(model, backend=backend)(x)
+    assert torch.allclose(out.float(), model(x).float(), atol=0.05, rtol=0.05)
+print(sorted(backend.rewritten.items()))
+"""
+
+
+def test_a_graph_from_inductors_cache_finds_the_ops_in_a_new_process(tmp_path) -> None:
+    # The second process loads the graph (which calls oasr::gemm_activation) from
+    # Inductor's cache: the pass does not run there, yet the op is registered.
+    import os
+    import subprocess
+    import sys
+
+    env = {**os.environ, "TORCHINDUCTOR_CACHE_DIR": str(tmp_path / "inductor"),
+           "OASR_TUNE_SYSTEM_DB": str(REPO / "db"), "OASR_TUNE_USER_DB": "off"}
+    runs = [subprocess.run([sys.executable, "-c", _CACHED_RUN], env=env, capture_output=True,
+                           text=True, timeout=300) for _ in range(2)]
+    for run in runs:
+        assert run.returncode == 0, run.stderr[-2000:]
+    assert runs[0].stdout.strip() == "[(('gemm', 'gemm_activation'), 1)]"
+    assert runs[1].stdout.strip() == "[]"  # the cached graph: no pass ran
 
 
 def test_route_sends_linears_and_convs_to_the_ops_and_back() -> None:
@@ -348,7 +395,7 @@ def test_census_compiled_calls_record_each_key_and_run_without_code_generation()
         calls = compiled_calls(model, (torch.randn(3, 40, 256),), "bf16")
     labels = {(c.label, c.m, c.point): n for c, n in calls.items()}
     assert labels[("gemm|op=gemm_activation|dt=bf16|N=1024|K=256", 120, None)] == 1
-    assert labels[("conv1d|op=conv1d|dt=bf16|Cin=256|Cout=256|k=31|stride=1|pad=15|dil=1|"
+    assert labels[("conv1d|op=conv1d_silu|dt=bf16|Cin=256|Cout=256|k=31|stride=1|pad=15|dil=1|"
                    "groups=256", 120, "3x40")] == 1
     call = next(c for c in calls if c.op == "gemm_activation")
     assert (call.flops, call.weight_elements) == (2 * 120 * 1024 * 256, 1024 * 256)
@@ -434,9 +481,9 @@ def test_a_compile_census_in_the_tiers_makes_the_next_compile_serve_every_site(
         per_forward[(point.family, point.op)] += round(point.calls)
     assert backend.rewritten == dict(per_forward)
     # Every site: the subsampling's two convolutions and projection, the layer's 11 linears
-    # and its depthwise convolution (recorded as conv1d: under compile its BatchNorm and SiLU
-    # stay Inductor's).
-    assert backend.rewritten[("conv1d", "conv1d")] == 1
+    # and its depthwise convolution (recorded as conv1d_silu, the eager model's key: the
+    # pass folds its BatchNorm and fuses its SiLU).
+    assert backend.rewritten[("conv1d", "conv1d_silu")] == 1
     assert sum(n for (family, _), n in backend.rewritten.items() if family == "conv2d") == 2
     assert sum(backend.rewritten.values()) == 2 + 1 + 11 + 1
     assert "aten.mm.default" not in _targets(graph) and "aten.addmm.default" not in \

@@ -198,6 +198,85 @@ def _match_residual(node: Any) -> tuple[Any, Any, float] | None:
     return user, residual, alpha
 
 
+def _serve(pattern: Pattern, site: Site) -> Served | None:
+    """``pattern.serve(site)``, except a BatchNorm site to a pattern that does not fold it."""
+    if site.batch_norm and not pattern.folds_batch_norm:
+        return None
+    return pattern.serve(site)
+
+
+def _cast_to(node: Any, dtype: Any) -> Any:
+    """``node`` where its value has ``dtype``, else its sole user casting it to ``dtype``;
+    None when neither."""
+    if _val(node).dtype == dtype:
+        return node
+    cast = _sole_user(node)
+    if _is(cast, prims.convert_element_type.default) and cast.args[1] == dtype:
+        return cast
+    return None
+
+
+def _channel_vector(node: Any, width: Any) -> Any:
+    """The ``[C]`` tensor behind ``node`` = ``unsqueeze(v, -1)`` (``v`` maybe cast to fp32),
+    as a BatchNorm's decomposition reads its statistics and parameters; None otherwise."""
+    if not (_is(node, aten.unsqueeze.default) and node.args[1] in (-1, 1)):
+        return None
+    v = node.args[0]
+    if _is(v, prims.convert_element_type.default):
+        v = v.args[0]
+    return v if _vector(v, width) else None
+
+
+def _match_batch_norm(node: Any, width: Any) -> tuple[Any, Any, Any, Any, Any, float] | None:
+    """``(end, mean, var, weight, bias, eps)`` where ``node`` (a convolution's ``[B, C, T]``
+    output) is followed, each step its sole user, by an eval BatchNorm as Inductor
+    decomposes it: ``(y - mean) * (1 / sqrt(var + eps))`` (or ``rsqrt``), times the weight,
+    plus the bias, cast back to ``y``'s dtype where the cast is its sole user (``end`` may
+    stay fp32 where the activation after it computes in fp32 and casts once: torch 2.11's
+    decomposition); None otherwise."""
+    sub = _sole_user(node)
+    if not (_is(sub, aten.sub.Tensor) and sub.args[0] is node):
+        return None
+    mean = _channel_vector(sub.args[1], width)
+    mul = _sole_user(sub)
+    if mean is None or not (_is(mul, aten.mul.Tensor) and mul.args[0] is sub):
+        return None
+    inv = mul.args[1]
+    if not _is(inv, aten.unsqueeze.default):
+        return None
+    inv = inv.args[0]
+    if _is(inv, aten.mul.Tensor) and inv.args[1] == 1:
+        inv = inv.args[0]
+    if _is(inv, aten.rsqrt.default):
+        add = inv.args[0]
+    elif _is(inv, aten.reciprocal.default) and _is(inv.args[0], aten.sqrt.default):
+        add = inv.args[0].args[0]
+    else:
+        return None
+    if not (_is(add, aten.add.Tensor) and isinstance(add.args[1], float)):
+        return None
+    var = add.args[0]
+    if _is(var, prims.convert_element_type.default):
+        var = var.args[0]
+    if not _vector(var, width):
+        return None
+    end, weight, bias = mul, None, None
+    step = _sole_user(end)
+    if _is(step, aten.mul.Tensor) and step.args[0] is end:
+        weight = _channel_vector(step.args[1], width)
+        if weight is not None:
+            end, step = step, _sole_user(step)
+    if _is(step, aten.add.Tensor) and step.args[0] is end:
+        bias = _channel_vector(step.args[1], width)
+        if bias is not None:
+            end, step = step, _sole_user(step)
+    dtype = _val(node).dtype
+    if _val(end).dtype != dtype and _is(step, prims.convert_element_type.default) and \
+            step.args[1] == dtype:
+        end = step
+    return end, mean, var, weight, bias, float(add.args[1])
+
+
 def _vector(node: Any, width: Any) -> bool:
     val = _val(node)
     return val is not None and val.dim() == 1 and val.shape[0] == width
@@ -467,7 +546,7 @@ class _Rewriter:
         if record is not None:
             self.probing, self.probed = True, None
             try:
-                if any(p.serve(s) is not None for group in groups for s in sites
+                if any(_serve(p, s) is not None for group in groups for s in sites
                        for p in group) and self.probed is not None:
                     self.record_probe(*self.probed)
             finally:
@@ -475,7 +554,7 @@ class _Rewriter:
         for group in groups:
             for site in sites:
                 for pattern in group:
-                    served = pattern.serve(site)
+                    served = _serve(pattern, site)
                     if served is not None:
                         return site, served
         return None
@@ -646,9 +725,23 @@ class _Rewriter:
         static = _static(batch, t_in, t_out)
         rows = batch * t_out
         point = f"{batch}x{t_in}" if static else None
-        options: list[tuple[Site, Any]] = []
-        act = _match_activation(node)
+        options: list[tuple[Site, Any] | tuple[Site, Any, dict]] = []
         has_bias = bias is not None
+        bn = _match_batch_norm(node, cout)
+        if bn is not None:
+            extra = dict(zip((Slot.BN_MEAN, Slot.BN_VAR, Slot.BN_WEIGHT, Slot.BN_BIAS,
+                              Slot.BN_EPS), bn[1:], strict=True))
+            act = _match_activation(bn[0])
+            act_end = _cast_to(act[0], xv.dtype) if act is not None else None
+            if act_end is not None:
+                options.append((self.site(CONV1D, xv.dtype, rows, dims, (batch, t_in),
+                                          bias=has_bias, activation=act[1], point=point,
+                                          batch_norm=True), act_end, extra))
+            if _val(bn[0]).dtype == xv.dtype:
+                options.append((self.site(CONV1D, xv.dtype, rows, dims, (batch, t_in),
+                                          bias=has_bias, point=point, batch_norm=True), bn[0],
+                                extra))
+        act = _match_activation(node)
         if act is not None:
             options.append((self.site(CONV1D, xv.dtype, rows, dims, (batch, t_in),
                                       bias=has_bias, activation=act[1], point=point), act[0]))
@@ -683,9 +776,10 @@ class _Rewriter:
                                   point=point), node))
         self.conv_rewrite(CONV2D, options, x, w, bias, [0, 2, 3, 1], [0, 3, 1, 2])
 
-    def conv_rewrite(self, kind: str, options: Sequence[tuple[Site, Any]], x: Any, w: Any,
+    def conv_rewrite(self, kind: str, options: Sequence[tuple[Any, ...]], x: Any, w: Any,
                      bias: Any, to_last: list[int], to_first: list[int]) -> None:
-        """Offer a convolution's sites (most fused first, each with the node it ends at) and
+        """Offer a convolution's sites (most fused first, each with the node it ends at and,
+        optionally, the slots it adds: a BatchNorm's) and
         rewrite the one a pattern serves: the input permuted ``to_last`` (channels-last; a
         copy only where :meth:`cheap_copy` says so, else the site stays Inductor's), the
         op, its output permuted ``to_first`` for the consumers."""
@@ -693,21 +787,23 @@ class _Rewriter:
         if got is None or not self.owner.rewrite:
             return
         site, served = got
-        last = next(o[1] for o in options if o[0] is site)
+        chosen = next(o for o in options if o[0] is site)
+        last, extra = chosen[1], (chosen[2] if len(chosen) > 2 else {})
         conv = options[-1][1]
+        # Judged before the permute is emitted: it would count as another user of x.
+        copy = not _val(x).permute(*to_last).is_contiguous()
+        if copy and not self.cheap_copy(x, _val(x), _val(conv)):
+            return
         with self.graph.inserting_before(last):
             xcl = self.emit(aten.permute.default, x, to_last)
-            if not _val(xcl).is_contiguous():
-                if not self.cheap_copy(x, _val(x), _val(conv)):
-                    self.graph.erase_node(xcl)
-                    return
+            if copy:
                 xcl = self.emit(aten.clone.default, xcl)
                 xcl.kwargs = {"memory_format": torch.contiguous_format}
                 with self.fake:
                     xcl.meta["val"] = _val(xcl.args[0]).clone(
                         memory_format=torch.contiguous_format)
             fill = {Slot.X: xcl, Slot.WEIGHT: w, Slot.BIAS: bias,
-                    Slot.ACTIVATION: site.activation}
+                    Slot.ACTIVATION: site.activation, **extra}
             out = self.emit(served.target, *(fill[a] if isinstance(a, Slot) else a
                                              for a in served.args))
             out = self.emit(aten.permute.default, out, to_first)

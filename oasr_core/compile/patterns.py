@@ -57,6 +57,16 @@ class Slot(enum.Enum):
     """That LayerNorm's bias ``[K]``, or None."""
     NORM_EPS = "norm_eps"
     """That LayerNorm's epsilon (a float)."""
+    BN_MEAN = "bn_mean"
+    """A convolution's eval BatchNorm (:attr:`Site.batch_norm`): its running mean ``[Cout]``."""
+    BN_VAR = "bn_var"
+    """Its running variance ``[Cout]``."""
+    BN_WEIGHT = "bn_weight"
+    """Its weight ``[Cout]``, or None."""
+    BN_BIAS = "bn_bias"
+    """Its bias ``[Cout]``, or None."""
+    BN_EPS = "bn_eps"
+    """Its epsilon (a float)."""
 
 
 @attrs.frozen
@@ -99,6 +109,10 @@ class Site:
     point: str | None = None
     """A conv's exact point ``<B>x<T>`` (``<B>x<H>`` for a 2-D one; None when dynamic, or
     for a linear)."""
+    batch_norm: bool = False
+    """A convolution followed by an eval BatchNorm (the ``BN_*`` slots), which the served
+    op applies (folded into its weight and bias); its ``activation`` is the one after the
+    norm. Offered only to patterns that fold it (:attr:`Pattern.folds_batch_norm`)."""
     norm: bool = False
     """A linear whose input is a LayerNorm's output over its last dim (the ``NORM_*`` slots
     then hold the norm's input and parameters): a quantized family may quantize the rows in
@@ -157,6 +171,9 @@ class Pattern:
     kind: str = attrs.field(validator=attrs.validators.in_(KINDS))
     serve: Callable[[Site], Served | None] = attrs.field(repr=False)
     description: str = ""
+    folds_batch_norm: bool = False
+    """Whether ``serve`` takes convolution sites with an eval BatchNorm after them
+    (:attr:`Site.batch_norm`): the norm is then the op's to apply."""
     scheme: str = "none"
     """The quantization scheme the plugin declared it for (set by :func:`collect_patterns`):
     the pass asks a scheme's patterns before full precision's."""

@@ -48,5 +48,9 @@ def patterns_for(quantization: str) -> list[Any]:
         return []
     from oasr_core.compile import CONV2D, Pattern
 
+    # The custom ops a compiled graph calls are registered now: a graph Inductor loads from
+    # its cache calls them in a process where the pass never ran.
+    from oasr_conv2d import ops  # noqa: F401
+
     return [Pattern(name="conv2d.conv", family="conv2d", kind=CONV2D, serve=serve_conv,
                     description="dense 2-D convolution, NHWC (+bias, +activation)")]

@@ -50,5 +50,9 @@ def patterns_for(quantization: str) -> list[Any]:
         return []
     from oasr_core.compile import LINEAR, Pattern
 
+    # The custom ops a compiled graph calls are registered now: a graph Inductor loads from
+    # its cache calls them in a process where the pass never ran.
+    from oasr_gemm import ops  # noqa: F401
+
     return [Pattern(name="gemm.linear", family="gemm", kind=LINEAR, serve=serve_linear,
                     description="linear (+bias, +relu/silu, or + alpha * residual)")]

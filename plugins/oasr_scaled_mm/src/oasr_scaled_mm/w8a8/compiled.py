@@ -224,6 +224,11 @@ def patterns_for(fmt: Format, quantization: str) -> list[Any]:
         return []
     from oasr_core.compile import LINEAR, Pattern
 
+    # The custom ops a compiled graph calls are registered now: a graph Inductor loads from
+    # its cache calls them in a process where the pass never ran.
+    fmt.module("ops")
+    custom_op(fmt)
+    norm_ops(fmt)
     return [Pattern(name=f"{fmt.family}.linear", family=fmt.family, kind=LINEAR,
                     serve=functools.partial(serve_linear, fmt),
                     description=f"{fmt.quantization} linear (+bias): per-token activation "
