@@ -29,7 +29,8 @@ Linear = Callable[..., Any]
 """``(x, layer, activation=None) -> activation(layer(x))`` with a plugin's ops (the answer of
 ``oasr_linear``); ``activation`` is None or a name of :data:`ACTIVATIONS`. One that also
 takes keyword arguments ``residual`` and ``alpha`` returns ``residual + alpha * layer(x)``
-for them."""
+for them. One may also carry ``forward``, ``(layer, x) -> layer(x)``, which
+:func:`oasr_core.route` binds as a routed module's forward."""
 
 Layer = Callable[..., Any]
 """``(x, layer, activation=None) -> activation(layer(x))`` channels-last, for a layer kind

@@ -13,7 +13,9 @@ speech encoders call their convolutions) the routed forward hands the op the cha
 data with no copy and returns the transposed view of its output; any other input (a
 contiguous ``[B, C, T]``, whose copy would cost what the kernel saves), padding modes other
 than zeros, and grouped convs neither dense nor depthwise run the module's own forward. A
-conv answer that has the protocol's channels-first form (``answer.channels_first``,
+linear answer's ``forward`` form (``(layer, x)``, :data:`oasr_core.layers.Linear`) is bound
+as a routed linear's forward in the same way. A conv answer that has the protocol's
+channels-first form (``answer.channels_first``,
 :data:`oasr_core.layers.Layer`) is bound as the forward itself, so the family decides this
 per layer and call shape once, and a call torch serves is the module's own ``F.conv1d``.
 Whatever the ops do not serve at run time (an untuned shape, a CPU tensor, autograd) takes
@@ -66,7 +68,9 @@ def route(model: Any, *, dtype: str = "fp16", quantization: str = "none",
     counts = {"Linear": 0, "Conv1d": 0}
     for module in model.modules():
         if lin is not None and isinstance(module, nn.Linear):
-            module.forward = functools.partial(_linear_forward, lin, module)
+            bound = getattr(lin, "forward", None)
+            module.forward = functools.partial(bound, module) if bound \
+                else functools.partial(_linear_forward, lin, module)
             counts["Linear"] += 1
         elif conv is not None and isinstance(module, nn.Conv1d) and \
                 getattr(module, "padding_mode", "zeros") == "zeros" and \

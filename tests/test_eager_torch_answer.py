@@ -86,6 +86,7 @@ def test_a_routed_linear_the_tiers_gave_to_torch_is_the_modules_own_call(cuda_li
     with torch.no_grad():
         layer, own, x = _linear(), _linear(), _x()
         route(layer, dtype="fp16", conv1d=False)
+        assert layer.forward.func is gemm_linear.forward  # no extra frame per routed call
         _gemm_torch_plan(x)
         layer(x)
         torch_calls = aten_calls(lambda: own(x))

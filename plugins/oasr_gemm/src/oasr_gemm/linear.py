@@ -34,11 +34,11 @@ def linear(x: Any, layer: Any, activation: str | None = None, *, residual: Any =
     call is ``F.linear`` (and the activation) on the layer's registered weight and bias,
     read from its parameter dict, with no op key or operand checks, so it costs what the
     torch model's layer costs (whose ``self.weight`` goes through ``Module.__getattr__``);
-    otherwise the op serves it. A call while compiling, or while a census recorder has rebound the op, goes through
-    the op as always. The memo holds ids, not layers (it keeps no model alive): a new layer
-    that reuses a dead one's id inherits a plan that is right for any operands (torch's
-    function, or the op with all its checks), at worst torch where a kernel would serve,
-    until the epoch ends.
+    otherwise the op serves it. A call while compiling, or while a census recorder has
+    rebound the op, goes through the op as always. The memo holds ids, not layers (it keeps
+    no model alive): a new layer that reuses a dead one's id inherits a plan that is right
+    for any operands (torch's function, or the op with all its checks), at worst torch where
+    a kernel would serve, until the epoch ends.
     """
     ops = _OPS or _load_ops()
     if residual is not None:
@@ -75,6 +75,30 @@ def linear(x: Any, layer: Any, activation: str | None = None, *, residual: Any =
             return _first(key, "gemm_activation", activation, x, layer)
         return _run("gemm_activation", activation, x, layer.weight, layer.bias, None)
     return ops.gemm_activation(x, layer.weight, layer.bias, activation)
+
+
+def forward(layer: Any, x: Any) -> Any:
+    """``layer(x)``: a routed ``nn.Linear``'s forward (``linear.forward``, which
+    :func:`oasr_core.route` binds): :func:`linear` without an activation, its arguments in
+    the order a bound forward takes them, so a routed call costs no extra Python frame. The
+    body is :func:`linear`'s plain branch, written out: this is the hot path."""
+    ops = _OPS or _load_ops()
+    if ops.gemm is _OWN[0] and not _compiling():
+        key = (id(layer), None, x.shape, x.dtype)
+        plan = _LAYERS.table.get(key)
+        if plan is _TORCH:
+            p = layer._parameters
+            w = p.get("weight")
+            if w is not None and "bias" in p:
+                _FALLBACKS[_SELECTED] += 1
+                return _linear(x, w, p["bias"])
+        elif plan is None:
+            return _first(key, "gemm", None, x, layer)
+        return _run("gemm", None, x, layer.weight, layer.bias, None)
+    return ops.gemm(x, layer.weight, layer.bias)
+
+
+linear.forward = forward  # type: ignore[attr-defined]
 
 
 def _first(key: tuple, op: str, activation: str | None, x: Any, layer: Any) -> Any:
