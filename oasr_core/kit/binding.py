@@ -5,17 +5,21 @@ Every generated unit (:func:`oasr_core.jit.kit.c_abi_unit`) exports a launcher
 workspace query ``int64_t <symbol>_workspace(<the family's sizes>)``. A family declares the
 argument types of both once (a tuple of ``ctypes`` types each) and binds a config's pair with
 :func:`bind_launcher`; its ``Kernel`` record keeps the two functions and prepares per-shape
-calls (:class:`~oasr_core.kit.calls.PreparedCall`). :func:`status_text` reads a launcher's
-status code. Importing this module imports no torch.
+calls (:class:`~oasr_core.kit.calls.PreparedCall`); :class:`BoundKernel` is that record's
+common part. :func:`status_text` reads a launcher's status code. Importing this module
+imports no torch.
 """
 
 from __future__ import annotations
 
 import ctypes
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, ClassVar
+
+import attrs
 
 from oasr_core.jit.kit import STATUS
+from oasr_core.types import Config
 
 LAUNCH_RESTYPE = ctypes.c_int32
 """A launcher returns a status (0: launched; :data:`oasr_core.jit.kit.STATUS`)."""
@@ -42,3 +46,24 @@ def bind_launcher(module: Any, symbol: str, argtypes: Sequence[Any],
 def status_text(status: int, table: Mapping[int, str] = STATUS) -> str:
     """What a launcher status code means."""
     return table.get(status, f"unknown status {status}")
+
+
+@attrs.define(eq=False)
+class BoundKernel:
+    """One config's launcher and workspace query in a loaded library: a family's ``Kernel``
+    subclasses it, declares :attr:`LAUNCH` and :attr:`WORKSPACE` (the ctypes argument types)
+    and adds ``prepare`` (the per-shape :class:`~oasr_core.kit.calls.PreparedCall`)."""
+
+    LAUNCH: ClassVar[tuple[Any, ...]] = ()
+    """The launcher's argument types: the call record, the family's operands, the stream."""
+    WORKSPACE: ClassVar[tuple[Any, ...]] = ()
+    """The workspace query's argument types."""
+    config: Config
+    fn: Any
+    workspace_fn: Any
+
+    @classmethod
+    def bind_symbol(cls, module: Any, config: Config, symbol: str) -> Any:
+        """``config``'s launcher ``symbol`` and its workspace query in a loaded module
+        (:class:`oasr_core.jit.LoadedModule`; raises if absent), bound as declared."""
+        return cls(config, *bind_launcher(module, symbol, cls.LAUNCH, cls.WORKSPACE))

@@ -127,3 +127,18 @@ def cutlass_stamps(impl_hash: str) -> dict[str, str | None]:
     except ToolchainError:
         cutlass = None
     return {"impl_hash": impl_hash, "cutlass": cutlass}
+
+
+def matching(configs: Iterable[Config], patterns: Iterable[str], lane: str,
+             arch: str) -> list[Config]:
+    """The ``configs`` (of ``lane`` on ``arch``) whose ids match any of the fnmatch
+    ``patterns``: a family's ``subset_spec`` links them in one module (benchmarks and probes
+    that time a few configs; the objects are the whole-space module's, so a prebuilt cache
+    serves both). ValueError when none match."""
+    import fnmatch
+
+    patterns = tuple(patterns)
+    chosen = [c for c in configs if any(fnmatch.fnmatchcase(c.id, pat) for pat in patterns)]
+    if not chosen:
+        raise ValueError(f"no {lane} config on {arch} matches {', '.join(patterns)}")
+    return chosen

@@ -22,6 +22,7 @@ from oasr_core import jit as core_jit
 from oasr_core.jit import kit
 from oasr_core.kit import ProductionSet, cutlass_stamps
 from oasr_core.kit import lane_specs as _lane_specs
+from oasr_core.kit.production import matching
 from oasr_core.types import Config
 
 from oasr_conv1d import dense
@@ -76,13 +77,7 @@ def full_spec(lane: str, arch: str, dtypes: Sequence[str] = ALL_DTYPES):
 def subset_spec(lane: str, arch: str, patterns: Iterable[str]):
     """A module of the configs of ``lane`` on ``arch`` whose ids match any fnmatch pattern
     (the objects are the whole-space module's, so a prebuilt cache serves both)."""
-    import fnmatch
-
-    patterns = tuple(patterns)
-    chosen = [c for c in lane_configs(lane, arch)
-              if any(fnmatch.fnmatchcase(c.id, pat) for pat in patterns)]
-    if not chosen:
-        raise ValueError(f"no {lane} config on {arch} matches {', '.join(patterns)}")
+    chosen = matching(lane_configs(lane, arch), patterns, lane, arch)
     return module_spec(lane, arch, chosen, name=f"{MODULE_PREFIX[lane]}_subset")
 
 

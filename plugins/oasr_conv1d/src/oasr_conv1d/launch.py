@@ -22,7 +22,7 @@ from typing import Any
 import attrs
 from oasr_core.jit import kit
 from oasr_core.kit import BufferKind, LaunchError, Serving, WorkspacePool
-from oasr_core.kit.binding import bind_launcher, status_text
+from oasr_core.kit.binding import BoundKernel, status_text
 from oasr_core.kit.calls import PreparedCall
 from oasr_core.types import Config
 
@@ -68,18 +68,16 @@ class ConvPlan:
 
 
 @attrs.define(eq=False)
-class Kernel:
+class Kernel(BoundKernel):
     """One config's launcher and workspace query in a loaded library."""
 
-    config: Config
-    fn: Any
-    workspace_fn: Any
+    LAUNCH = _LAUNCH_ARGTYPES
+    WORKSPACE = _WORKSPACE_ARGTYPES
 
     @classmethod
     def bind(cls, module: Any, config: Config) -> Kernel:
         """Bind ``config``'s symbols in a :class:`oasr_core.jit.LoadedModule` (raises if absent)."""
-        return cls(config, *bind_launcher(module, symbol(config), _LAUNCH_ARGTYPES,
-                                          _WORKSPACE_ARGTYPES))
+        return cls.bind_symbol(module, config, symbol(config))
 
     def prepare(self, geometry: Geometry, dtype: str, activation: str | None, *,
                 pdl: bool | None = None) -> ConvPlan:

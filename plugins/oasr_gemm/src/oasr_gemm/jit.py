@@ -27,6 +27,7 @@ import attrs
 from oasr_core import jit as core_jit
 from oasr_core.kit import ProductionSet, cutlass_stamps
 from oasr_core.kit import lane_specs as _lane_specs
+from oasr_core.kit.production import matching
 from oasr_core.types import Config
 
 from oasr_gemm import codegen
@@ -170,13 +171,7 @@ def subset_spec(lane: str, arch: str, patterns: Iterable[str]):
     """A module of the configs of ``lane`` on ``arch`` whose ids match any of the fnmatch
     ``patterns`` (benchmarks and probes that time a few configs: the objects are the
     whole-space module's, so a prebuilt cache serves both). ValueError when none match."""
-    import fnmatch
-
-    patterns = tuple(patterns)
-    chosen = [c for c in lane_configs(lane, arch)
-              if any(fnmatch.fnmatchcase(c.id, pat) for pat in patterns)]
-    if not chosen:
-        raise ValueError(f"no {lane} config on {arch} matches {', '.join(patterns)}")
+    chosen = matching(lane_configs(lane, arch), patterns, lane, arch)
     return module_spec(lane, arch, chosen, name=f"{MODULE_PREFIX[lane]}_subset")
 
 

@@ -26,7 +26,7 @@ import attrs
 from oasr_core.jit import kit
 from oasr_core.jit.kit import CallArgs
 from oasr_core.kit import BufferKind, LaunchError, Serving, WorkspacePool
-from oasr_core.kit.binding import bind_launcher, status_text
+from oasr_core.kit.binding import BoundKernel, status_text
 from oasr_core.kit.calls import PreparedCall
 from oasr_core.types import Config
 
@@ -64,21 +64,16 @@ def pdl_enabled() -> bool:
 
 
 @attrs.define(eq=False)
-class Kernel:
+class Kernel(BoundKernel):
     """One config's launcher and workspace query in a loaded library."""
 
-    config: Config
-    fn: Any
-    workspace_fn: Any
+    LAUNCH = _LAUNCH_ARGTYPES
+    WORKSPACE = _WORKSPACE_ARGTYPES
 
     @classmethod
     def bind(cls, module: Any, config: Config) -> Kernel:
         """Bind ``config``'s symbols in a :class:`oasr_core.jit.LoadedModule` (raises if absent)."""
-        return cls._bind(module, config, codegen.symbol(config), _LAUNCH_ARGTYPES)
-
-    @classmethod
-    def _bind(cls, module: Any, config: Config, symbol: str, argtypes: tuple) -> Any:
-        return cls(config, *bind_launcher(module, symbol, argtypes, _WORKSPACE_ARGTYPES))
+        return cls.bind_symbol(module, config, codegen.symbol(config))
 
     def prepare(self, dtype: str, m: int, n: int, k: int, activation: str | None, *,
                 pdl: bool | None = None, fused: bool = False) -> PreparedCall:
@@ -137,10 +132,12 @@ class ResidualKernel(Kernel):
     ``(a_ptr, w_ptr, bias_ptr, residual_ptr, d_ptr, alpha)``.
     """
 
+    LAUNCH = _RESIDUAL_ARGTYPES
+
     @classmethod
     def bind(cls, module: Any, config: Config) -> ResidualKernel:
         """Bind ``config``'s fused-residual symbols (raises if absent)."""
-        return cls._bind(module, config, codegen.residual_symbol(config), _RESIDUAL_ARGTYPES)
+        return cls.bind_symbol(module, config, codegen.residual_symbol(config))
 
     def run(self, a: Any, w: Any, bias: Any, residual: Any,  # type: ignore[override]
             alpha: float = 1.0, out: Any = None) -> Any:
