@@ -52,7 +52,8 @@ def test_the_rewrite_is_kept_only_when_faster_by_more_than_the_margin(monkeypatc
 
 
 def test_outputs_that_disagree_keep_inductors_graph(monkeypatch) -> None:
-    outs = {gate.KEEP_OASR: [torch.tensor([1.0, 2.0])], gate.KEEP_INDUCTOR: [torch.tensor([1.0, 1.0])]}
+    outs = {gate.KEEP_OASR: [torch.tensor([1.0, 2.0])],
+            gate.KEEP_INDUCTOR: [torch.tensor([1.0, 1.0])]}
     _scripted(monkeypatch, [0.5] * 5, [1.0] * 5, outs)
     with pytest.warns(RuntimeWarning, match="outputs differ"):
         v = gate.choose(lambda *a: None, lambda *a: None, [], sites=1)
@@ -111,7 +112,8 @@ class Block(nn.Module):
 
     def __init__(self) -> None:
         super().__init__()
-        self.up, self.down, self.odd = nn.Linear(256, 1024), nn.Linear(1024, 256), nn.Linear(256, 96)
+        self.up, self.down = nn.Linear(256, 1024), nn.Linear(1024, 256)
+        self.odd = nn.Linear(256, 96)
 
     def forward(self, x):
         x = x + 0.5 * self.down(F.silu(self.up(x)))

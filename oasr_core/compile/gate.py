@@ -189,10 +189,11 @@ def _relative_error(out: Any, ref: Any) -> float:
     out, ref = ([v] if isinstance(v, torch.Tensor) else list(v) for v in (out, ref))
     outs = [o for o in out if isinstance(o, torch.Tensor)]
     refs = [r for r in ref if isinstance(r, torch.Tensor)]
-    if len(outs) != len(refs) or any(a.shape != b.shape for a, b in zip(outs, refs)):
+    if len(outs) != len(refs) or any(a.shape != b.shape
+                                     for a, b in zip(outs, refs, strict=True)):
         return float("inf")
     worst = 0.0
-    for a, b in zip(outs, refs):
+    for a, b in zip(outs, refs, strict=True):
         if a.numel() == 0:
             continue
         a32, b32 = a.detach().float(), b.detach().float()
