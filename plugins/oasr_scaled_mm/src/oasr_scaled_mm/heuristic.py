@@ -32,7 +32,7 @@ from collections.abc import Iterable, Mapping, Sequence
 from pathlib import Path
 from typing import Any
 
-from oasr_core.types import Config, Lane, Problem
+from oasr_core.types import Config, Lane
 
 from oasr_scaled_mm.config_space import LANE_SM80, LANE_SM90, LANES, space
 from oasr_scaled_mm.w8a8 import ladders
@@ -135,26 +135,10 @@ def ladder_configs(lane: Lane, arch: str | None = None) -> tuple[Config, ...]:
     return tuple(c for c in (lane.config(r) for r in ladder.rungs) if c is not None)
 
 
-def heuristic_config(problem: Problem, lane: Lane, *, sm_count: int | None = None,
-                     arch: str | None = None) -> Config | None:
-    """The ladder's config for ``problem`` on ``lane`` with ``sm_count`` SMs.
-
-    Without ``sm_count``/``arch`` they come from the current CUDA device when its arch family
-    is one of the lane's, else from the lane's first default arch (:data:`DEFAULT_SM_COUNT`).
-    The rung the fill rule picks serves only if the lane can run the shape with it
-    (``Lane.supports``); else the next smaller rung that can, and None (the torch path) when
-    none can, as for a width that is not 16-byte aligned.
-    """
-    if sm_count is None or arch is None:
-        found_arch, found_sms = device_sms(lane.name, lane.arch_families, lane.default_on)
-        arch = arch or found_arch
-        sm_count = sm_count or found_sms
-    return ladders.pick_config(ladder_for(lane, arch), problem, lane, sm_count)
-
-
-def sentinel_heuristic(problem: Problem, lane: Lane) -> Config | None:
-    """``Family.sentinel_heuristic``: :func:`heuristic_config` on this process's device."""
-    return heuristic_config(problem, lane)
+globals().update(ladders.ladder_heuristic(
+    lambda lane, arch: ladder_for(lane, arch),
+    lambda lane: device_sms(lane.name, lane.arch_families, lane.default_on)))
+# heuristic_config(problem, lane, *, sm_count=None, arch=None), sentinel_heuristic(problem, lane)
 
 
 def ladder_digest() -> str:

@@ -29,7 +29,7 @@ import os
 from collections.abc import Iterable, Mapping
 from pathlib import Path
 
-from oasr_core.types import Config, Lane, Problem
+from oasr_core.types import Config, Lane
 from oasr_scaled_mm.w8a8 import ladders
 from oasr_scaled_mm.w8a8.devices import heuristic_device
 from oasr_scaled_mm.w8a8.ladders import FittedLadder, Ladder
@@ -104,21 +104,10 @@ def ladder_for(lane: str | Lane, arch: str | None = None) -> Ladder:
     return LADDERS[name]
 
 
-def heuristic_config(problem: Problem, lane: Lane, *, sm_count: int | None = None,
-                     arch: str | None = None) -> Config | None:
-    """The ladder's config for ``problem`` on ``lane`` with ``sm_count`` SMs on ``arch``
-    (both default to this process's device, else the lane's default arch); None when no rung
-    can run the shape (:func:`oasr_scaled_mm.w8a8.ladders.pick_config`)."""
-    if sm_count is None or arch is None:
-        found_arch, found_sms = heuristic_device(lane.arch_families, lane.default_on)
-        arch = arch or found_arch
-        sm_count = sm_count or found_sms
-    return ladders.pick_config(ladder_for(lane, arch), problem, lane, sm_count)
-
-
-def sentinel_heuristic(problem: Problem, lane: Lane) -> Config | None:
-    """``Family.sentinel_heuristic``: :func:`heuristic_config` on this process's device."""
-    return heuristic_config(problem, lane)
+globals().update(ladders.ladder_heuristic(
+    lambda lane, arch: ladder_for(lane, arch),
+    lambda lane: heuristic_device(lane.arch_families, lane.default_on)))
+# heuristic_config(problem, lane, *, sm_count=None, arch=None), sentinel_heuristic(problem, lane)
 
 
 def ladder_digest() -> str:

@@ -326,6 +326,33 @@ def pick_config(ladder: Ladder, problem: Problem, lane: Lane, sm_count: int) -> 
     return None
 
 
+def ladder_heuristic(ladder_for: Callable[[Lane, str | None], Ladder],
+                     device: Callable[[Lane], tuple[str, int]]) -> dict[str, Callable[..., Any]]:
+    """A format's ``heuristic_config`` and ``sentinel_heuristic`` over its tile ladders:
+    ``ladder_for(lane, arch)`` the ladder, ``device(lane)`` the ``(arch family, SM count)`` of
+    this process's device for the lane (the lane's default arch where the device is not one
+    of its arches)."""
+
+    def heuristic_config(problem: Problem, lane: Lane, *, sm_count: int | None = None,
+                         arch: str | None = None) -> Config | None:
+        """The ladder's config for ``problem`` on ``lane`` with ``sm_count`` SMs on ``arch``
+        (both default to this process's device, else the lane's default arch). The rung the
+        fill rule picks serves only if the lane can run the shape with it (``Lane.supports``);
+        else the next smaller rung that can, and None (the torch path) when none can, as for
+        a width that is not 16-byte aligned (:func:`pick_config`)."""
+        if sm_count is None or arch is None:
+            found_arch, found_sms = device(lane)
+            arch = arch or found_arch
+            sm_count = sm_count or found_sms
+        return pick_config(ladder_for(lane, arch), problem, lane, sm_count)
+
+    def sentinel_heuristic(problem: Problem, lane: Lane) -> Config | None:
+        """``Family.sentinel_heuristic``: :func:`heuristic_config` on this process's device."""
+        return heuristic_config(problem, lane)
+
+    return {"heuristic_config": heuristic_config, "sentinel_heuristic": sentinel_heuristic}
+
+
 def data_parallel_check(lanes: Sequence[str],
                         space: Callable[[str], Iterable[Config]]) -> Callable[[Ladder], None]:
     """A ``check_rungs`` for :func:`read_fitted`: ``ValueError`` unless the table is one of
