@@ -111,6 +111,12 @@ class NormedRows:
     def numel(self) -> int:
         return self.x.numel()
 
+    def size(self, *dim: int) -> Any:
+        return self.x.size(*dim)
+
+    def dim(self) -> int:
+        return self.x.dim()
+
     def dense(self) -> Any:
         """``norm(x)`` as a tensor (torch's layer norm), computed once."""
         if self._dense is None:

@@ -20,6 +20,15 @@ channels-first form (``answer.channels_first``,
 per layer and call shape once, and a call torch serves is the module's own ``F.conv1d``.
 Whatever the ops do not serve at run time (an untuned shape, a CPU tensor, autograd) takes
 their torch path, so routing never makes a model slower than torch where the tiers say so.
+
+With a quantization scheme, an ``nn.LayerNorm`` whose output only routed quantized linears
+read, each as its sole input (found by tracing the model's code,
+:func:`oasr_core.norm_consumers.norms_feeding_only`; a norm read by anything else, or in code
+that does not trace, stays torch's), is routed to the scheme's answer for ``LayerNorm``
+(``oasr_layer``): a W8A8 family defers the norm, so the linears after it share one fused
+norm-and-quantize pass instead of quantizing its output each; where those linears run
+unquantized at a shape, the norm is torch's layer norm from its next call. A norm in training
+mode runs its own forward.
 """
 
 from __future__ import annotations
@@ -38,6 +47,12 @@ def _linear_forward(linear: Any, layer: Any, x: Any) -> Any:
     return linear(x, layer)
 
 
+def _norm_forward(norm: Any, layer: Any, x: Any) -> Any:
+    if layer.training:
+        return type(layer).forward(layer, x)
+    return norm(x, layer)
+
+
 def _conv_forward(conv: Any, layer: Any, x: Any) -> Any:
     xt = x.transpose(1, 2) if x.dim() == 3 else None
     if xt is None or not xt.is_contiguous():
@@ -52,9 +67,11 @@ def route(model: Any, *, dtype: str = "fp16", quantization: str = "none",
     ``dtype`` is the activation dtype the model runs in (``fp16``, ``bf16``);
     ``quantization`` a scheme a W8A8 family serves (``"int8_w8a8"``, ``"fp8_w8a8"``) or
     ``"none"``. Returns how many layers of each kind were routed (``{"Linear": n,
-    "Conv1d": m}``). A scheme no installed plugin serves raises
+    "Conv1d": m}``, and with a scheme ``"LayerNorm"``: the norms before quantized linears,
+    see the module docstring). A scheme no installed plugin serves raises
     :class:`~oasr_core.errors.ConfigurationError`; a kind no plugin serves is left to torch.
-    Routing twice re-routes (the latest answer serves).
+    Routing twice re-routes (the latest answer serves; a norm routed before and not now gets
+    its own forward back).
     """
     from torch import nn
 
@@ -66,6 +83,9 @@ def route(model: Any, *, dtype: str = "fp16", quantization: str = "none",
     conv = served_layers(pm, dtype=dtype, quantization=quantization,
                          kinds=("Conv1d",)).get("Conv1d") if conv1d else None
     counts = {"Linear": 0, "Conv1d": 0}
+    norms = _norms_to_route(model, pm, dtype, quantization) if lin is not None else {}
+    if quantization != "none":
+        counts["LayerNorm"] = 0
     for module in model.modules():
         if lin is not None and isinstance(module, nn.Linear):
             bound = getattr(lin, "forward", None)
@@ -79,10 +99,33 @@ def route(model: Any, *, dtype: str = "fp16", quantization: str = "none",
             module.forward = functools.partial(channels_first, module) if channels_first \
                 else functools.partial(_conv_forward, conv, module)
             counts["Conv1d"] += 1
+        elif id(module) in norms:
+            module.forward = functools.partial(_norm_forward, norms[id(module)], module)
+            counts["LayerNorm"] += 1
         else:
+            if isinstance(module, nn.LayerNorm) and getattr(module, _ROUTED, False):
+                unroute(module)  # routed before, for linears that no longer take its form
             continue
         object.__setattr__(module, _ROUTED, True)
     return counts
+
+
+def _norms_to_route(model: Any, pm: Any, dtype: str, quantization: str) -> dict[int, Any]:
+    """``{id(norm): the scheme's LayerNorm answer}`` for the norms whose output only the
+    model's ``nn.Linear`` layers (all routed to the scheme's linear) read; empty without a
+    scheme or an answer."""
+    from torch import nn
+
+    if quantization == "none":
+        return {}
+    answer = served_layers(pm, dtype=dtype, quantization=quantization,
+                           kinds=("LayerNorm",)).get("LayerNorm")
+    if answer is None or not any(isinstance(m, nn.LayerNorm) for m in model.modules()):
+        return {}
+    from oasr_core.norm_consumers import norms_feeding_only
+
+    linears = [m for m in model.modules() if isinstance(m, nn.Linear)]
+    return {id(m): answer for m in norms_feeding_only(model, linears)}
 
 
 def unroute(model: Any) -> int:
