@@ -347,7 +347,9 @@ def oasr_layer(kind: str, dtype: str, quantization: str) -> Callable[..., Tensor
 
     **When:** the core calls this when ``oasr tune census`` (or the end-to-end benchmark)
     builds one of its reference workloads, once per layer kind and model build, before any
-    probe. ``kind`` is the class name of the torch module the model holds (``"Conv1d"``:
+    probe; and when :func:`oasr_core.route` routes a model's layers (``"Conv1d"``, and with
+    a scheme ``"LayerNorm"`` for a norm whose output only the routed quantized linears
+    read). ``kind`` is the class name of the torch module the model holds (``"Conv1d"``:
     the Conformer's depthwise convolution, the Whisper front end's two convolutions); linear
     layers are :func:`oasr_linear`'s. The core names no family here: a plugin whose family
     computes that kind of layer answers for it.
