@@ -10,7 +10,7 @@ its launcher uses :meth:`ProductionSet.wanted` to refresh a loaded module after 
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -142,3 +142,87 @@ def matching(configs: Iterable[Config], patterns: Iterable[str], lane: str,
     if not chosen:
         raise ValueError(f"no {lane} config on {arch} matches {', '.join(patterns)}")
     return chosen
+
+
+@attrs.frozen
+class LaneModules:
+    """The JIT modules of a family whose lanes compile one library per lane and arch from one
+    unit (or a few) per config: the whole-space, production and subset specs, ``Lane.jit_specs``
+    and ``Lane.jit_module``, written once. The family says what differs: its production set,
+    module names, units, include dir and flags; constructing nothing compiles."""
+
+    production: ProductionSet
+    prefix: Mapping[str, str]
+    """Module name prefix by lane (``conv1d_sm80``); a lane not here has no modules."""
+    units: Callable[[Config, Sequence[str]], list]
+    """``units(config, dtypes)``: the translation units compiling ``config``."""
+    include_dir: str
+    """The family's csrc dir (its headers, included as ``<family>/...``)."""
+    flags: Callable[[str], tuple[str, ...]]
+    """``flags(lane)``: extra nvcc flags of the lane's modules."""
+    dtypes: tuple[str, ...]
+    """Every dtype a module compiles by default."""
+    default_arch: Callable[[str], str]
+    """``default_arch(lane)``: the arch a one-config module targets when none is named."""
+
+    def module_spec(self, lane: str, arch: str, configs: Iterable[Config], *,
+                    name: str | None = None, dtypes: Sequence[str] | None = None) -> Any:
+        """A :class:`oasr_core.jit.JitSpec` linking the units behind ``configs`` for ``arch``."""
+        dtypes = self.dtypes if dtypes is None else tuple(dtypes)
+        seen: dict[str, object] = {}
+        for config in configs:
+            for unit in self.units(config, dtypes):
+                seen.setdefault(unit.name, unit)
+        suffix = "" if tuple(dtypes) == self.dtypes else "_" + "_".join(dtypes)
+        return core_jit.JitSpec(name=name or f"{self.prefix[lane]}{suffix}",
+                                arch=core_jit.family_target(arch), units=tuple(seen.values()),
+                                include_dirs=(self.include_dir,), extra_flags=self.flags(lane))
+
+    def production_spec(self, lane: str, arch: str,
+                        referenced: Iterable[str] | None = None) -> Any:
+        """The lane's production module on ``arch`` (the whole space under
+        ``COMPILE_SET=all``)."""
+        return self.module_spec(lane, arch, self.production.configs(lane, arch, referenced))
+
+    def full_spec(self, lane: str, arch: str, dtypes: Sequence[str] | None = None) -> Any:
+        """Every config of ``lane`` that fits ``arch`` in one module (builds, benchmarks,
+        tests)."""
+        return self.module_spec(lane, arch, self.production.lane_configs(lane, arch),
+                                dtypes=dtypes)
+
+    def subset_spec(self, lane: str, arch: str, patterns: Iterable[str]) -> Any:
+        """A module of the configs of ``lane`` on ``arch`` whose ids match any fnmatch pattern
+        (:func:`matching`)."""
+        chosen = matching(self.production.lane_configs(lane, arch), patterns, lane, arch)
+        return self.module_spec(lane, arch, chosen, name=f"{self.prefix[lane]}_subset")
+
+    def lane_specs(self, lane: str, arch: str, scope: str) -> list:
+        """``Lane.jit_specs``: the production module or the whole space (:func:`lane_specs`)."""
+        return lane_specs(lane, arch, scope, production=self.production,
+                          production_spec=self.production_spec, full_spec=self.full_spec)
+
+
+
+class KernelModule:
+    """The JIT module of one config (``Lane.jit_module``; constructing compiles nothing): its
+    units and a one-config spec for building or loading it alone. A family subclasses it
+    naming its :class:`LaneModules` as ``modules`` (the core instantiates the class)."""
+
+    modules: LaneModules
+
+    def __init__(self, config: Config, arch: str | None = None) -> None:
+        if config.lane not in self.modules.prefix:
+            raise ValueError(f"config {config.id!r} belongs to lane {config.lane!r}")
+        self.config = config
+        self.arch = arch or self.modules.default_arch(config.lane)
+
+    def translation_units(self, dtypes: Sequence[str] | None = None) -> list:
+        """The units compiling this config."""
+        return self.modules.units(self.config, self.modules.dtypes if dtypes is None
+                                  else tuple(dtypes))
+
+    def spec(self, dtypes: Sequence[str] | None = None) -> Any:
+        """A module holding this config's unit alone."""
+        name = f"{self.modules.prefix[self.config.lane]}_{self.config.params['unit']}"
+        return self.modules.module_spec(self.config.lane, self.arch, [self.config], name=name,
+                                        dtypes=dtypes)

@@ -16,13 +16,11 @@ from __future__ import annotations
 
 import functools
 import hashlib
-from collections.abc import Iterable, Sequence
+from collections.abc import Sequence
 
-from oasr_core import jit as core_jit
 from oasr_core.jit import kit
 from oasr_core.kit import ProductionSet, cutlass_stamps
-from oasr_core.kit import lane_specs as _lane_specs
-from oasr_core.kit.production import matching
+from oasr_core.kit.production import KernelModule, LaneModules
 from oasr_core.types import Config
 
 from oasr_conv1d import dense
@@ -49,62 +47,21 @@ def units(config: Config, dtypes: Sequence[str] = ALL_DTYPES) -> list:
     return dense.jit_units(config, dtypes)
 
 
-def module_spec(lane: str, arch: str, configs: Iterable[Config], *, name: str | None = None,
-                dtypes: Sequence[str] = ALL_DTYPES):
-    """A :class:`oasr_core.jit.JitSpec` linking the units behind ``configs`` for ``arch``."""
-    from oasr_core.jit import JitSpec
-
-    seen: dict[str, object] = {}
-    for config in configs:
-        for unit in units(config, dtypes):
-            seen.setdefault(unit.name, unit)
-    suffix = "" if tuple(dtypes) == ALL_DTYPES else "_" + "_".join(dtypes)
-    return JitSpec(name=name or f"{MODULE_PREFIX[lane]}{suffix}",
-                   arch=core_jit.family_target(arch), units=tuple(seen.values()),
-                   include_dirs=(str(CSRC),), extra_flags=dense.flags(lane))
+MODULES = LaneModules(production=PRODUCTION, prefix=MODULE_PREFIX, units=units,
+                      include_dir=str(CSRC), flags=dense.flags, dtypes=ALL_DTYPES,
+                      default_arch=lambda lane: "sm90" if lane == LANE_SM90 else "sm80")
+"""The lanes' modules (the kit's :class:`~oasr_core.kit.production.LaneModules`)."""
+module_spec = MODULES.module_spec
+production_spec = MODULES.production_spec
+full_spec = MODULES.full_spec
+subset_spec = MODULES.subset_spec
+lane_specs = MODULES.lane_specs
 
 
-def production_spec(lane: str, arch: str, referenced: Iterable[str] | None = None):
-    """The lane's production module on ``arch`` (the whole space under ``COMPILE_SET=all``)."""
-    return module_spec(lane, arch, PRODUCTION.configs(lane, arch, referenced))
+class Conv1dKernelModule(KernelModule):
+    """``Lane.jit_module``: the JIT module of one conv1d config."""
 
-
-def full_spec(lane: str, arch: str, dtypes: Sequence[str] = ALL_DTYPES):
-    """Every config of ``lane`` that fits ``arch`` in one module (builds, benchmarks, tests)."""
-    return module_spec(lane, arch, lane_configs(lane, arch), dtypes=dtypes)
-
-
-def subset_spec(lane: str, arch: str, patterns: Iterable[str]):
-    """A module of the configs of ``lane`` on ``arch`` whose ids match any fnmatch pattern
-    (the objects are the whole-space module's, so a prebuilt cache serves both)."""
-    chosen = matching(lane_configs(lane, arch), patterns, lane, arch)
-    return module_spec(lane, arch, chosen, name=f"{MODULE_PREFIX[lane]}_subset")
-
-
-def lane_specs(lane: str, arch: str, scope: str) -> list:
-    """``Lane.jit_specs``: the production module or the whole space of ``lane`` on ``arch``."""
-    return _lane_specs(lane, arch, scope, production=PRODUCTION, production_spec=production_spec,
-                       full_spec=full_spec)
-
-
-class Conv1dKernelModule:
-    """The JIT module of one conv1d config (``Lane.jit_module``; constructing compiles
-    nothing): its units and a one-config spec for building or loading it alone."""
-
-    def __init__(self, config: Config, arch: str | None = None) -> None:
-        if config.lane not in MODULE_PREFIX:
-            raise ValueError(f"config {config.id!r} belongs to lane {config.lane!r}")
-        self.config = config
-        self.arch = arch or ("sm90" if config.lane == LANE_SM90 else "sm80")
-
-    def translation_units(self, dtypes: Sequence[str] = ALL_DTYPES) -> list:
-        """The units compiling this config."""
-        return units(self.config, dtypes)
-
-    def spec(self, dtypes: Sequence[str] = ALL_DTYPES):
-        """A module holding this config's unit alone."""
-        name = f"{MODULE_PREFIX[self.config.lane]}_{self.config.params['unit']}"
-        return module_spec(self.config.lane, self.arch, [self.config], name=name, dtypes=dtypes)
+    modules = MODULES
 
 
 @functools.cache

@@ -11,16 +11,12 @@ Nothing here runs at import; building happens in :func:`oasr_core.jit.load` call
 
 from __future__ import annotations
 
-import fnmatch
 import functools
 import hashlib
-from collections.abc import Iterable, Sequence
 
-from oasr_core import jit as core_jit
 from oasr_core.jit import kit
 from oasr_core.kit import ProductionSet, cutlass_stamps
-from oasr_core.kit import lane_specs as _lane_specs
-from oasr_core.types import Config
+from oasr_core.kit.production import KernelModule, LaneModules
 
 from oasr_conv2d import codegen
 from oasr_conv2d.geometry import CSRC, LANE
@@ -36,66 +32,21 @@ PRODUCTION = ProductionSet(family="conv2d", compile_set_env=COMPILE_SET_ENV, spa
 lane_configs = PRODUCTION.lane_configs
 
 
-def module_spec(lane: str, arch: str, configs: Iterable[Config], *, name: str | None = None,
-                dtypes: Sequence[str] = ALL_DTYPES):
-    """A :class:`oasr_core.jit.JitSpec` linking the units behind ``configs`` for ``arch``."""
-    from oasr_core.jit import JitSpec
-
-    seen: dict[str, object] = {}
-    for config in configs:
-        for unit in codegen.jit_units(config, dtypes):
-            seen.setdefault(unit.name, unit)
-    suffix = "" if tuple(dtypes) == ALL_DTYPES else "_" + "_".join(dtypes)
-    return JitSpec(name=name or f"{MODULE_PREFIX[lane]}{suffix}",
-                   arch=core_jit.family_target(arch), units=tuple(seen.values()),
-                   include_dirs=(str(CSRC),), extra_flags=codegen.EXTRA_FLAGS)
+MODULES = LaneModules(production=PRODUCTION, prefix=MODULE_PREFIX, units=codegen.jit_units,
+                      include_dir=str(CSRC), flags=lambda lane: codegen.EXTRA_FLAGS,
+                      dtypes=ALL_DTYPES, default_arch=lambda lane: "sm80")
+"""The lane's modules (the kit's :class:`~oasr_core.kit.production.LaneModules`)."""
+module_spec = MODULES.module_spec
+production_spec = MODULES.production_spec
+full_spec = MODULES.full_spec
+subset_spec = MODULES.subset_spec
+lane_specs = MODULES.lane_specs
 
 
-def production_spec(lane: str, arch: str, referenced: Iterable[str] | None = None):
-    """The lane's production module on ``arch`` (the whole space under ``COMPILE_SET=all``)."""
-    return module_spec(lane, arch, PRODUCTION.configs(lane, arch, referenced))
+class Conv2dKernelModule(KernelModule):
+    """``Lane.jit_module``: the JIT module of one conv2d config."""
 
-
-def full_spec(lane: str, arch: str, dtypes: Sequence[str] = ALL_DTYPES):
-    """Every config of ``lane`` that fits ``arch`` in one module (builds, benchmarks, tests)."""
-    return module_spec(lane, arch, lane_configs(lane, arch), dtypes=dtypes)
-
-
-def subset_spec(lane: str, arch: str, patterns: Iterable[str]):
-    """A module of the configs of ``lane`` on ``arch`` whose ids match any fnmatch pattern
-    (the objects are the whole-space module's, so a prebuilt cache serves both)."""
-    patterns = tuple(patterns)
-    chosen = [c for c in lane_configs(lane, arch)
-              if any(fnmatch.fnmatchcase(c.id, pat) for pat in patterns)]
-    if not chosen:
-        raise ValueError(f"no {lane} config on {arch} matches {', '.join(patterns)}")
-    return module_spec(lane, arch, chosen, name=f"{MODULE_PREFIX[lane]}_subset")
-
-
-def lane_specs(lane: str, arch: str, scope: str) -> list:
-    """``Lane.jit_specs``: the production module or the whole space of ``lane`` on ``arch``."""
-    return _lane_specs(lane, arch, scope, production=PRODUCTION, production_spec=production_spec,
-                       full_spec=full_spec)
-
-
-class Conv2dKernelModule:
-    """The JIT module of one conv2d config (``Lane.jit_module``; constructing compiles
-    nothing): its units and a one-config spec for building or loading it alone."""
-
-    def __init__(self, config: Config, arch: str | None = None) -> None:
-        if config.lane not in MODULE_PREFIX:
-            raise ValueError(f"config {config.id!r} belongs to lane {config.lane!r}")
-        self.config = config
-        self.arch = arch or "sm80"
-
-    def translation_units(self, dtypes: Sequence[str] = ALL_DTYPES) -> list:
-        """The units compiling this config."""
-        return codegen.jit_units(self.config, dtypes)
-
-    def spec(self, dtypes: Sequence[str] = ALL_DTYPES):
-        """A module holding this config's unit alone."""
-        name = f"{MODULE_PREFIX[self.config.lane]}_{self.config.params['unit']}"
-        return module_spec(self.config.lane, self.arch, [self.config], name=name, dtypes=dtypes)
+    modules = MODULES
 
 
 @functools.cache
