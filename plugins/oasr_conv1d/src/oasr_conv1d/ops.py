@@ -177,7 +177,7 @@ def _run(op: str, activation: str | None, x: torch.Tensor, weight: torch.Tensor,
     status = plan(dev, x_ptr, w_ptr, b_ptr, o_ptr)
     if status:
         return _torch_path.refused(key, plan.config, launch.status_text(status),
-                                   f"op={op} {launch.describe(plan.geometry)}", activation, x,
+                                   f"op={op} {launch.describe(plan.record)}", activation, x,
                                    weight, bias, s, p, d, groups)
     return out
 

@@ -185,7 +185,7 @@ def _run(op: str, activation: str | None, x: torch.Tensor, weight: torch.Tensor,
     status = plan(dev, x_ptr, w_ptr, b_ptr, o_ptr)
     if status:
         SERVING.refused(key, plan.config, launch.status_text(status),
-                        f"op={op} {describe(plan.geometry)}")
+                        f"op={op} {describe(plan.record)}")
         return _torch_path("refused", activation, x, weight, bias, stride, padding, dilation,
                            groups)
     return out

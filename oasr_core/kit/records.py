@@ -1,0 +1,148 @@
+"""Kernels whose call shape is a ctypes record passed by address.
+
+A family whose launcher reads a shape record (a ``ctypes.Structure`` mirroring a C struct of
+the family's ABI header) declares the record, how a shape becomes the kit's call record
+(:class:`~oasr_core.jit.kit.CallArgs`) and how it reads in a message; :class:`RecordKernel`
+binds the launcher ``int32_t <symbol>(const CallArgs*, const Record*, const void* x,
+const void* w, const void* bias, void* out, void* stream)`` with its workspace query
+``int64_t <symbol>_workspace(const Record*, int32_t dtype)`` and prepares one call shape's
+:class:`RecordPlan`: a call costs one Python frame, one ctypes call and the launch, on torch's
+current stream. Importing this module imports no torch.
+"""
+
+from __future__ import annotations
+
+import ctypes
+from collections.abc import Mapping
+from typing import Any, ClassVar
+
+import attrs
+
+from oasr_core.kit.binding import BoundKernel, status_text
+from oasr_core.kit.calls import PreparedCall
+from oasr_core.kit.serving import LaunchError
+from oasr_core.types import Config
+
+
+@attrs.define(slots=True, eq=False)
+class RecordPlan:
+    """One call shape's launch: the prepared call and the shape record it points at."""
+
+    prepared: PreparedCall
+    record: Any
+    address: int = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.address = ctypes.addressof(self.record)
+
+    @property
+    def config(self) -> Config:
+        return self.prepared.config
+
+    def __call__(self, device: int, x: int, w: int, bias: int, out: int) -> int:
+        """Launch on ``device``'s current stream; the launcher's status (0 = ok)."""
+        return self.prepared(device, self.address, x, w, bias, out)
+
+    def operands(self, x: int, w: int, bias: int, out: int) -> tuple[int, ...]:
+        """The launcher's operands after the call record (for ``PreparedCall.launch``)."""
+        return (self.address, x, w, bias, out)
+
+
+@attrs.define(eq=False)
+class RecordKernel(BoundKernel):
+    """One config's launcher and workspace query in a loaded library, called with a shape
+    record. A family subclasses it and says what differs: :meth:`symbol_of`,
+    :meth:`call_args`, :meth:`describe`, :meth:`out_shape`, :attr:`DTYPE_CODE`, its
+    workspace pool (:meth:`pool`) and, for programmatic dependent launch, :meth:`launch_flags`."""
+
+    LAUNCH = (ctypes.c_void_p,) * 7
+    WORKSPACE = (ctypes.c_void_p, ctypes.c_int32)
+    DTYPE_CODE: ClassVar[Mapping[str, int]] = {}
+    """The ABI's dtype codes by name (the workspace query's second argument)."""
+
+    @staticmethod
+    def symbol_of(config: Config) -> str:
+        raise NotImplementedError
+
+    @staticmethod
+    def call_args(record: Any, dtype: str, activation: str | None, flags: int) -> Any:
+        """The kit's call record for a shape (``oasr_core.jit.kit.CallArgs``)."""
+        raise NotImplementedError
+
+    @staticmethod
+    def describe(record: Any) -> str:
+        """The shape in a message."""
+        raise NotImplementedError
+
+    @staticmethod
+    def out_shape(record: Any) -> tuple[int, ...]:
+        """The output tensor's shape."""
+        raise NotImplementedError
+
+    @staticmethod
+    def pool() -> Any:
+        """The family's :class:`~oasr_core.kit.workspace.WorkspacePool`."""
+        raise NotImplementedError
+
+    def launch_flags(self, pdl: bool | None) -> int:
+        """The call record's flags (none unless the family launches with PDL)."""
+        return 0
+
+    @classmethod
+    def bind(cls, module: Any, config: Config) -> Any:
+        """Bind ``config``'s symbols in a :class:`oasr_core.jit.LoadedModule` (raises if absent)."""
+        return cls.bind_symbol(module, config, cls.symbol_of(config))
+
+    def prepare(self, record: Any, dtype: str, activation: str | None, *,
+                pdl: bool | None = None) -> RecordPlan:
+        """The per-shape plan (asks the workspace this shape needs, once); a
+        :class:`LaunchError` when the unit cannot run the shape."""
+        record = type(record).from_buffer_copy(record)
+        scratch = self.workspace_fn(ctypes.addressof(record), self.DTYPE_CODE[dtype])
+        if scratch < 0:
+            raise LaunchError(f"{self.config.lane}/{self.config.id}: workspace query refused "
+                              f"{self.describe(record)} {dtype}")
+        args = self.call_args(record, dtype, activation, self.launch_flags(pdl))
+        prepared = PreparedCall(self.fn, args, self.config,
+                                (int(scratch),) if scratch else (), self.pool())
+        return RecordPlan(prepared, record)
+
+    def run(self, x: Any, w_packed: Any, bias: Any, record: Any,
+            activation: str | None = None, out: Any = None) -> Any:
+        """Run this config on torch tensors (no selection, no memo): tests and benchmarks.
+        ``x`` contiguous fp16/bf16 on the current device, ``w_packed`` the weight in the
+        config's layout; raises :class:`LaunchError` when the launcher refuses."""
+        import torch
+
+        dtype = {torch.float16: "fp16", torch.bfloat16: "bf16"}[x.dtype]
+        if out is None:
+            out = torch.empty(self.out_shape(record), dtype=x.dtype, device=x.device)
+        plan = self.prepare(record, dtype, activation)
+        status = plan(x.get_device(), x.data_ptr(), w_packed.data_ptr(),
+                      bias.data_ptr() if bias is not None else 0, out.data_ptr())
+        if status:
+            raise LaunchError(f"{self.config.lane}/{self.config.id} refused "
+                              f"{self.describe(record)} {dtype} {activation}: "
+                              f"{status_text(status)}")
+        return out
+
+
+def module_serving(family: str, *, modules: Any, kernel: Any, category: type[Warning]) -> Any:
+    """A family's :class:`~oasr_core.kit.Serving` over the production modules of its
+    :class:`~oasr_core.kit.production.LaneModules` (``modules()``, imported on first load),
+    binding each config whose launcher a module exports as ``kernel.bind(module, config)``."""
+    from oasr_core.kit.serving import Serving
+
+    def load(lane: str, arch: str) -> Mapping[str, Any] | None:
+        lanes = modules()
+
+        def bind(module: Any) -> dict[str, Any]:
+            return {c.id: kernel.bind(module, c) for c in lanes.production.lane_configs(lane, arch)
+                    if kernel.symbol_of(c) in module.exports}
+
+        return serving.load(lane, arch, lanes.production_spec, bind)
+
+    serving = Serving(family, load=load, ids=lambda kernels: kernels.keys(),
+                      wanted=lambda lane, arch: modules().production.wanted(lane, arch),
+                      category=category)
+    return serving
