@@ -253,7 +253,7 @@ def main(argv=None) -> int:
     else:
         print("no CUDA device: pass --arch with --prebuild-only", file=sys.stderr)
         return 2
-    spec = jit.full_spec(LANE, arch)
+    spec = jit.MODULES.full_spec(LANE, arch)
     build_lines = _prebuild(spec, args.jobs)
     print("\n".join(build_lines), flush=True)
     if args.prebuild_only or not have_gpu:

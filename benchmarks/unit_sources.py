@@ -40,7 +40,8 @@ def _specs():
         lanes = importlib.import_module(f"{package}.geometry").LANES
         for lane in lanes:
             for arch in ARCHES:
-                for scope, make in (("all", jit.full_spec), ("production", jit.production_spec)):
+                for scope, make in (("all", jit.MODULES.full_spec),
+                                    ("production", jit.MODULES.production_spec)):
                     try:
                         spec = make(lane, arch)
                     except ValueError:  # the lane builds nothing for this arch
@@ -77,7 +78,7 @@ def main() -> int:
     keys = list(jobs)
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         digests = dict(zip(keys, (d for _, d in pool.map(
-            _preprocess, [(k[0], k[1], list(k[2])) for k in keys]))))
+            _preprocess, [(k[0], k[1], list(k[2])) for k in keys])), strict=True))
     for label, key in sorted(listing, key=lambda row: (row[0], row[1][0])):
         print(f"{label} {key[0]} {digests[key]}")
     print(f"# {len(listing)} units in modules, {len(keys)} distinct", file=sys.stderr)

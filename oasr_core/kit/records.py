@@ -1,8 +1,10 @@
 """Kernels whose call shape is a ctypes record passed by address.
 
 A family whose launcher reads a shape record (a ``ctypes.Structure`` mirroring a C struct of
-the family's ABI header) declares the record, how a shape becomes the kit's call record
-(:class:`~oasr_core.jit.kit.CallArgs`) and how it reads in a message; :class:`RecordKernel`
+the family's ABI header) declares, in one module (:attr:`RecordKernel.ABI`), its dtype codes,
+how a shape becomes the kit's call record (:class:`~oasr_core.jit.kit.CallArgs`), the output's
+shape and how a shape reads in a message; :func:`abi_unit` gives the matching part of
+:func:`oasr_core.jit.kit.c_abi_unit`'s arguments. :class:`RecordKernel`
 binds the launcher ``int32_t <symbol>(const CallArgs*, const Record*, const void* x,
 const void* w, const void* bias, void* out, void* stream)`` with its workspace query
 ``int64_t <symbol>_workspace(const Record*, int32_t dtype)`` and prepares one call shape's
@@ -51,32 +53,20 @@ class RecordPlan:
 @attrs.define(eq=False)
 class RecordKernel(BoundKernel):
     """One config's launcher and workspace query in a loaded library, called with a shape
-    record. A family subclasses it and says what differs: :meth:`symbol_of`,
-    :meth:`call_args`, :meth:`describe`, :meth:`out_shape`, :attr:`DTYPE_CODE`, its
-    workspace pool (:meth:`pool`) and, for programmatic dependent launch, :meth:`launch_flags`."""
+    record. A family subclasses it and says what differs: :attr:`ABI`, :meth:`symbol_of`,
+    its workspace pool (:meth:`pool`) and, for programmatic dependent launch,
+    :meth:`launch_flags`."""
 
     LAUNCH = (ctypes.c_void_p,) * 7
     WORKSPACE = (ctypes.c_void_p, ctypes.c_int32)
-    DTYPE_CODE: ClassVar[Mapping[str, int]] = {}
-    """The ABI's dtype codes by name (the workspace query's second argument)."""
+    ABI: ClassVar[Any] = None
+    """The family's record module: ``DTYPE_CODE`` (dtype name to the ABI's code),
+    ``call_args(record, dtype, activation, flags)`` (the kit's call record),
+    ``out_shape(record)`` and ``describe(record)`` (the shape in a message)."""
 
     @staticmethod
     def symbol_of(config: Config) -> str:
-        raise NotImplementedError
-
-    @staticmethod
-    def call_args(record: Any, dtype: str, activation: str | None, flags: int) -> Any:
-        """The kit's call record for a shape (``oasr_core.jit.kit.CallArgs``)."""
-        raise NotImplementedError
-
-    @staticmethod
-    def describe(record: Any) -> str:
-        """The shape in a message."""
-        raise NotImplementedError
-
-    @staticmethod
-    def out_shape(record: Any) -> tuple[int, ...]:
-        """The output tensor's shape."""
+        """The config's launcher symbol."""
         raise NotImplementedError
 
     @staticmethod
@@ -98,11 +88,11 @@ class RecordKernel(BoundKernel):
         """The per-shape plan (asks the workspace this shape needs, once); a
         :class:`LaunchError` when the unit cannot run the shape."""
         record = type(record).from_buffer_copy(record)
-        scratch = self.workspace_fn(ctypes.addressof(record), self.DTYPE_CODE[dtype])
+        scratch = self.workspace_fn(ctypes.addressof(record), self.ABI.DTYPE_CODE[dtype])
         if scratch < 0:
             raise LaunchError(f"{self.config.lane}/{self.config.id}: workspace query refused "
-                              f"{self.describe(record)} {dtype}")
-        args = self.call_args(record, dtype, activation, self.launch_flags(pdl))
+                              f"{self.ABI.describe(record)} {dtype}")
+        args = self.ABI.call_args(record, dtype, activation, self.launch_flags(pdl))
         prepared = PreparedCall(self.fn, args, self.config,
                                 (int(scratch),) if scratch else (), self.pool())
         return RecordPlan(prepared, record)
@@ -116,15 +106,27 @@ class RecordKernel(BoundKernel):
 
         dtype = {torch.float16: "fp16", torch.bfloat16: "bf16"}[x.dtype]
         if out is None:
-            out = torch.empty(self.out_shape(record), dtype=x.dtype, device=x.device)
+            out = torch.empty(self.ABI.out_shape(record), dtype=x.dtype, device=x.device)
         plan = self.prepare(record, dtype, activation)
         status = plan(x.get_device(), x.data_ptr(), w_packed.data_ptr(),
                       bias.data_ptr() if bias is not None else 0, out.data_ptr())
         if status:
             raise LaunchError(f"{self.config.lane}/{self.config.id} refused "
-                              f"{self.describe(record)} {dtype} {activation}: "
+                              f"{self.ABI.describe(record)} {dtype} {activation}: "
                               f"{status_text(status)}")
         return out
+
+
+def abi_unit(record: str) -> dict[str, str]:
+    """The record ABI's part of :func:`oasr_core.jit.kit.c_abi_unit`'s arguments, for the C
+    record type ``record`` (``ns::Geometry``): a unit's kernel types provide ``static run(call,
+    geo, x, w, bias, out, stream)`` and ``static workspace(geo)``."""
+    return dict(
+        operands=f"const {record}* geo, const void* x, const void* w, const void* bias, "
+                 "void* out",
+        run="run(c, geo, x, w, bias, out, static_cast<cudaStream_t>(stream))",
+        workspace_params=f"const {record}* geo, int32_t dtype",
+        workspace_switch="dtype", workspace="workspace(geo)")
 
 
 def module_serving(family: str, *, modules: Any, kernel: Any, category: type[Warning]) -> Any:

@@ -28,7 +28,8 @@ def built(tmp_path_factory):
     mp = pytest.MonkeyPatch()
     mp.setenv("OASR_JIT_DIR", str(tmp_path_factory.mktemp("jit")))
     configs = [lanes.config(LANE, cid) for cid in EVERY_KIND]
-    spec = jit.module_spec(LANE, "sm90", configs, name="conv2d_compile_test", dtypes=("fp16",))
+    spec = jit.MODULES.module_spec(LANE, "sm90", configs, name="conv2d_compile_test",
+                                   dtypes=("fp16",))
     (report,) = core_jit.prebuild([spec], jobs=2)
     yield configs, spec, report
     mp.undo()

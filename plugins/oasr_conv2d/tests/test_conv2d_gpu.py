@@ -62,7 +62,7 @@ def _kernels():
 
     from oasr_conv2d.launch import Kernel
 
-    module = core_jit.load(jit.full_spec(LANE, _arch()))
+    module = core_jit.load(jit.MODULES.full_spec(LANE, _arch()))
     return {cid: Kernel.bind(module, lanes.config(LANE, cid)) for cid in CONFIGS}
 
 

@@ -116,10 +116,10 @@ def test_a_unit_names_both_dtypes_and_the_abi():
 
 
 def test_production_module_links_the_heuristics_configs():
-    spec = jit.production_spec(LANE, "sm90")
+    spec = jit.MODULES.production_spec(LANE, "sm90")
     assert {u.name for u in spec.units} == set(lanes.ALWAYS)
     assert str(CSRC) in spec.include_dirs
-    whole = jit.full_spec(LANE, "sm90")
+    whole = jit.MODULES.full_spec(LANE, "sm90")
     assert len(whole.units) == 19
-    assert len(jit.full_spec(LANE, "sm86").units) == 19  # every listed tile fits 99 KiB
+    assert len(jit.MODULES.full_spec(LANE, "sm86").units) == 19  # every listed tile fits 99 KiB
     assert jit.impl_hash() == jit.impl_hash() and len(jit.impl_hash()) == 16

@@ -15,6 +15,7 @@ import ctypes
 from pathlib import Path
 
 from oasr_core.jit.kit import CallArgs
+from oasr_core.kit.records import abi_unit
 
 FAMILY = "conv1d"
 LANE_SM80 = "sm80_conv1d"
@@ -57,14 +58,9 @@ WORKSPACE_ARGTYPES = [ctypes.POINTER(Geometry), ctypes.c_int32]
 """ctypes argument types of a unit's ``<symbol>_workspace`` query."""
 
 
-ABI_UNIT = dict(
-    operands="const oasr_conv1d::Geometry* geo, const void* x, const void* w, "
-             "const void* bias, void* out",
-    run="run(c, geo, x, w, bias, out, static_cast<cudaStream_t>(stream))",
-    workspace_params="const oasr_conv1d::Geometry* geo, int32_t dtype",
-    workspace_switch="dtype", workspace="workspace(geo)")
-"""The family ABI's part of :func:`oasr_core.jit.kit.c_abi_unit`'s arguments: a unit's kernel
-types provide ``static run(call, geo, x, w, bias, out, stream)`` and ``static workspace(geo)``."""
+ABI_UNIT = abi_unit("oasr_conv1d::Geometry")
+"""The family ABI's part of :func:`oasr_core.jit.kit.c_abi_unit`'s arguments (the kit's record
+ABI over ``oasr_conv1d::Geometry``)."""
 
 
 def out_length(t_in: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
@@ -106,3 +102,14 @@ def call_args(geo: Geometry, dtype: str, activation: str | None = None,
     call.k = geo.c_in // geo.groups * geo.kernel
     call.dtype, call.act, call.split, call.flags = DTYPE_CODE[dtype], ACT_CODE[activation], 1, flags
     return call
+
+
+def out_shape(g: Geometry) -> tuple[int, int, int]:
+    """The output's shape ``(B, T_out, Cout)`` (channels last)."""
+    return (g.batch, g.t_out, g.c_out)
+
+
+def describe(g: Geometry) -> str:
+    """``B=8 T=3000 Cin=80 Cout=512 k=3 stride=1 pad=1 dil=1 groups=1``."""
+    return (f"B={g.batch} T={g.t_in} Cin={g.c_in} Cout={g.c_out} k={g.kernel} "
+            f"stride={g.stride} pad={g.pad} dil={g.dilation} groups={g.groups}")

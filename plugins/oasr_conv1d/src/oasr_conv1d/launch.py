@@ -24,7 +24,7 @@ from oasr_core.kit.records import RecordKernel, RecordPlan, module_serving
 from oasr_core.types import Config
 
 from oasr_conv1d import geometry as geo_mod
-from oasr_conv1d.geometry import DTYPE_CODE, Geometry
+from oasr_conv1d.geometry import describe as describe
 from oasr_conv1d.lanes import fits_arch, pdl_capable, symbol
 
 PDL_ENV = "OASR_CONV1D_PDL"
@@ -44,32 +44,14 @@ class Kernel(RecordKernel):
     ``run`` takes ``x (B, T_in, Cin)`` and the weight packed for the config's kind
     (:func:`oasr_conv1d.weights.pack`)."""
 
-    DTYPE_CODE = DTYPE_CODE
+    ABI = geo_mod
     symbol_of = staticmethod(symbol)
-    call_args = staticmethod(geo_mod.call_args)
-
-    @staticmethod
-    def describe(record: Geometry) -> str:
-        return describe(record)
-
-    @staticmethod
-    def out_shape(g: Geometry) -> tuple[int, ...]:
-        return (g.batch, g.t_out, g.c_out)
-
-    @staticmethod
-    def pool() -> WorkspacePool:
-        return WORKSPACES
+    pool = staticmethod(lambda: WORKSPACES)
 
     def launch_flags(self, pdl: bool | None) -> int:
         """Hopper units launch with PDL unless ``OASR_CONV1D_PDL=0`` (or ``pdl=False``)."""
         pdl = (pdl_enabled() if pdl is None else pdl) and pdl_capable(self.config)
         return kit.FLAG_PDL if pdl else 0
-
-
-def describe(g: Geometry) -> str:
-    """``B=8 T=3000 Cin=80 Cout=512 k=3 stride=1 pad=1 dil=1 groups=1``."""
-    return (f"B={g.batch} T={g.t_in} Cin={g.c_in} Cout={g.c_out} k={g.kernel} "
-            f"stride={g.stride} pad={g.pad} dil={g.dilation} groups={g.groups}")
 
 
 def reserve_workspace(scratch_bytes: int = 16 << 20, device: int | None = None,

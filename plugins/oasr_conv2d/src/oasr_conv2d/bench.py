@@ -9,7 +9,7 @@ data's channels-last view, cuDNN's NHWC kernels, the activation).
 The problem's exact point ``"<B>x<H>"`` gives the batch and input height; a problem without
 one (a region point) is measured as one image whose output has at least M pixels. The op's
 activation is measured as keyed. The arms come from the lane's whole-space module
-(``oasr_conv2d.jit.full_spec``), loaded once per process; a config whose unit failed to
+(``oasr_conv2d.jit.MODULES.full_spec``), loaded once per process; a config whose unit failed to
 compile is reported as rejected, never timed.
 """
 
@@ -33,7 +33,7 @@ def _load_full(lane: str, arch: str) -> Mapping[str, Any]:
     from oasr_conv2d.lanes import symbol
     from oasr_conv2d.launch import Kernel
 
-    module = core_jit.load(jit.full_spec(lane, arch))
+    module = core_jit.load(jit.MODULES.full_spec(lane, arch))
     return {c.id: Kernel.bind(module, c) for c in jit.lane_configs(lane, arch)
             if symbol(c) in module.exports}
 

@@ -14,6 +14,7 @@ import ctypes
 from pathlib import Path
 
 from oasr_core.jit.kit import CallArgs
+from oasr_core.kit.records import abi_unit
 
 FAMILY = "conv2d"
 LANE = "sm80_conv2d"
@@ -47,12 +48,7 @@ class Geometry(ctypes.Structure):
 
 assert ctypes.sizeof(Geometry) == 88, "Geometry must match oasr_conv2d::Geometry (88 bytes)"
 
-ABI_UNIT = dict(
-    operands="const oasr_conv2d::Geometry* geo, const void* x, const void* w, "
-             "const void* bias, void* out",
-    run="run(c, geo, x, w, bias, out, static_cast<cudaStream_t>(stream))",
-    workspace_params="const oasr_conv2d::Geometry* geo, int32_t dtype",
-    workspace_switch="dtype", workspace="workspace(geo)")
+ABI_UNIT = abi_unit("oasr_conv2d::Geometry")
 """The family ABI's part of :func:`oasr_core.jit.kit.c_abi_unit`'s arguments."""
 
 
@@ -109,6 +105,11 @@ def call_args(geo: Geometry, dtype: str, activation: str | None = None,
     call.k = geo.c_in // geo.groups * geo.kh * geo.kw
     call.dtype, call.act, call.split, call.flags = DTYPE_CODE[dtype], ACT_CODE[activation], 1, flags
     return call
+
+
+def out_shape(g: Geometry) -> tuple[int, int, int, int]:
+    """The output's shape ``(B, H_out, W_out, Cout)`` (NHWC)."""
+    return (g.batch, g.h_out, g.w_out, g.c_out)
 
 
 def describe(g: Geometry) -> str:

@@ -45,7 +45,7 @@ def oasr_register_lanes():
                  default_config=lanes.DEFAULTS[lane], is_feasible=lanes.is_feasible,
                  supports=lanes.supports, is_available=launch.is_available,
                  jit_module=jit.Conv2dKernelModule,
-                 jit_specs=functools.partial(jit.lane_specs, lane),
+                 jit_specs=functools.partial(jit.MODULES.lane_specs, lane),
                  production=functools.partial(jit.PRODUCTION.configs, lane),
                  description="CUTLASS 2.x implicit GEMM, NHWC")
             for lane in LANES]

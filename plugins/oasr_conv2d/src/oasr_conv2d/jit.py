@@ -36,11 +36,6 @@ MODULES = LaneModules(production=PRODUCTION, prefix=MODULE_PREFIX, units=codegen
                       include_dir=str(CSRC), flags=lambda lane: codegen.EXTRA_FLAGS,
                       dtypes=ALL_DTYPES, default_arch=lambda lane: "sm80")
 """The lane's modules (the kit's :class:`~oasr_core.kit.production.LaneModules`)."""
-module_spec = MODULES.module_spec
-production_spec = MODULES.production_spec
-full_spec = MODULES.full_spec
-subset_spec = MODULES.subset_spec
-lane_specs = MODULES.lane_specs
 
 
 class Conv2dKernelModule(KernelModule):

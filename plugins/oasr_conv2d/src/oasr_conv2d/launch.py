@@ -19,7 +19,6 @@ from oasr_core.kit.records import RecordKernel, RecordPlan, module_serving
 from oasr_core.types import Config
 
 from oasr_conv2d import geometry as geo_mod
-from oasr_conv2d.geometry import DTYPE_CODE, Geometry, describe
 from oasr_conv2d.lanes import fits_arch, symbol
 
 ConvPlan = RecordPlan
@@ -29,18 +28,9 @@ class Kernel(RecordKernel):
     """One config's launcher and workspace query in a loaded library; ``run`` takes NHWC
     ``x (B, H, W, Cin)`` and the weight as :func:`oasr_conv2d.weights.pack` makes it."""
 
-    DTYPE_CODE = DTYPE_CODE
+    ABI = geo_mod
+    pool = staticmethod(lambda: WORKSPACES)
     symbol_of = staticmethod(symbol)
-    call_args = staticmethod(geo_mod.call_args)
-    describe = staticmethod(describe)
-
-    @staticmethod
-    def out_shape(g: Geometry) -> tuple[int, ...]:
-        return (g.batch, g.h_out, g.w_out, g.c_out)
-
-    @staticmethod
-    def pool() -> WorkspacePool:
-        return WORKSPACES
 
 
 def _jit() -> Any:

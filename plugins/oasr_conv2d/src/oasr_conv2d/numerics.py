@@ -1,11 +1,8 @@
 """The conv2d family's numerics gate, operands and fp32 reference (pure torch, CPU-testable).
 
-Every candidate is checked against an fp32 reference computed from the same half-precision
-operands before it is timed, relative to what torch's own conv (the ``torch`` arm, cuDNN in
-the operands' dtype) gets on the same inputs: the kit's
-:func:`oasr_core.kit.gates.relative_to_torch` (relative Frobenius error and largest
-element-wise error, each bounded by a multiple of torch's; a wrong halo or padding row shows
-in the second). No NaN or Inf passes. The bounds are stated in the verdict.
+The gate is the kit's :func:`oasr_core.kit.gates.relative_to_torch`: a candidate's error against
+the fp32 reference (here ``F.conv2d`` on the NHWC input's channels-last view) is bounded by
+multiples of cuDNN's own error on the same half-precision operands.
 """
 
 from __future__ import annotations
