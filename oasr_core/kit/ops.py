@@ -98,6 +98,36 @@ def torch_path(serving: Serving, fn: Callable[..., Any]) -> TorchPath:
     return TorchPath(serving, fn)
 
 
+HALF_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
+"""The half-precision dtypes by name (what :func:`unsupported_operands` takes by default)."""
+_grad_enabled = torch.is_grad_enabled
+
+
+def unsupported_operands(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
+                         out_features: int, dtypes: Any = HALF_DTYPES) -> str | None:
+    """Why a kernel taking ``x``, ``weight`` and an optional ``bias (out_features,)`` cannot
+    take these operands (None: it can), as the torch path's reason: ``cpu``, ``dtype`` (not
+    one of ``dtypes``, or mixed), ``noncontiguous`` (``x``), ``device`` (mixed), ``bias``,
+    ``autograd`` (grad mode on and an operand requiring grad). Shapes are the caller's."""
+    if not (x.is_cuda and weight.is_cuda):
+        return "cpu"
+    dtype = x.dtype
+    if dtype not in dtypes or weight.dtype != dtype:
+        return "dtype"
+    if not x.is_contiguous():
+        return "noncontiguous"
+    dev = x.get_device()
+    if weight.get_device() != dev:
+        return "device"
+    if bias is not None and (bias.dtype != dtype or tuple(bias.shape) != (out_features,)
+                             or bias.get_device() != dev or not bias.is_contiguous()):
+        return "bias"
+    if _grad_enabled() and (x.requires_grad or weight.requires_grad
+                            or (bias is not None and bias.requires_grad)):
+        return "autograd"
+    return None
+
+
 def check_like(t: torch.Tensor, shape: tuple, dtype: Any, device: Any = None, *,
                name: str = "out", prefix: str = "") -> None:
     """Raise ``ValueError`` unless ``t`` has ``shape`` and ``dtype`` (and is on ``device``,

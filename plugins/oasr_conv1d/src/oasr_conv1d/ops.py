@@ -32,7 +32,7 @@ from typing import Any
 
 import torch
 from oasr_core.kit import TORCH
-from oasr_core.kit.ops import custom_op, torch_path
+from oasr_core.kit.ops import HALF_DTYPES, custom_op, torch_path, unsupported_operands
 from oasr_core.runtime import device_arch_of
 
 from oasr_conv1d import launch, weights
@@ -43,9 +43,7 @@ from oasr_conv1d.ops_names import ACTIVATIONS, OPS
 
 __all__ = ["OPS", "conv1d", "conv1d_activation", "stats", "reset_stats", "clear_memo", "op_name"]
 
-_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _compiling = torch.compiler.is_compiling
-_grad_enabled = torch.is_grad_enabled
 _PLANS, _FALLBACKS = SERVING.plans, SERVING.fallbacks
 stats, reset_stats, clear_memo = SERVING.stats, SERVING.reset_stats, SERVING.clear
 
@@ -101,28 +99,6 @@ _torch_path = torch_path(SERVING, _conv)
 :func:`_conv`, counted."""
 
 
-def _unsupported(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                 cout: int) -> str | None:
-    """Why the kernels cannot take these operands (None: they can); shapes already match."""
-    if not (x.is_cuda and weight.is_cuda):
-        return "cpu"
-    dtype = x.dtype
-    if dtype not in _DTYPES or weight.dtype != dtype:
-        return "dtype"
-    if not x.is_contiguous():
-        return "noncontiguous"
-    dev = x.get_device()
-    if weight.get_device() != dev:
-        return "device"
-    if bias is not None and (bias.dtype != dtype or tuple(bias.shape) != (cout,)
-                             or bias.get_device() != dev or not bias.is_contiguous()):
-        return "bias"
-    if _grad_enabled() and (x.requires_grad or weight.requires_grad
-                            or (bias is not None and bias.requires_grad)):
-        return "autograd"
-    return None
-
-
 def _key(op: str, x: torch.Tensor, weight: torch.Tensor, stride: Any, padding: Any,
          dilation: Any, groups: Any) -> tuple | None:
     """The plan key :func:`_run` files these operands under, ``(op, dtype, B, T, Cin, Cout,
@@ -159,7 +135,7 @@ def _run(op: str, activation: str | None, x: torch.Tensor, weight: torch.Tensor,
     plan = _PLANS.table.get(key)
     if plan is TORCH:
         return _torch_path("selected", activation, x, weight, bias, s, p, d, groups)
-    reason = _unsupported(x, weight, bias, cout)
+    reason = unsupported_operands(x, weight, bias, cout)
     if reason is not None:
         return _torch_path(reason, activation, x, weight, bias, s, p, d, groups)
     if plan is None:
@@ -187,7 +163,7 @@ def _plan(key: tuple, t_out: int) -> Any:
     import oasr_core
 
     op, tdtype, batch, t_in, cin, cout, k, s, p, d, groups, dev = key
-    dtype, arch = _DTYPES[tdtype], device_arch_of(dev)
+    dtype, arch = HALF_DTYPES[tdtype], device_arch_of(dev)
     activation = None if op == "conv1d" else op.removeprefix("conv1d_")
     geo = geometry(batch, t_in, cin, cout, k, s, p, d, groups)
     return SERVING.plan(

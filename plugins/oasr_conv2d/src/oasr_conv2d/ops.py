@@ -35,6 +35,7 @@ from typing import Any
 
 import torch
 from oasr_core.kit import TORCH
+from oasr_core.kit.ops import HALF_DTYPES, unsupported_operands
 from oasr_core.runtime import device_arch_of
 
 from oasr_conv2d import launch, weights
@@ -46,9 +47,7 @@ from oasr_conv2d.ops_names import ACTIVATIONS, OPS
 __all__ = ["OPS", "conv2d", "conv2d_activation", "stats", "reset_stats", "clear_memo",
            "op_name", "params_of"]
 
-_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _compiling = torch.compiler.is_compiling
-_grad_enabled = torch.is_grad_enabled
 _PLANS, _FALLBACKS = SERVING.plans, SERVING.fallbacks
 stats, reset_stats, clear_memo = SERVING.stats, SERVING.reset_stats, SERVING.clear
 
@@ -111,28 +110,6 @@ def _torch_path(reason: str, activation: str | None, x: torch.Tensor, weight: to
     return torch_conv(x, weight, bias, stride, padding, dilation, groups, activation)
 
 
-def _unsupported(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor | None,
-                 cout: int) -> str | None:
-    """Why the kernels cannot take these operands (None: they can); shapes already match."""
-    if not (x.is_cuda and weight.is_cuda):
-        return "cpu"
-    dtype = x.dtype
-    if dtype not in _DTYPES or weight.dtype != dtype:
-        return "dtype"
-    if not x.is_contiguous():
-        return "noncontiguous"
-    dev = x.get_device()
-    if weight.get_device() != dev:
-        return "device"
-    if bias is not None and (bias.dtype != dtype or tuple(bias.shape) != (cout,)
-                             or bias.get_device() != dev or not bias.is_contiguous()):
-        return "bias"
-    if _grad_enabled() and (x.requires_grad or weight.requires_grad
-                            or (bias is not None and bias.requires_grad)):
-        return "autograd"
-    return None
-
-
 def _run(op: str, activation: str | None, x: torch.Tensor, weight: torch.Tensor,
          bias: torch.Tensor | None, stride: Any, padding: Any, dilation: Any,
          groups: int) -> torch.Tensor:
@@ -163,7 +140,7 @@ def _run(op: str, activation: str | None, x: torch.Tensor, weight: torch.Tensor,
     if plan is TORCH:
         return _torch_path("selected", activation, x, weight, bias, stride, padding, dilation,
                            groups)
-    reason = _unsupported(x, weight, bias, cout)
+    reason = unsupported_operands(x, weight, bias, cout)
     if reason is not None:
         return _torch_path(reason, activation, x, weight, bias, stride, padding, dilation,
                            groups)
@@ -196,7 +173,7 @@ def _plan(key: tuple, h_out: int, w_out: int) -> Any:
     import oasr_core
 
     op, tdtype, batch, h_in, w_in, cin, cout, kh, kw, sh, sw, ph, pw, dh, dw, dev = key
-    dtype, arch = _DTYPES[tdtype], device_arch_of(dev)
+    dtype, arch = HALF_DTYPES[tdtype], device_arch_of(dev)
     activation = None if op == "conv2d" else op.removeprefix("conv2d_")
     geo = geometry(batch, h_in, w_in, cin, cout, kh, kw, sh, sw, ph, pw, dh, dw, 1)
     dims = (cin, cout, w_in, kh, kw, sh, sw, ph, pw, dh, dw, 1)
