@@ -141,3 +141,54 @@ def unquantized_arm(x: Any, weights: Sequence[Any], bias: Any, out: Any,
         return run
 
     return factory
+
+
+def record_case(problem: Problem, choices: Sequence[Config | Sentinel], options: Any, *,
+                family: str, where: BenchDevice, record: Any, out_shape: Sequence[int],
+                operands: tuple[Any, Any, Any], pack: Callable[[Any], Any] | None,
+                torch_fn: Callable[[Any], Any], reference: Any, gate: Callable[..., Any],
+                what: str) -> Any:
+    """The :class:`oasr_core.bench.BenchCase` of a family whose kernels take a shape record
+    (:class:`~oasr_core.kit.records.RecordKernel`) and ``x, w, bias, out`` pointers: the
+    weight's copies (:func:`weight_copies`), packed for the kernels by ``pack`` (None: no
+    config takes this weight, so only torch and sentinels run), the torch arm
+    ``torch_fn(weight)``, a kernel arm per compiled config over ``record``, and the gate
+    ``gate(output, torch_output, reference, dtype=...)``. ``what`` names the call shape in a
+    refusal (``B=8 T=3000``)."""
+    import torch
+
+    from oasr_core.bench import BenchCase
+
+    x, w, bias = operands
+    weight_bytes = w.numel() * w.element_size()
+    copies, torch_weights = weight_copies(w, options, weight_bytes)
+    packed = [pack(wi) for wi in torch_weights] if pack is not None else []
+    out = torch.empty(tuple(out_shape), dtype=x.dtype, device=where.device)
+    torch_out = torch_fn(w)
+    plans: list[Any] = []
+
+    def torch_arm(i: int) -> Any:
+        return torch_fn(torch_weights[i])
+
+    def record_arm(cfg: Config) -> Arm:
+        kernel = where.kernels.get(cfg.id)
+        if kernel is None:
+            raise LaunchError(f"{cfg.id} is not compiled in the {options.lane} module")
+        plan = kernel.prepare(record, problem.dtype, activation_of(problem.op, family))
+        plans.append(plan)
+        ptrs = [plan.operands(x.data_ptr(), wi.data_ptr(), bias.data_ptr(), out.data_ptr())
+                for wi in packed]
+        return kernel_arm(plan.prepared, where.index, ptrs, out,
+                          f"{options.lane}/{cfg.id} refused {problem.op} at {what}")
+
+    arms, rejected = choice_arms(problem, choices, options, family=family,
+                                 torch_arm=lambda: torch_arm, kernel_arm=record_arm)
+    return BenchCase(arms=arms, copies=copies, weight_bytes=weight_bytes, rejected=rejected,
+                     gate=lambda o, _plans=plans: gate(o, torch_out, reference,
+                                                       dtype=problem.dtype))
+
+
+def activation_of(op: str, family: str) -> str | None:
+    """The activation a fused op name carries (``conv1d_gelu`` -> ``gelu``; ``conv1d`` ->
+    None): ``<family>_<activation>``."""
+    return None if op == family else op.removeprefix(family + "_")

@@ -19,7 +19,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from oasr_core.jit.libraries import Libraries
-from oasr_core.kit.serving import LaunchError
 from oasr_core.types import Config, Problem, Sentinel
 
 from oasr_conv1d.geometry import geometry
@@ -53,13 +52,13 @@ def batch_and_length(problem: Problem) -> tuple[int, int]:
 
 def activation_of(op: str) -> str | None:
     """The activation an op is keyed by (None for ``conv1d``)."""
-    return None if op == "conv1d" else op.removeprefix("conv1d_")
+    from oasr_core.kit.benching import activation_of as of
+
+    return of(op, "conv1d")
 
 
 def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: Any):
     """The :class:`oasr_core.bench.BenchCase` of ``problem`` (see the module docstring)."""
-    import torch
-    from oasr_core.bench import BenchCase
     from oasr_core.kit import benching
 
     from oasr_conv1d import numerics, weights
@@ -74,31 +73,10 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
     where = benching.bench_device(options, FULL)
     x, w, bias = numerics.make_operands(batch, t_in, cin, cout, k, groups, problem.dtype,
                                         device=where.device, seed=options.seed)
-    weight_bytes = w.numel() * w.element_size()
-    copies, torch_weights = benching.weight_copies(w, options, weight_bytes)
-    packed = [weights.pack(wi, kind) for wi in torch_weights] if kind else []
-    out = torch.empty(batch, geo.t_out, cout, dtype=x.dtype, device=where.device)
-    ref = numerics.reference(x, w, bias, stride, pad, dil, groups, act)
-    torch_out = numerics.torch_conv(x, w, bias, stride, pad, dil, groups, act)
-    plans: list[Any] = []
-
-    def torch_arm(i: int) -> Any:
-        return numerics.torch_conv(x, torch_weights[i], bias, stride, pad, dil, groups, act)
-
-    def kernel_arm(cfg: Config) -> benching.Arm:
-        kernel = where.kernels.get(cfg.id)
-        if kernel is None:
-            raise LaunchError(f"{cfg.id} is not compiled in the {options.lane} module")
-        plan = kernel.prepare(geo, problem.dtype, act)
-        plans.append(plan)
-        operands = [plan.operands(x.data_ptr(), wi.data_ptr(), bias.data_ptr(), out.data_ptr())
-                    for wi in packed]
-        return benching.kernel_arm(plan.prepared, where.index, operands, out,
-                                   f"{options.lane}/{cfg.id} refused {problem.op} at "
-                                   f"B={batch} T={t_in}")
-
-    arms, rejected = benching.choice_arms(problem, choices, options, family="conv1d",
-                                          torch_arm=lambda: torch_arm, kernel_arm=kernel_arm)
-    return BenchCase(arms=arms, copies=copies, weight_bytes=weight_bytes, rejected=rejected,
-                     gate=lambda o, _plans=plans: numerics.numerics_gate(
-                         o, torch_out, ref, dtype=problem.dtype))
+    return benching.record_case(
+        problem, choices, options, family="conv1d", where=where, record=geo,
+        out_shape=(batch, geo.t_out, cout), operands=(x, w, bias),
+        pack=(lambda wi: weights.pack(wi, kind)) if kind else None,
+        torch_fn=lambda wi: numerics.torch_conv(x, wi, bias, stride, pad, dil, groups, act),
+        reference=numerics.reference(x, w, bias, stride, pad, dil, groups, act),
+        gate=numerics.numerics_gate, what=f"B={batch} T={t_in}")

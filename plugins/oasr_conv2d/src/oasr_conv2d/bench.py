@@ -15,11 +15,11 @@ compile is reported as rejected, never timed.
 
 from __future__ import annotations
 
+import functools
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 from oasr_core.jit.libraries import Libraries
-from oasr_core.kit.serving import LaunchError
 from oasr_core.types import Config, Problem, Sentinel
 
 from oasr_conv2d.geometry import geometry, out_length
@@ -55,13 +55,13 @@ def batch_and_height(problem: Problem) -> tuple[int, int]:
 
 def activation_of(op: str) -> str | None:
     """The activation an op is keyed by (None for ``conv2d``)."""
-    return None if op == "conv2d" else op.removeprefix("conv2d_")
+    from oasr_core.kit.benching import activation_of as of
+
+    return of(op, "conv2d")
 
 
 def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: Any):
     """The :class:`oasr_core.bench.BenchCase` of ``problem`` (see the module docstring)."""
-    import torch
-    from oasr_core.bench import BenchCase
     from oasr_core.kit import benching
 
     from oasr_conv2d import numerics, weights
@@ -76,31 +76,11 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
     x, w, bias = numerics.make_operands(batch, height, d["W"], d["Cin"], d["Cout"], d["kh"],
                                         d["kw"], groups, problem.dtype, device=where.device,
                                         seed=options.seed)
-    weight_bytes = w.numel() * w.element_size()
-    copies, torch_weights = benching.weight_copies(w, options, weight_bytes)
-    packed = [weights.pack(wi) for wi in torch_weights] if groups == 1 else []
-    out = torch.empty(batch, geo.h_out, geo.w_out, d["Cout"], dtype=x.dtype, device=where.device)
-    ref = numerics.reference(x, w, bias, stride, pad, dil, groups, act)
-    torch_out = numerics.torch_conv(x, w, bias, stride, pad, dil, groups, act)
-    plans: list[Any] = []
-
-    def torch_arm(i: int) -> Any:
-        return numerics.torch_conv(x, torch_weights[i], bias, stride, pad, dil, groups, act)
-
-    def kernel_arm(cfg: Config) -> benching.Arm:
-        kernel = where.kernels.get(cfg.id)
-        if kernel is None:
-            raise LaunchError(f"{cfg.id} is not compiled in the {options.lane} module")
-        plan = kernel.prepare(geo, problem.dtype, act)
-        plans.append(plan)
-        operands = [plan.operands(x.data_ptr(), wi.data_ptr(), bias.data_ptr(), out.data_ptr())
-                    for wi in packed]
-        return benching.kernel_arm(plan.prepared, where.index, operands, out,
-                                   f"{options.lane}/{cfg.id} refused {problem.op} at "
-                                   f"B={batch} H={height}")
-
-    arms, rejected = benching.choice_arms(problem, choices, options, family="conv2d",
-                                          torch_arm=lambda: torch_arm, kernel_arm=kernel_arm)
-    return BenchCase(arms=arms, copies=copies, weight_bytes=weight_bytes, rejected=rejected,
-                     gate=lambda o, _plans=plans: numerics.numerics_gate(
-                         o, torch_out, ref, dtype=problem.dtype))
+    conv = functools.partial(numerics.torch_conv, x, stride=stride, padding=pad,
+                             dilation=dil, groups=groups, activation=act)
+    return benching.record_case(
+        problem, choices, options, family="conv2d", where=where, record=geo,
+        out_shape=(batch, geo.h_out, geo.w_out, d["Cout"]), operands=(x, w, bias),
+        pack=weights.pack if groups == 1 else None, torch_fn=lambda wi: conv(wi, bias),
+        reference=numerics.reference(x, w, bias, stride, pad, dil, groups, act),
+        gate=numerics.numerics_gate, what=f"B={batch} H={height}")
