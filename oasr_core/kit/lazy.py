@@ -29,3 +29,18 @@ def lazy_attributes(package: str, module: str, names: Iterable[str]) -> Callable
         raise AttributeError(f"module {package!r} has no attribute {name!r}")
 
     return __getattr__
+
+
+def lazy_layer_hooks(package: str) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """``(oasr_layer, oasr_compile_patterns)`` hook functions of a family whose
+    ``<package>.layer.layer_for(kind, dtype, quantization)`` and
+    ``<package>.compiled.patterns_for(quantization)`` answer them, importing each module on
+    the first call (a plugin's ``hooks`` module marks them with its ``hookimpl``)."""
+
+    def oasr_layer(kind: str, dtype: str, quantization: Any) -> Any:
+        return importlib.import_module(f"{package}.layer").layer_for(kind, dtype, quantization)
+
+    def oasr_compile_patterns(quantization: Any) -> Any:
+        return importlib.import_module(f"{package}.compiled").patterns_for(quantization)
+
+    return oasr_layer, oasr_compile_patterns

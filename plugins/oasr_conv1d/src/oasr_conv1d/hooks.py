@@ -8,6 +8,7 @@ from __future__ import annotations
 import functools
 
 from oasr_core import hookimpl
+from oasr_core.kit.lazy import lazy_layer_hooks
 
 
 @hookimpl
@@ -52,15 +53,7 @@ def oasr_register_lanes():
                                (LANE_SM90, "CUTLASS 3.x/2.x implicit GEMM + direct depthwise"))]
 
 
-@hookimpl
-def oasr_layer(kind, dtype, quantization):
-    from oasr_conv1d import layer
-
-    return layer.layer_for(kind, dtype, quantization)
-
-
-@hookimpl
-def oasr_compile_patterns(quantization):
-    from oasr_conv1d import compiled
-
-    return compiled.patterns_for(quantization)
+oasr_layer, oasr_compile_patterns = (hookimpl(hook)
+                                     for hook in lazy_layer_hooks("oasr_conv1d"))
+"""The layer and compile-pattern hooks, answered by :mod:`oasr_conv1d.layer` and
+:mod:`oasr_conv1d.compiled` (imported on the first call)."""
