@@ -98,6 +98,17 @@ def torch_path(serving: Serving, fn: Callable[..., Any]) -> TorchPath:
     return TorchPath(serving, fn)
 
 
+def op_name(family: str, activations: Any, activation: str | None) -> str:
+    """The op an activation is keyed under: ``<family>`` or ``<family>_<activation>``; a
+    ``ValueError`` naming the family for an activation not in ``activations``."""
+    if activation is None:
+        return family
+    if activation not in activations:
+        raise ValueError(f"oasr_{family}: activation {activation!r} is not one of "
+                         f"{activations} or None")
+    return f"{family}_{activation}"
+
+
 HALF_DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 """The half-precision dtypes by name (what :func:`unsupported_operands` takes by default)."""
 _grad_enabled = torch.is_grad_enabled

@@ -129,14 +129,20 @@ def abi_unit(record: str) -> dict[str, str]:
         workspace_switch="dtype", workspace="workspace(geo)")
 
 
-def module_serving(family: str, *, modules: Any, kernel: Any, category: type[Warning]) -> Any:
+def module_serving(family: str, *, modules: str, kernel: Any, category: type[Warning]) -> Any:
     """A family's :class:`~oasr_core.kit.Serving` over the production modules of its
-    :class:`~oasr_core.kit.production.LaneModules` (``modules()``, imported on first load),
+    :class:`~oasr_core.kit.production.LaneModules` (``MODULES`` of the module named
+    ``modules``, e.g. ``oasr_<family>.jit``, imported on first load),
     binding each config whose launcher a module exports as ``kernel.bind(module, config)``."""
+    import importlib
+
     from oasr_core.kit.serving import Serving
 
+    def lanes_of() -> Any:
+        return importlib.import_module(modules).MODULES
+
     def load(lane: str, arch: str) -> Mapping[str, Any] | None:
-        lanes = modules()
+        lanes = lanes_of()
 
         def bind(module: Any) -> dict[str, Any]:
             return {c.id: kernel.bind(module, c) for c in lanes.production.lane_configs(lane, arch)
@@ -145,6 +151,6 @@ def module_serving(family: str, *, modules: Any, kernel: Any, category: type[War
         return serving.load(lane, arch, lanes.production_spec, bind)
 
     serving = Serving(family, load=load, ids=lambda kernels: kernels.keys(),
-                      wanted=lambda lane, arch: modules().production.wanted(lane, arch),
+                      wanted=lambda lane, arch: lanes_of().production.wanted(lane, arch),
                       category=category)
     return serving

@@ -60,18 +60,12 @@ def reserve_workspace(scratch_bytes: int = 16 << 20, device: int | None = None,
     WORKSPACES.reserve((scratch_bytes,), device, stream)
 
 
-def _jit() -> Any:
-    from oasr_conv1d import jit
-
-    return jit
-
-
 def is_available(config: Config) -> bool:
     """``Lane.is_available``: False only for a config this process's loaded module lacks."""
     return SERVING.holds(config, config.id, fits_arch)
 
 
-SERVING = module_serving("conv1d", modules=lambda: _jit().MODULES, kernel=Kernel,
+SERVING = module_serving("conv1d", modules="oasr_conv1d.jit", kernel=Kernel,
                          category=RuntimeWarning)
 """The conv1d ops' plans per epoch, fallback counters, warnings and production libraries."""
 WORKSPACES = WorkspacePool(

@@ -28,10 +28,12 @@ run in CUDA graphs; the Python functions route to them while compiling.
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
 from oasr_core.kit import TORCH
+from oasr_core.kit import ops as kit_ops
 from oasr_core.kit.ops import HALF_DTYPES, custom_op, torch_path, unsupported_operands
 from oasr_core.runtime import device_arch_of
 
@@ -48,14 +50,9 @@ _PLANS, _FALLBACKS = SERVING.plans, SERVING.fallbacks
 stats, reset_stats, clear_memo = SERVING.stats, SERVING.reset_stats, SERVING.clear
 
 
-def op_name(activation: str | None) -> str:
-    """The op an activation is keyed under: ``conv1d`` or ``conv1d_<activation>``."""
-    if activation is None:
-        return "conv1d"
-    if activation not in ACTIVATIONS:
-        raise ValueError(f"oasr_conv1d: activation {activation!r} is not one of "
-                         f"{ACTIVATIONS} or None")
-    return f"conv1d_{activation}"
+op_name = functools.partial(kit_ops.op_name, "conv1d", ACTIVATIONS)
+"""``op_name(activation)``: ``conv1d`` or ``conv1d_<activation>``, the op an activation is keyed
+under."""
 
 
 def _int(value: Any, name: str) -> int | None:

@@ -11,8 +11,6 @@ Production libraries and call plans are the kit's :class:`~oasr_core.kit.Serving
 
 from __future__ import annotations
 
-from typing import Any
-
 from oasr_core.kit import BufferKind, WorkspacePool
 from oasr_core.kit.binding import status_text as status_text
 from oasr_core.kit.records import RecordKernel, RecordPlan, module_serving
@@ -33,18 +31,12 @@ class Kernel(RecordKernel):
     symbol_of = staticmethod(symbol)
 
 
-def _jit() -> Any:
-    from oasr_conv2d import jit
-
-    return jit
-
-
 def is_available(config: Config) -> bool:
     """``Lane.is_available``: False only for a config this process's loaded module lacks."""
     return SERVING.holds(config, config.id, fits_arch)
 
 
-SERVING = module_serving("conv2d", modules=lambda: _jit().MODULES, kernel=Kernel,
+SERVING = module_serving("conv2d", modules="oasr_conv2d.jit", kernel=Kernel,
                          category=RuntimeWarning)
 """The conv2d ops' plans per epoch, fallback counters, warnings and production libraries."""
 WORKSPACES = WorkspacePool(
