@@ -41,6 +41,7 @@ registers it as a plugin.
 
 from __future__ import annotations
 
+import importlib
 import json
 import math
 import os
@@ -745,6 +746,22 @@ def isolated_plugin_runtime(monkeypatch: pytest.MonkeyPatch,
     for s in serving:
         s.libraries.forget()
 
+
+
+def plugin_runtime_fixture(package: str, name: str) -> Any:
+    """An autouse fixture for a family plugin's ``conftest.py`` (``_isolated =
+    plugin_runtime_fixture("oasr_<family>", "<family>")``): :func:`isolated_plugin_runtime`
+    with ``<package>.hooks`` registered as ``name`` and ``<package>.launch.SERVING`` reset;
+    each test gets the plugin alone on a fresh runtime, no developer tuning file leaking in."""
+    @pytest.fixture(autouse=True)
+    def _isolated(monkeypatch: pytest.MonkeyPatch,
+                  tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
+        hooks = importlib.import_module(f"{package}.hooks")
+        launch = importlib.import_module(f"{package}.launch")
+        yield from isolated_plugin_runtime(monkeypatch, tmp_path_factory, hooks, name,
+                                           serving=(launch.SERVING,))
+
+    return _isolated
 
 class ScriptedPlugin:
     """A real plugin's families and lanes (its ``hooks`` module), measured by a scripted
