@@ -40,13 +40,13 @@ if family == "gemm":
     c = cs.config(lane, cid)
     src = codegen.unit_source(c, ("fp16",))
     flags = list(jit.EXTRA_FLAGS + jit.LANE_FLAGS[lane])
-    inc = str(codegen.csrc_dir())
+    inc = [str(codegen.csrc_dir())]
 else:
     from oasr_scaled_mm import codegen, config_space as cs, jit
     c = cs.config(lane, cid) if cid != "-" else next(iter(cs.space(lane)))
     src = codegen.unit_source(c, cs.OP_MM, ("fp16",))
     flags = list(jit.EXTRA_FLAGS)
-    inc = str(codegen.csrc_dir())
+    inc = list(getattr(codegen, "include_dirs", lambda: [str(codegen.csrc_dir())])())
 print(json.dumps({"id": c.id, "source": src, "flags": flags, "include": inc}))
 """
 
@@ -83,7 +83,7 @@ def _cubin(root: Path, unit: dict, arch: str, work: Path) -> bytes:
     src.write_text('#define OASR_EXPORT extern "C" __attribute__((visibility("default")))\n'
                    + unit["source"])
     kit = root / "oasr_core" / "jit" / "include"
-    includes = [unit["include"], *([str(kit)] if kit.is_dir() else []), *cutlass_include_dirs()]
+    includes = [*unit["include"], *([str(kit)] if kit.is_dir() else []), *cutlass_include_dirs()]
     cmd = ["nvcc", "-cubin", "-o", str(src.with_suffix(".cubin")), str(src),
            f"-gencode=arch=compute_{arch},code=sm_{arch}", "-O3", "-std=c++17",
            "--expt-relaxed-constexpr", "-DNDEBUG", *(f"-I{i}" for i in includes),
