@@ -267,8 +267,7 @@ phase_gpu_tests_quant() {
   local dir=$1 log=$OUT/bench-fp8/h200_fp8.jsonl
   el "GPU tests of the int8 and fp8 activation quantizers (every kernel path)"
   OASR_TUNE_SYSTEM_DB=off timeout 400 python3 -m pytest -m gpu \
-    plugins/oasr_scaled_mm/tests/test_smm_quantize_gpu.py \
-    plugins/oasr_scaled_mm_fp8/tests/test_fp8_quantize_gpu.py tests/test_integration_normed_gpu.py \
+    plugins/oasr_scaled_mm/tests/test_w8a8_quantize_gpu.py tests/test_integration_normed_gpu.py \
     -q -rs -p no:cacheprovider 2>&1 \
     | tee "$dir/gpu_tests_quant.log" | tail -8
   el "quantizer_bandwidth: both quantizers against the bandwidth bound"
