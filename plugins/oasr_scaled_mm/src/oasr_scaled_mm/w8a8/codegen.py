@@ -1,8 +1,12 @@
 """C++ generation of a W8A8 family: one translation unit per (config, op), for its format.
 
 A unit (:func:`oasr_core.jit.kit.c_abi_unit`) includes its lane's header (the family's
-``csrc/<package>/<lane tag>.cuh``: the kernels; the call record, parameter cache and launch
-helpers are the kit's ``oasr_kit/*.cuh``), names one kernel type per output dtype (fp16 and
+``csrc/<package>/<lane tag>.cuh``: the kernel types; the call record, parameter cache and launch
+helpers are the kit's ``oasr_kit/*.cuh``). What the formats' headers share is written once in
+this package's ``csrc/oasr_w8a8/*.cuh`` (:data:`SHARED_CSRC`, on every W8A8 unit's include
+path): the launch pieces, and the kernel types' bodies, which a family's header includes
+inside its ``struct Kernel`` after defining its element, accumulator and epilogue names as
+``OASR_W8A8_*`` macros, so that the preprocessed units read as before, names one kernel type per output dtype (fp16 and
 bf16 for the mm op, the format's element for the quant op) and exports two ``extern "C"``
 functions::
 
@@ -33,6 +37,9 @@ from oasr_core.types import Config
 
 from oasr_scaled_mm.w8a8.formats import Format
 
+SHARED_CSRC = Path(__file__).with_name("csrc")
+"""The include dir of the headers every W8A8 format shares (``oasr_w8a8/*.cuh``)."""
+
 OPERANDS = ("const void* a, const void* w, const void* a_scale, const void* w_scale, "
             "const void* bias, const void* out_scale_ptr, float out_scale, void* d")
 """The launcher's operands after the call record (the scaled C ABI)."""
@@ -59,6 +66,10 @@ class UnitWriter:
     def csrc_dir(self) -> Path:
         """The include dir holding ``<package>/*.cuh`` (package data)."""
         return Path(str(resources.files(self.format.package) / "csrc"))
+
+    def include_dirs(self) -> tuple[str, ...]:
+        """The family's include dirs: its own headers, then the shared ``oasr_w8a8`` ones."""
+        return (str(self.csrc_dir()), str(SHARED_CSRC))
 
     def symbol(self, config: Config, op: str | None = None) -> str:
         """The launcher's C symbol for ``config`` serving ``op`` (default: the mm op)."""
@@ -112,22 +123,23 @@ class UnitWriter:
     @functools.cache  # noqa: B019 - one writer per family, alive for the process
     def impl_hash(self) -> str:
         """A short hash of what decides the generated code: the family's codegen module,
-        this one, the family's headers and the kit's; an earlier hash where the family's
+        this one, the family's headers, the shared ``oasr_w8a8`` ones and the kit's; an earlier hash where the family's
         ``equivalent_impls.json`` records this one as compiling to the same machine code
         (:func:`oasr_core.jit.kit.canonical_impl_hash`). The family's ``impl_hash`` soft
         validator: an entry measured under another implementation is marked stale."""
         digest = hashlib.sha256()
         digest.update(self.source.read_bytes())
         digest.update(Path(__file__).read_bytes())
-        kit.hash_headers(digest, [self.csrc_dir() / self.format.package])
+        kit.hash_headers(digest, [self.csrc_dir() / self.format.package,
+                                  SHARED_CSRC / "oasr_w8a8"])
         return kit.canonical_impl_hash(digest.hexdigest()[:16],
                                        self.source.with_name("equivalent_impls.json"))
 
     def names(self) -> dict[str, Any]:
-        """What a family's ``codegen`` module names: ``csrc_dir``, ``symbol``,
+        """What a family's ``codegen`` module names: ``csrc_dir``, ``include_dirs``, ``symbol``,
         ``workspace_symbol``, ``kernel_type``, ``unit_source``, ``impl_hash``, ``OUT_CODES``,
         ``OP_OUT_DTYPES``, ``STATUS`` and ``EQUIVALENTS``."""
-        return {"csrc_dir": self.csrc_dir, "symbol": self.symbol,
+        return {"csrc_dir": self.csrc_dir, "include_dirs": self.include_dirs, "symbol": self.symbol,
                 "workspace_symbol": self.workspace_symbol, "kernel_type": self.kernel_type,
                 "unit_source": self.unit_source, "impl_hash": self.impl_hash,
                 "OUT_CODES": dict(self.out_codes), "OP_OUT_DTYPES": dict(self.op_out_dtypes),

@@ -76,7 +76,7 @@ class LaneModules:
                  for c in dict.fromkeys(configs) for op in wanted if cs.serves(c, op)]
         return JitSpec(name=name or self.module_prefix[lane], arch=jit_arch(arch),
                        units=tuple(units),
-                       include_dirs=(str(self.format.module("codegen").csrc_dir()),),
+                       include_dirs=self.format.module("codegen").include_dirs(),
                        extra_flags=EXTRA_FLAGS)
 
     def production_spec(self, lane: str, arch: str, referenced: Iterable[str] | None = None
