@@ -47,21 +47,7 @@ def linear(x: Any, layer: Any, activation: str | None = None, *, residual: Any =
                              "fused op (gemm_residual takes none)")
         return ops.gemm_residual(x, layer.weight, layer.bias, residual, alpha)
     if activation is None:
-        if ops.gemm is _OWN[0] and not _compiling():
-            key = (id(layer), None, x.shape, x.dtype)
-            plan = _LAYERS.table.get(key)
-            if plan is _TORCH:
-                # Only a layer whose weight and bias are registered parameters gets a torch
-                # plan (_first): read from its parameter dict, not through Module.__getattr__.
-                p = layer._parameters
-                w = p.get("weight")
-                if w is not None and "bias" in p:
-                    _FALLBACKS[_SELECTED] += 1
-                    return _linear(x, w, p["bias"])
-            elif plan is None:
-                return _first(key, "gemm", None, x, layer)
-            return _run("gemm", None, x, layer.weight, layer.bias, None)
-        return ops.gemm(x, layer.weight, layer.bias)
+        return forward(layer, x)
     if ops.gemm_activation is _OWN[1] and not _compiling():
         key = (id(layer), activation, x.shape, x.dtype)
         plan = _LAYERS.table.get(key)
@@ -80,13 +66,15 @@ def linear(x: Any, layer: Any, activation: str | None = None, *, residual: Any =
 def forward(layer: Any, x: Any) -> Any:
     """``layer(x)``: a routed ``nn.Linear``'s forward (``linear.forward``, which
     :func:`oasr_core.route` binds): :func:`linear` without an activation, its arguments in
-    the order a bound forward takes them, so a routed call costs no extra Python frame. The
-    body is :func:`linear`'s plain branch, written out: this is the hot path."""
+    the order a bound forward takes them, so a routed call costs no extra Python frame
+    (:func:`linear`'s plain branch is this function)."""
     ops = _OPS or _load_ops()
     if ops.gemm is _OWN[0] and not _compiling():
         key = (id(layer), None, x.shape, x.dtype)
         plan = _LAYERS.table.get(key)
         if plan is _TORCH:
+            # Only a layer whose weight and bias are registered parameters gets a torch
+            # plan (_first): read from its parameter dict, not through Module.__getattr__.
             p = layer._parameters
             w = p.get("weight")
             if w is not None and "bias" in p:
