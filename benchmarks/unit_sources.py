@@ -10,6 +10,12 @@ identical machine code: run it before and after a host-side refactor and diff th
 
     python benchmarks/unit_sources.py --jobs 2 > before.txt
 
+``--tokens`` hashes the unit's C++ token stream instead (:func:`tokens`: the preprocessed text
+split into identifiers, numbers, literals and punctuators, maximal munch, each directive line
+such as ``#pragma unroll`` one token): what the compiler parses, without the white space and
+line breaks that depend on where a header put the text. Code moved between headers, or
+spelled through a macro, keeps its token hash exactly when nvcc sees the same program.
+
 Needs nvcc and the nvidia-cutlass headers, no GPU; it times nothing.
 """
 
@@ -29,6 +35,19 @@ from oasr_core.jit.spec import COMPILE_FLAGS, PRELUDE, plan
 FAMILIES = ("oasr_conv1d", "oasr_conv2d")
 ARCHES = ("sm80", "sm90")
 _LINE_MARKER = re.compile(rb"^#(?: |line ).*\n", re.MULTILINE)
+_PUNCT = sorted(
+    ["%:%:", "...", "<<=", ">>=", "->*", "<=>", "::", "->", "++", "--", "<<", ">>", "<=", ">=",
+     "==", "!=", "&&", "||", "+=", "-=", "*=", "/=", "%=", "&=", "|=", "^=", ".*", "##", "<:",
+     ":>", "<%", "%>", "%:"], key=len, reverse=True)
+_TOKEN = re.compile(
+    r"""(?:u8|[uUL])?R"(?P<delim>[^(\s]*)\((?:.|\n)*?\)(?P=delim)"  # raw string
+    |(?:u8|[uUL])?"(?:\\.|[^"\\\n])*"                         # string literal
+    |(?:u8|[uUL])?'(?:\\.|[^'\\\n])*'                         # character literal
+    |\.?[0-9](?:[eEpP][+-]|[\w.'])*                              # pp-number
+    |[A-Za-z_$][\w$]*                                          # identifier or keyword
+    |""" + "|".join(re.escape(p) for p in _PUNCT) + r"""
+    |\S                                                        # any other single character
+    """, re.VERBOSE)
 
 
 def _specs():
@@ -49,8 +68,34 @@ def _specs():
                     yield f"{package}/{lane}/{arch}/{scope}", spec
 
 
-def _preprocess(job: tuple[str, str, list[str]]) -> tuple[str, str]:
-    name, source, flags = job
+def tokens(text: str) -> list[str]:
+    """The C++ tokens of preprocessed ``text`` (line markers already dropped), in order: each
+    directive line left by the preprocessor (``#pragma ...``) is one token, white space folded."""
+    out: list[str] = []
+    for line in text.split("\n"):
+        if line.lstrip().startswith("#"):
+            out.append(" ".join(line.split()))
+            continue
+        pos = 0
+        while True:
+            while pos < len(line) and line[pos].isspace():
+                pos += 1
+            if pos == len(line):
+                break
+            match = _TOKEN.match(line, pos)
+            out.append(match.group(0))
+            pos = match.end()
+    return out
+
+
+def _digest(text: bytes, by_tokens: bool) -> str:
+    if by_tokens:
+        text = "\n".join(tokens(text.decode())).encode()
+    return hashlib.sha256(text).hexdigest()
+
+
+def _preprocess(job: tuple[str, str, list[str], bool]) -> tuple[str, str]:
+    name, source, flags, by_tokens = job
     with tempfile.TemporaryDirectory() as tmp:
         path = Path(tmp) / f"{name}.cu"
         path.write_text(PRELUDE + source)
@@ -58,12 +103,14 @@ def _preprocess(job: tuple[str, str, list[str]]) -> tuple[str, str]:
                              capture_output=True, check=False)
     if out.returncode:
         sys.exit(f"{name}: nvcc -E failed:\n{out.stderr.decode(errors='replace')}")
-    return name, hashlib.sha256(_LINE_MARKER.sub(b"", out.stdout)).hexdigest()
+    return name, _digest(_LINE_MARKER.sub(b"", out.stdout), by_tokens)
 
 
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--jobs", type=int, default=2)
+    parser.add_argument("--tokens", action="store_true",
+                        help="hash the C++ token stream instead of the text (see module doc)")
     args = parser.parse_args()
     jobs: dict[tuple[str, str, tuple[str, ...]], str] = {}
     listing: list[tuple[str, tuple[str, str, tuple[str, ...]]]] = []
@@ -78,7 +125,7 @@ def main() -> int:
     keys = list(jobs)
     with concurrent.futures.ThreadPoolExecutor(args.jobs) as pool:
         digests = dict(zip(keys, (d for _, d in pool.map(
-            _preprocess, [(k[0], k[1], list(k[2])) for k in keys])), strict=True))
+            _preprocess, [(k[0], k[1], list(k[2]), args.tokens) for k in keys])), strict=True))
     for label, key in sorted(listing, key=lambda row: (row[0], row[1][0])):
         print(f"{label} {key[0]} {digests[key]}")
     print(f"# {len(listing)} units in modules, {len(keys)} distinct", file=sys.stderr)
