@@ -19,80 +19,48 @@ kernels for its first conv (one log-mel plane: Cin = 1, K = 9), an analytic kern
 runs any widths, and direct kernels for inputs of few channels (the first conv computed as the
 stencil it is).
 
-Static rules (:func:`is_feasible`): warp tiles divide the CTA tile into 1..8 warps of
-mma.sync m16n8k16 shapes; the CTA's N at least 32 (the 2.x tensor-op epilogue's thread map
-does not cover a warp's lanes below that); an input access of one 16-bit element needs the
-two-stage main loop (cp.async moves 4, 8 or 16 bytes); few-channels kernels read 1, 2 or 4
-channels per access; the stages' shared memory within the arch's opt-in limit.
+Static rules (:func:`is_feasible`): CUTLASS's implicit-GEMM rules
+(:func:`oasr_core.kit.implicit_gemm.is_feasible`: warp tiles of mma.sync shapes, the CTA's N
+at least 32, cp.async access widths, few-channels accesses, the stages' shared memory within
+the arch's opt-in limit); a direct config's threads and vector widths.
 
-Per problem (:func:`supports`): groups == 1 (a depthwise or grouped conv runs on torch); Cin
-a multiple of the input access width and Cout of the output one (CUTLASS's ``can_implement``
-checks the same and the launcher answers ``kErrShape`` otherwise); the optimized iterator's
-32 filter-tap mask bits per axis; few-channels kernels only for inputs of at most
-:data:`FEW_CHANNELS_MAX` channels; tensors whose bytes fit the 2.x kernels' 32-bit offsets.
+Per problem (:func:`supports`): groups == 1 (a depthwise or grouped conv runs on torch); for
+the implicit GEMM, Cin a multiple of the input access width and Cout of the output one
+(CUTLASS's ``can_implement`` checks the same and the launcher answers ``kErrShape``
+otherwise), the optimized iterator's 32 filter-tap mask bits per axis, few-channels kernels
+only for narrow inputs and tensors whose bytes fit the 2.x kernels' 32-bit offsets (:func:`oasr_core.kit.implicit_gemm.supports`); for a direct
+kernel, a narrow input and a filter that fits its shared memory.
 """
 
 from __future__ import annotations
 
+from oasr_core.kit import implicit_gemm
 from oasr_core.kit import lanes as kit_lanes
 from oasr_core.types import Config, Problem
 
 from oasr_conv2d.geometry import LANE, LANES
 
-ALGORITHMS = ("optimized", "analytic", "few_channels")
-_ALGO_TAG = {"optimized": "", "analytic": "_an", "few_channels": "_fc"}
-ALIGNMENTS = (1, 2, 4, 8)
 SMEM_LIMIT = kit_lanes.SMEM_LIMIT
 ARCHES = kit_lanes.CUTLASS2_ARCHES
 DEFAULT_ON = kit_lanes.CUTLASS2_ARCHES
 """The lane is the family's only one, so it is the default wherever it runs (sm90 included)."""
-OPTIMIZED_MAX_TAPS = 32
-"""Filter taps per axis the optimized activation iterator's masks hold (``R, S <= 32``)."""
-FEW_CHANNELS_MAX = 16
-"""Widest input a few-channels kernel is offered: it exists for the one-plane first conv, and
-reading 1..4 channels per access is slower than the 16-byte kernels at widths those run."""
-MAX_TENSOR_BYTES = (1 << 31) - 1
-"""Largest activation, filter or output a 2.x conv kernel addresses (CUTLASS's check)."""
-_ELEMENT_BYTES = 2
 
 
 def config(tile: tuple[int, int, int], warp: tuple[int, int, int], stages: int,
            algorithm: str = "optimized", align_in: int = 8, align_out: int = 8) -> Config:
-    """A CUTLASS 2.x implicit-GEMM fprop config (``ig_b<tile>_w<warp>_s<stages>``, then
-    ``_an`` / ``_fc`` for the analytic / few-channels iterators and ``_a<in>x<out>`` for
-    accesses narrower than 16 bytes)."""
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm {algorithm!r} is not one of {ALGORITHMS}")
-    bm, bn, bk = tile
-    wm, wn, wk = warp
-    cid = f"ig_b{bm}x{bn}x{bk}_w{wm}x{wn}x{wk}_s{stages}{_ALGO_TAG[algorithm]}"
-    if (align_in, align_out) != (8, 8):
-        cid += f"_a{align_in}x{align_out}"
-    return Config(id=cid, lane=LANE, params={
-        "cutlass": 2, "tile": [bm, bn, bk], "warp": [wm, wn, wk], "stages": stages,
-        "algorithm": algorithm, "align_in": align_in, "align_out": align_out, "unit": cid,
-    })
+    """A CUTLASS 2.x implicit-GEMM fprop config of the lane
+    (:func:`oasr_core.kit.implicit_gemm.config`: ``ig_b<tile>_w<warp>_s<stages>``, ``_an`` /
+    ``_fc``, ``_a<in>x<out>``)."""
+    return implicit_gemm.config(LANE, tile, warp, stages, algorithm, align_in, align_out)
 
 
-_WIDE = (
-    # (tile, warp, stages): 16-byte accesses, optimized iterator.
-    ((128, 128, 32), (64, 64, 32), 3),
-    ((128, 128, 64), (64, 64, 64), 3),
-    ((256, 128, 32), (64, 64, 32), 3),
-    ((128, 256, 32), (64, 64, 32), 3),
-    ((128, 64, 32), (64, 32, 32), 4),
-    ((64, 128, 32), (32, 64, 32), 4),
-    ((64, 64, 64), (32, 32, 64), 4),
-    ((64, 64, 32), (32, 32, 32), 5),
-)
 _NARROW = (
-    # (tile, warp, stages, algorithm, align_in, align_out).
-    ((128, 64, 32), (64, 32, 32), 2, "few_channels", 1, 8),
+    # (tile, warp, stages, algorithm, align_in, align_out): the kit's narrow tiles, with two
+    # more one-channel tiles for the one-plane first conv after the first.
+    implicit_gemm.NARROW_TILES[0],
     ((128, 128, 32), (64, 64, 32), 2, "few_channels", 1, 8),
     ((64, 128, 32), (32, 64, 32), 2, "few_channels", 1, 8),
-    ((128, 64, 32), (64, 32, 32), 3, "few_channels", 2, 8),
-    ((128, 64, 32), (64, 32, 32), 3, "few_channels", 4, 8),
-    ((64, 64, 32), (32, 32, 32), 2, "analytic", 1, 1),
+    *implicit_gemm.NARROW_TILES[1:],
 )
 
 DIRECT_MAX_CIN = 8
@@ -134,7 +102,7 @@ def listed(lane: str = LANE) -> tuple[Config, ...]:
     """Every config listed for ``lane``, before feasibility (KeyError for another lane)."""
     if lane != LANE:
         raise KeyError(f"lane {lane!r} is not a conv2d lane ({', '.join(LANES)})")
-    return (*(config(t, w, s) for t, w, s in _WIDE),
+    return (*(config(t, w, s) for t, w, s in implicit_gemm.WIDE_TILES),
             *(config(t, w, s, a, i, o) for t, w, s, a, i, o in _NARROW),
             *(direct_config(*d) for d in _DIRECT))
 
@@ -142,10 +110,7 @@ def listed(lane: str = LANE) -> tuple[Config, ...]:
 def smem(config: Config) -> int:
     """Shared memory of a config's main loop: stages x (A tile + B tile), 16-bit; a direct
     config's bound on its staged filter."""
-    if is_direct(config):
-        return DIRECT_MAX_FILTER_BYTES
-    bm, bn, bk = config.params["tile"]
-    return config.params["stages"] * (bm + bn) * bk * _ELEMENT_BYTES
+    return DIRECT_MAX_FILTER_BYTES if is_direct(config) else implicit_gemm.smem(config)
 
 
 def is_feasible(config: Config) -> bool:
@@ -156,21 +121,7 @@ def is_feasible(config: Config) -> bool:
     if is_direct(config):
         return (p.get("cpt") in (2, 4, 8) and p.get("ppt") in (1, 2, 4, 8, 16)
                 and p.get("threads") in (64, 128, 256, 512))
-    if p.get("cutlass") != 2:
-        return False
-    (bm, bn, bk), (wm, wn, wk) = p["tile"], p["warp"]
-    if bm % wm or bn % wn or bk % wk or wm % 16 or wn % 8 or wk % 16:
-        return False
-    if not 1 <= (bm // wm) * (bn // wn) * (bk // wk) <= 8 or bn < 32:
-        return False
-    algorithm, align_in, align_out = p["algorithm"], p["align_in"], p["align_out"]
-    if algorithm not in ALGORITHMS or align_in not in ALIGNMENTS or align_out not in ALIGNMENTS:
-        return False
-    if algorithm == "few_channels" and align_in == 8:
-        return False
-    if p["stages"] < 2 or (p["stages"] > 2 and align_in * _ELEMENT_BYTES < 4):
-        return False
-    return smem(config) <= SMEM_LIMIT["sm90"]
+    return p.get("cutlass") == 2 and implicit_gemm.is_feasible(config)
 
 
 def fits_arch(config: Config, arch: str) -> bool:
@@ -196,21 +147,13 @@ def supports(config: Config, problem: Problem) -> bool:
         return (cin <= DIRECT_MAX_CIN and cout % p["cpt"] == 0
                 and cout // p["cpt"] <= p["threads"]
                 and kh * kw * cin * cout * 4 <= DIRECT_MAX_FILTER_BYTES)
-    if cin % p["align_in"] or cout % p["align_out"]:
-        return False
-    if p["algorithm"] == "optimized" and max(kh, kw) > OPTIMIZED_MAX_TAPS:
-        return False
-    if p["algorithm"] == "few_channels" and cin > FEW_CHANNELS_MAX:
-        return False
-    # Rows of the input are at most stride * rows out + the window: the bytes, bounded.
+    # Rows of the input are at most stride * rows out + the window: the elements, bounded.
     sh, dh = problem.dim("sh"), problem.dim("dh")
     w_out = max(1, (width + 2 * problem.dim("pw") - problem.dim("dw") * (kw - 1) - 1)
                 // problem.dim("sw") + 1)
     rows_in = (problem.m // w_out + 1) * sh + dh * (kh - 1) + 1
-    if max(rows_in * width * cin, problem.m * cout, cout * kh * kw * cin) * _ELEMENT_BYTES \
-            > MAX_TENSOR_BYTES:
-        return False
-    return True
+    return implicit_gemm.supports(config, cin, cout, max(kh, kw),
+                                  (rows_in * width * cin, problem.m * cout, cout * kh * kw * cin))
 
 
 def space(lane: str = LANE) -> tuple[Config, ...]:

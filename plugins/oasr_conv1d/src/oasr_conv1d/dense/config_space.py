@@ -13,20 +13,20 @@ so a tuning file reads without this module and a config rebuilds from its JSON:
   multiple) and of the output and bias (Cout must be a multiple);
 - ``unit``: the translation unit (one per config; it holds both dtypes and every activation).
 
-The lists are written out, not a cross product: 16-byte tiles for the usual widths (Whisper's
-80 -> 384/512/768 and d -> d stride-2 convs, wav2vec2's 512 -> 512 stack), a few-channels
+The lists are written out, not a cross product: 16-byte tiles for the usual widths
+(:data:`oasr_core.kit.implicit_gemm.WIDE_TILES`: Whisper's 80 -> 384/512/768 and d -> d
+stride-2 convs, wav2vec2's 512 -> 512 stack), a few-channels
 kernel per narrow input width (wav2vec2's raw-audio conv has Cin = 1), an analytic kernel for
 windows longer than 32 taps, and an element-wise one that runs any width.
 """
 
 from __future__ import annotations
 
+from oasr_core.kit import implicit_gemm
 from oasr_core.types import Config
 
 from oasr_conv1d.geometry import LANE_SM80, LANE_SM90, LANES
 
-ALGORITHMS = ("optimized", "analytic", "few_channels")
-_ALGO_TAG = {"optimized": "", "analytic": "_an", "few_channels": "_fc"}
 SM90_SCHEDULES = ("ws",)
 """Hopper conv schedules CUTLASS 4.2 builds (its conv dispatch policy rejects the persistent
 ping-pong and cooperative kernels)."""
@@ -36,20 +36,10 @@ _SM90_TAG = {"ws": "ws"}
 def sm80_config(tile: tuple[int, int, int], warp: tuple[int, int, int], stages: int,
                 algorithm: str = "optimized", align_in: int = 8, align_out: int = 8, *,
                 lane: str = LANE_SM80) -> Config:
-    """A CUTLASS 2.x implicit-GEMM fprop config (``ig_b<tile>_w<warp>_s<stages>``, then
-    ``_an`` / ``_fc`` for the analytic / few-channels iterators and ``_a<in>x<out>`` for
-    accesses narrower than 16 bytes). ``lane`` puts it in the sm90 lane too."""
-    if algorithm not in ALGORITHMS:
-        raise ValueError(f"algorithm {algorithm!r} is not one of {ALGORITHMS}")
-    bm, bn, bk = tile
-    wm, wn, wk = warp
-    cid = f"ig_b{bm}x{bn}x{bk}_w{wm}x{wn}x{wk}_s{stages}{_ALGO_TAG[algorithm]}"
-    if (align_in, align_out) != (8, 8):
-        cid += f"_a{align_in}x{align_out}"
-    return Config(id=cid, lane=lane, params={
-        "cutlass": 2, "tile": [bm, bn, bk], "warp": [wm, wn, wk], "stages": stages,
-        "algorithm": algorithm, "align_in": align_in, "align_out": align_out, "unit": cid,
-    })
+    """A CUTLASS 2.x implicit-GEMM fprop config (:func:`oasr_core.kit.implicit_gemm.config`:
+    ``ig_b<tile>_w<warp>_s<stages>``, ``_an`` / ``_fc``, ``_a<in>x<out>``). ``lane`` puts it
+    in the sm90 lane too."""
+    return implicit_gemm.config(lane, tile, warp, stages, algorithm, align_in, align_out)
 
 
 def sm90_config(tile: tuple[int, int, int], cluster: tuple[int, int] = (1, 1),
@@ -70,24 +60,11 @@ def sm90_config(tile: tuple[int, int, int], cluster: tuple[int, int] = (1, 1),
     })
 
 
-_SM80_WIDE = (
-    # (tile, warp, stages): 16-byte accesses, optimized iterator.
-    ((128, 128, 32), (64, 64, 32), 3),
-    ((128, 128, 64), (64, 64, 64), 3),
-    ((256, 128, 32), (64, 64, 32), 3),
-    ((128, 256, 32), (64, 64, 32), 3),
-    ((128, 64, 32), (64, 32, 32), 4),
-    ((64, 128, 32), (32, 64, 32), 4),
-    ((64, 64, 64), (32, 32, 64), 4),
-    ((64, 64, 32), (32, 32, 32), 5),
-)
 _SM80_NARROW = (
-    # (tile, warp, stages, algorithm, align_in, align_out).
+    # (tile, warp, stages, algorithm, align_in, align_out): an analytic 16-byte tile for long
+    # windows, then the kit's narrow tiles.
     ((128, 128, 32), (64, 64, 32), 3, "analytic", 8, 8),
-    ((128, 64, 32), (64, 32, 32), 2, "few_channels", 1, 8),
-    ((128, 64, 32), (64, 32, 32), 3, "few_channels", 2, 8),
-    ((128, 64, 32), (64, 32, 32), 3, "few_channels", 4, 8),
-    ((64, 64, 32), (32, 32, 32), 2, "analytic", 1, 1),
+    *implicit_gemm.NARROW_TILES,
 )
 _SM90_TILES = (
     # (tile, cluster, schedule, stages); CUTLASS 4.2 builds Hopper convolutions with the
@@ -104,10 +81,7 @@ _SM90_CUTLASS2 = (
     # 2.x kernels the Hopper lane keeps for what TMA cannot read (rows under 16 bytes) and for
     # comparison at the common widths.
     ((128, 128, 32), (64, 64, 32), 3, "optimized", 8, 8),
-    ((128, 64, 32), (64, 32, 32), 2, "few_channels", 1, 8),
-    ((128, 64, 32), (64, 32, 32), 3, "few_channels", 2, 8),
-    ((128, 64, 32), (64, 32, 32), 3, "few_channels", 4, 8),
-    ((64, 64, 32), (32, 32, 32), 2, "analytic", 1, 1),
+    *implicit_gemm.NARROW_TILES,
 )
 
 SM80_DEFAULT = "ig_b128x128x32_w64x64x32_s3"
@@ -120,7 +94,7 @@ DEFAULTS = {LANE_SM80: SM80_DEFAULT, LANE_SM90: SM90_DEFAULT}
 def listed(lane: str) -> tuple[Config, ...]:
     """Every config listed for ``lane``, before feasibility (KeyError for another lane)."""
     if lane == LANE_SM80:
-        return (*(sm80_config(t, w, s) for t, w, s in _SM80_WIDE),
+        return (*(sm80_config(t, w, s) for t, w, s in implicit_gemm.WIDE_TILES),
                 *(sm80_config(t, w, s, a, i, o) for t, w, s, a, i, o in _SM80_NARROW))
     if lane == LANE_SM90:
         return (*(sm90_config(t, c, sch, s) for t, c, sch, s in _SM90_TILES),

@@ -3,12 +3,9 @@ and per problem (can it run this convolution), and their cost-model features.
 
 Static rules:
 
-- 2.x: warp tiles divide the CTA tile into 1..8 warps of mma.sync m16n8k16 shapes; the CTA's
-  N at least 32 (the 2.x tensor-op epilogue's thread map does not cover a warp's lanes below
-  that, which the gemm family saw return wrong values at 16); the multistage main loop copies
-  with cp.async (4, 8 or 16 bytes), so an input access of one 16-bit element needs the
-  two-stage main loop; few-channels kernels read 1, 2 or 4 channels per access; shared memory
-  of the stages within the arch's opt-in limit;
+- 2.x: CUTLASS's implicit-GEMM rules (:func:`oasr_core.kit.implicit_gemm.is_feasible`: warp
+  tiles of mma.sync shapes, the CTA's N at least 32, cp.async access widths, few-channels
+  accesses, the stages' shared memory within the arch's opt-in limit);
 - 3.x: the non-persistent warp-specialized schedule (the only one CUTLASS 4.2 builds for
   convolutions), CUTLASS's wgmma tile rules for one consumer warpgroup (M 64 or 128; N a
   multiple of 16 up to 256; K 64 or 128), clusters of at most 2 CTAs, at most 128 fp32
@@ -16,41 +13,28 @@ Static rules:
 
 Per problem (:func:`supports`): groups == 1; Cin a multiple of the input access width and
 Cout of the output one (CUTLASS's ``can_implement`` checks the same and the launcher answers
-``kErrShape`` otherwise); the optimized 2.x iterator's 32 filter-tap mask bits; few-channels
-kernels only for inputs of at most :data:`FEW_CHANNELS_MAX` channels; tensors whose bytes fit
-the 2.x kernels' 32-bit offsets; strides up to :data:`TMA_MAX_STRIDE` for the 3.x kernels.
+``kErrShape`` otherwise); for the 2.x kernels the optimized iterator's 32 filter-tap mask bits,
+few-channels kernels only for narrow inputs and tensors whose bytes fit 32-bit offsets (:func:`oasr_core.kit.implicit_gemm.supports`); strides up to
+:data:`TMA_MAX_STRIDE` for the 3.x kernels.
 """
 
 from __future__ import annotations
 
-from oasr_core.kit import lanes
+from oasr_core.kit import implicit_gemm, lanes
 from oasr_core.types import Config, Problem
 
-from oasr_conv1d.dense.config_space import ALGORITHMS, LANE_SM80, LANE_SM90, SM90_SCHEDULES
+from oasr_conv1d.dense.config_space import LANE_SM80, LANE_SM90, SM90_SCHEDULES
 
 SMEM_LIMIT = lanes.SMEM_LIMIT
 ARCHES = {LANE_SM80: lanes.CUTLASS2_ARCHES, LANE_SM90: lanes.CUTLASS3_ARCHES}
 DEFAULT_ON = {LANE_SM80: lanes.CUTLASS2_DEFAULT_ON, LANE_SM90: lanes.CUTLASS3_ARCHES}
-ALIGNMENTS = (1, 2, 4, 8)
-OPTIMIZED_MAX_TAPS = 32
-"""Filter taps the 2.x optimized activation iterator's masks hold (``R, S <= 32``)."""
 TMA_MAX_STRIDE = 8
 """Largest traversal stride of a TMA im2col descriptor (``cuTensorMapEncodeIm2col``'s element
 strides are 1..8): the 3.x kernels' limit."""
-FEW_CHANNELS_MAX = 16
-"""Widest input a few-channels kernel is offered: it exists for narrow inputs (raw audio),
-and reading 1..4 channels per access is several times slower than the 16-byte kernels at
-widths those can run."""
-MAX_TENSOR_BYTES = (1 << 31) - 1
-"""Largest activation, filter or output a 2.x conv kernel addresses (CUTLASS's check)."""
 _SM90_EPILOGUE_SMEM = 8192
-_ELEMENT_BYTES = 2
-
-
-def sm80_smem(config: Config) -> int:
-    """Shared memory of a 2.x config's main loop: stages x (A tile + B tile), 16-bit."""
-    bm, bn, bk = config.params["tile"]
-    return config.params["stages"] * (bm + bn) * bk * _ELEMENT_BYTES
+_ELEMENT_BYTES = implicit_gemm.ELEMENT_BYTES
+sm80_smem = implicit_gemm.smem
+"""Shared memory of a 2.x config's main loop: stages x (A tile + B tile), 16-bit."""
 
 
 def sm90_smem(config: Config) -> int:
@@ -64,23 +48,6 @@ def sm90_smem(config: Config) -> int:
 def smem(config: Config) -> int:
     """Shared memory estimate of either kind of config."""
     return sm80_smem(config) if config.params["cutlass"] == 2 else sm90_smem(config)
-
-
-def _cutlass2_static(config: Config) -> bool:
-    p = config.params
-    (bm, bn, bk), (wm, wn, wk) = p["tile"], p["warp"]
-    if bm % wm or bn % wn or bk % wk or wm % 16 or wn % 8 or wk % 16:
-        return False
-    if not 1 <= (bm // wm) * (bn // wn) * (bk // wk) <= 8 or bn < 32:
-        return False
-    algorithm, align_in, align_out = p["algorithm"], p["align_in"], p["align_out"]
-    if algorithm not in ALGORITHMS or align_in not in ALIGNMENTS or align_out not in ALIGNMENTS:
-        return False
-    if algorithm == "few_channels" and align_in == 8:
-        return False
-    if p["stages"] < 2 or (p["stages"] > 2 and align_in * _ELEMENT_BYTES < 4):
-        return False
-    return sm80_smem(config) <= SMEM_LIMIT["sm90"]
 
 
 def _cutlass3_static(config: Config) -> bool:
@@ -107,7 +74,7 @@ def is_feasible(config: Config) -> bool:
         return False
     kind = config.params.get("cutlass")
     if kind == 2:
-        return _cutlass2_static(config)
+        return implicit_gemm.is_feasible(config)
     return kind == 3 and config.lane == LANE_SM90 and _cutlass3_static(config)
 
 
@@ -125,21 +92,15 @@ def supports(config: Config, problem: Problem) -> bool:
     stride = problem.dim("stride")
     if problem.dim("groups") != 1 or problem.m < 1 or min(cin, cout, taps, stride) < 1:
         return False
+    if p["cutlass"] == 2:
+        # T_in is at most stride * T_out + the window: the activation's elements, bounded.
+        rows_in = problem.m * stride + problem.dim("dil") * (taps - 1) + 1
+        return implicit_gemm.supports(config, cin, cout, taps,
+                                      (rows_in * cin, problem.m * cout, cout * taps * cin))
     if cin % p["align_in"] or cout % p["align_out"]:
         return False
     if p["cutlass"] == 3:
         return stride <= TMA_MAX_STRIDE
-    if p["cutlass"] == 2:
-        if p["algorithm"] == "optimized" and taps > OPTIMIZED_MAX_TAPS:
-            return False
-        if p["algorithm"] == "few_channels" and cin > FEW_CHANNELS_MAX:
-            return False
-        # T_in is at most stride * T_out + the window: the activation's bytes, bounded.
-        span = problem.dim("dil") * (taps - 1) + 1
-        rows_in = problem.m * stride + span
-        if max(rows_in * cin, problem.m * cout, cout * taps * cin) * _ELEMENT_BYTES \
-                > MAX_TENSOR_BYTES:
-            return False
     return True
 
 
