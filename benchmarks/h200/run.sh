@@ -11,9 +11,10 @@
 #   prebuild         gemm's sm90 lane whole (or --subset), scaled_mm's and scaled_mm_fp8's lanes
 #                    whole, as prepare.sh jit makes them (cache hits when the carried cache is
 #                    complete; what is missing compiles here on 16 cores)
-#   gpu-tests        `pytest -m gpu` of both plugins, the integration tests and the build's
-#                    peak-memory test, every sm90 config (OASR_*_COMPILE_SET=all: the
-#                    whole-space modules of the cache); gemm_residual's are gpu-tests-residual
+#   gpu-tests        `pytest -m "gpu and not fp8"` of gemm and scaled_mm, the integration tests
+#                    and the build's peak-memory test, every sm90 config (OASR_*_COMPILE_SET=all:
+#                    the whole-space modules of the cache); gemm_residual's are
+#                    gpu-tests-residual, the W8A8 tests' fp8 rows gpu-tests-fp8
 #   bench-gemm       benchmarks/gemm_vs_torch.py (--pdl, --bias, --subset, --epilogue)
 #   ncu              Nsight Compute of cuBLAS and oasr kernels at --ncu-shape
 #   bench-scaled-mm  scaled_mm sweep of every tile vs torch, ladder fit, the scaled_mm table
@@ -58,8 +59,9 @@
 #                    FFN 4096, 8 layers, batch 16 x 1024): quantized linears where the table
 #                    or the untuned route says fp8 pays, the fused norm + quantize before them
 #                    (h200_compile_<model>_fp8.md, .json); E2E_COMPILE_FP8_MODELS picks models
-#   gpu-tests-fp8    `pytest -m gpu` of the fp8 plugin: every tile of both lanes, both ops, the
-#                    numerics bound, graphs, torch.compile, the quantizer, the unquantized route
+#   gpu-tests-fp8    `pytest -m "gpu and fp8"` of the W8A8 tests (scaled_mm's tests, fp8 rows):
+#                    every tile of both fp8 lanes, both ops, the numerics bound, graphs,
+#                    torch.compile, the quantizer, the unquantized route
 #   gpu-tests-residual  `pytest -m gpu` of gemm's op gemm_residual (test_gemm_residual_gpu.py):
 #                    the fused-residual kernels of 10 sm90 configs (every schedule, Stream-K,
 #                    subtiles, clusters, swapped) vs fp32, alpha 0 bitwise, in place, graphs,
@@ -231,9 +233,9 @@ prebuild_fp8() {
 phase_gpu_tests_fp8() {
   local dir=$1
   prebuild_fp8 "$dir"
-  el "GPU tests of the fp8 plugin: every config of both lanes on sm90"
+  el "GPU tests of the fp8 format: every config of both lanes on sm90"
   OASR_SCALED_MM_FP8_COMPILE_SET=all OASR_TUNE_SYSTEM_DB=off \
-    timeout 540 python3 -m pytest -m gpu plugins/oasr_scaled_mm_fp8/tests -q -rs -s \
+    timeout 540 python3 -m pytest -m "gpu and fp8" plugins/oasr_scaled_mm/tests -q -rs -s \
     -p no:cacheprovider 2>&1 | tee "$dir/gpu_tests_fp8.log" | tail -15
 }
 
@@ -317,7 +319,8 @@ phase_gpu_tests() {
   local dir=$1
   el "GPU tests: every sm90 config of both plugins, graphs, PDL chains, autotune"
   OASR_GEMM_COMPILE_SET=all OASR_SCALED_MM_COMPILE_SET=all OASR_TUNE_SYSTEM_DB=off \
-    timeout 540 python3 -m pytest -m gpu plugins/oasr_gemm/tests plugins/oasr_scaled_mm/tests \
+    timeout 540 python3 -m pytest -m "gpu and not fp8" plugins/oasr_gemm/tests \
+    plugins/oasr_scaled_mm/tests \
     tests/test_integration_autotune_gpu.py tests/test_build_speed_memory_gpu.py -q -p no:cacheprovider \
     --ignore=plugins/oasr_gemm/tests/test_gemm_residual_gpu.py 2>&1 \
     | tee "$dir/gpu_tests.log" | tail -12
