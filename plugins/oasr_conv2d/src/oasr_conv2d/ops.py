@@ -37,7 +37,7 @@ from typing import Any
 import torch
 from oasr_core.kit import TORCH
 from oasr_core.kit import ops as kit_ops
-from oasr_core.kit.ops import HALF_DTYPES, unsupported_operands
+from oasr_core.kit.ops import HALF_DTYPES, custom_op, resolve, torch_path, unsupported_operands
 from oasr_core.runtime import device_arch_of
 
 from oasr_conv2d import launch, weights
@@ -50,7 +50,7 @@ __all__ = ["OPS", "conv2d", "conv2d_activation", "stats", "reset_stats", "clear_
            "op_name", "params_of"]
 
 _compiling = torch.compiler.is_compiling
-_PLANS, _FALLBACKS = SERVING.plans, SERVING.fallbacks
+_PLANS = SERVING.plans
 stats, reset_stats, clear_memo = SERVING.stats, SERVING.reset_stats, SERVING.clear
 
 
@@ -100,11 +100,17 @@ def conv2d_activation(x: torch.Tensor, weight: torch.Tensor, bias: torch.Tensor 
     return _run(op, activation, x, weight, bias, stride, padding, dilation, groups)
 
 
-def _torch_path(reason: str, activation: str | None, x: torch.Tensor, weight: torch.Tensor,
-                bias: torch.Tensor | None, stride: Any, padding: Any, dilation: Any,
-                groups: int) -> torch.Tensor:
-    _FALLBACKS["torch:" + reason] += 1
+def _conv(activation: str | None, x: torch.Tensor, weight: torch.Tensor,
+          bias: torch.Tensor | None, stride: Any, padding: Any, dilation: Any,
+          groups: int) -> torch.Tensor:
+    """The torch path: ``F.conv2d`` on the channels-last view
+    (:func:`oasr_conv2d.numerics.torch_conv`)."""
     return torch_conv(x, weight, bias, stride, padding, dilation, groups, activation)
+
+
+_torch_path = torch_path(SERVING, _conv)
+"""``_torch_path(reason, activation, x, weight, bias, stride, padding, dilation, groups)``:
+:func:`_conv`, counted."""
 
 
 def _run(op: str, activation: str | None, x: torch.Tensor, weight: torch.Tensor,
@@ -142,7 +148,7 @@ def _run(op: str, activation: str | None, x: torch.Tensor, weight: torch.Tensor,
         return _torch_path(reason, activation, x, weight, bias, stride, padding, dilation,
                            groups)
     if plan is None:
-        plan = _plan(key, h_out, w_out)
+        plan = resolve(dev, _plan, key)
         if plan is TORCH:
             return _torch_path("selected", activation, x, weight, bias, stride, padding,
                                dilation, groups)
@@ -158,15 +164,15 @@ def _run(op: str, activation: str | None, x: torch.Tensor, weight: torch.Tensor,
                            dilation, groups)
     status = plan(dev, x_ptr, w_ptr, b_ptr, o_ptr)
     if status:
-        SERVING.refused(key, plan.config, launch.status_text(status),
-                        f"op={op} {describe(plan.record)}")
-        return _torch_path("refused", activation, x, weight, bias, stride, padding, dilation,
-                           groups)
+        return _torch_path.refused(key, plan.config, launch.status_text(status),
+                                   f"op={op} {describe(plan.record)}", activation, x, weight,
+                                   bias, stride, padding, dilation, groups)
     return out
 
 
-def _plan(key: tuple, h_out: int, w_out: int) -> Any:
-    """Resolve one call shape: select a config, bind its launcher, prepare the call."""
+def _plan(key: tuple) -> Any:
+    """Resolve one call shape: select a config, bind its launcher, prepare the call (the
+    miss path, :func:`oasr_core.kit.ops.resolve`)."""
     import oasr_core
 
     op, tdtype, batch, h_in, w_in, cin, cout, kh, kw, sh, sw, ph, pw, dh, dw, dev = key
@@ -176,7 +182,8 @@ def _plan(key: tuple, h_out: int, w_out: int) -> Any:
     dims = (cin, cout, w_in, kh, kw, sh, sw, ph, pw, dh, dw, 1)
     return SERVING.plan(
         key, arch,
-        select=lambda: oasr_core.select("conv2d", op, dtype, dims, batch * h_out * w_out, arch,
+        select=lambda: oasr_core.select("conv2d", op, dtype, dims,
+                                        batch * geo.h_out * geo.w_out, arch,
                                         point=f"{batch}x{h_in}").config,
         kernel_key=lambda config: config.id,
         prepare=lambda kernel: kernel.prepare(geo, dtype, activation),
@@ -189,28 +196,18 @@ def _fake_out(x, weight, stride, padding, dilation):
     return x.new_empty((x.shape[0], h_out, w_out, weight.shape[0]))
 
 
-@torch.library.custom_op("oasr::conv2d", mutates_args=(),
-                         schema="(Tensor x, Tensor weight, Tensor? bias, int[2] stride, "
-                                "int[2] padding, int[2] dilation, int groups) -> Tensor")
-def _conv2d_op(x, weight, bias, stride, padding, dilation, groups):
-    return _run("conv2d", None, x, weight, bias, list(stride), list(padding), list(dilation),
-                groups)
-
-
-@_conv2d_op.register_fake
-def _conv2d_fake(x, weight, bias, stride, padding, dilation, groups):
-    return _fake_out(x, weight, stride, padding, dilation)
-
-
-@torch.library.custom_op("oasr::conv2d_activation", mutates_args=(),
-                         schema="(Tensor x, Tensor weight, Tensor? bias, str activation, "
-                                "int[2] stride, int[2] padding, int[2] dilation, int groups) "
-                                "-> Tensor")
-def _conv2d_activation_op(x, weight, bias, activation, stride, padding, dilation, groups):
-    return _run(op_name(activation), activation, x, weight, bias, list(stride), list(padding),
-                list(dilation), groups)
-
-
-@_conv2d_activation_op.register_fake
-def _conv2d_activation_fake(x, weight, bias, activation, stride, padding, dilation, groups):
-    return _fake_out(x, weight, stride, padding, dilation)
+_conv2d_op = custom_op(
+    "conv2d", "(Tensor x, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, "
+              "int[2] dilation, int groups) -> Tensor",
+    lambda x, weight, bias, stride, padding, dilation, groups: _run(
+        "conv2d", None, x, weight, bias, list(stride), list(padding), list(dilation), groups),
+    lambda x, weight, bias, stride, padding, dilation, groups: _fake_out(
+        x, weight, stride, padding, dilation))
+_conv2d_activation_op = custom_op(
+    "conv2d_activation", "(Tensor x, Tensor weight, Tensor? bias, str activation, "
+                         "int[2] stride, int[2] padding, int[2] dilation, int groups) -> Tensor",
+    lambda x, weight, bias, activation, stride, padding, dilation, groups: _run(
+        op_name(activation), activation, x, weight, bias, list(stride), list(padding),
+        list(dilation), groups),
+    lambda x, weight, bias, activation, stride, padding, dilation, groups: _fake_out(
+        x, weight, stride, padding, dilation))
