@@ -25,6 +25,8 @@ serves its ops and keeps its per-epoch state:
 - :mod:`oasr_core.kit.production`: :class:`ProductionSet`, the production compile set of a
   family's lanes from the tiers, and the ``Lane.jit_specs`` / soft-stamp helpers;
 - :mod:`oasr_core.kit.lanes`: :class:`LaneSpaces`, :class:`LaneRules` and per-lane predicates;
+- :mod:`oasr_core.kit.tiles`: CUTLASS tile ids (``b{tile}_w{warp}_s{stages}``,
+  ``{tag}_{tile}_c{cluster}``) and tile lists written as them;
 - :mod:`oasr_core.kit.benching`: the family-agnostic half of a family's ``make_bench``;
 - :mod:`oasr_core.kit.helpers`: :class:`~oasr_core.kit.helpers.HelperKernel`, a small helper
   kernel (an activation quantizer) bound from its declared argument types and loaded once per

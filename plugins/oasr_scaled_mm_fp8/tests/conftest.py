@@ -3,17 +3,12 @@
 from __future__ import annotations
 
 import pytest
-from oasr_core.testing import isolated_plugin_runtime, register_family_markers
+from oasr_core.testing import plugin_runtime_fixture, register_family_markers
 
 
 def pytest_configure(config: pytest.Config) -> None:
     register_family_markers(config)
 
 
-@pytest.fixture(autouse=True)
-def _isolated(monkeypatch, tmp_path_factory):
-    """No developer tuning file leaks in; each test gets the plugin on a fresh runtime."""
-    from oasr_scaled_mm_fp8 import hooks, launch
-
-    yield from isolated_plugin_runtime(monkeypatch, tmp_path_factory, hooks, "scaled_mm_fp8",
-                                       serving=(launch.SERVING,))
+_isolated = plugin_runtime_fixture("oasr_scaled_mm_fp8", "scaled_mm_fp8")
+"""No developer tuning file leaks in; each test gets the plugin on a fresh runtime."""

@@ -18,7 +18,7 @@ import importlib
 from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
-from oasr_core.kit import lanes
+from oasr_core.kit import lanes, tiles
 from oasr_core.kit.lanes import LaneSpaces
 from oasr_core.types import Config, Problem
 
@@ -27,19 +27,15 @@ SM90_SCHEDULES = ("ws", "pingpong", "cooperative")
 persistent ``KernelTmaWarpSpecialized{Pingpong,Cooperative}`` kernels."""
 SM90_TAG = {"ws": "ws", "pingpong": "pp", "cooperative": "co"}
 """The id prefix of each 3.x schedule."""
-MMA_TILES = (
-    # (tile, warp, stages): CUTLASS's int8 sm80 list (warp counts 2x2, 2x4, 4x2); 128x128x128
-    # with 3 stages instead of 4 so that it also fits the 99 KiB of sm86/sm89. One-byte fp8
-    # operands take the same K-32 instruction shape, shared-memory footprint and warps.
-    ((64, 64, 128), (32, 32, 128), 5),
-    ((64, 128, 128), (32, 64, 128), 3),
-    ((128, 64, 128), (64, 32, 128), 3),
-    ((128, 128, 64), (64, 64, 64), 5),
-    ((128, 128, 128), (64, 64, 128), 3),
-    ((128, 256, 64), (64, 64, 64), 3),
-    ((256, 128, 64), (64, 64, 64), 3),
-)
-"""The data-parallel tiles of both formats' 2.x lanes."""
+MMA_TILES = tiles.mma_tiles("""
+    b64x64x128_w32x32x128_s5  b64x128x128_w32x64x128_s3  b128x64x128_w64x32x128_s3
+    b128x128x64_w64x64x64_s5  b128x128x128_w64x64x128_s3
+    b128x256x64_w64x64x64_s3  b256x128x64_w64x64x64_s3
+""")
+"""The data-parallel ``(tile, warp, stages)`` of both formats' 2.x lanes: CUTLASS's int8 sm80
+list (warp counts 2x2, 2x4, 4x2), 128x128x128 with 3 stages instead of 4 so that it also fits
+the 99 KiB of sm86/sm89. One-byte fp8 operands take the same K-32 instruction shape,
+shared-memory footprint and warps."""
 WGMMA_WS_TILES = ((64, 32), (64, 64), (64, 128), (128, 64), (128, 128))
 """(M, N) of both formats' non-persistent 3.x tiles (K 128), for small and middle M."""
 WGMMA_PP_CLUSTERS = ((1, 1), (1, 2), (2, 1))
@@ -50,11 +46,9 @@ def mma_config(lane: str, tile: tuple[int, int, int], warp: tuple[int, int, int]
                *, extra: Mapping[str, Any], suffix: str = "") -> Config:
     """A CUTLASS 2.x config ``b{tile}_w{warp}_s{stages}{suffix}``: params ``tile``, ``warp``,
     ``stages``, then ``extra``, ``schedule`` (``mma_sync``) and ``unit``."""
-    bm, bn, bk = tile
-    wm, wn, wk = warp
-    cid = f"b{bm}x{bn}x{bk}_w{wm}x{wn}x{wk}_s{stages}{suffix}"
+    cid = tiles.mma_name(tile, warp, stages) + suffix
     return Config(id=cid, lane=lane, params={
-        "tile": [bm, bn, bk], "warp": [wm, wn, wk], "stages": stages, **extra,
+        "tile": list(tile), "warp": list(warp), "stages": stages, **extra,
         "schedule": "mma_sync", "unit": cid,
     })
 
@@ -68,14 +62,9 @@ def wgmma_config(lane: str, tile: tuple[int, int, int], cluster: tuple[int, int]
     and ``unit``."""
     if schedule not in SM90_SCHEDULES:
         raise ValueError(f"schedule {schedule!r} is not one of {SM90_SCHEDULES}")
-    tm, tn, tk = tile
-    cm, cn = cluster
-    cid = f"{tag or SM90_TAG[schedule]}_{tm}x{tn}x{tk}_c{cm}x{cn}"
-    if stages:
-        cid += f"_s{stages}"
-    cid += suffix
+    cid = tiles.wgmma_name(tag or SM90_TAG[schedule], tile, cluster, stages) + suffix
     return Config(id=cid, lane=lane, params={
-        "tile": [tm, tn, tk], "cluster": [cm, cn], "schedule": schedule, "stages": stages,
+        "tile": list(tile), "cluster": list(cluster), "schedule": schedule, "stages": stages,
         **extra, "unit": cid,
     })
 
