@@ -15,6 +15,7 @@ import ctypes
 from pathlib import Path
 
 from oasr_core.jit.kit import CallArgs
+from oasr_core.kit import convolution
 from oasr_core.kit.records import abi_unit
 
 FAMILY = "conv1d"
@@ -29,24 +30,19 @@ CSRC = Path(__file__).resolve().parent / "csrc"
 HEADER = "oasr_conv1d/geometry.cuh"
 """The ABI header, as a unit includes it."""
 
-DTYPE_CODE = {"fp16": 0, "bf16": 1}
+DTYPE_CODE = convolution.DTYPE_CODE
 """``CallArgs.dtype`` code per family dtype (``oasr_conv1d::DType``)."""
-ACT_CODE = {None: 0, "relu": 1, "gelu": 2, "silu": 3}
+ACT_CODE = convolution.ACT_CODE
 """``CallArgs.act`` code per activation (``oasr_conv1d::Act``; GELU is the erf form)."""
 
 
 class Geometry(ctypes.Structure):
-    """One call's convolution geometry (``oasr_conv1d::Geometry``, 56 bytes, field by field).
+    """One call's convolution geometry (``oasr_conv1d::Geometry``, 56 bytes, field by field;
+    ``reserved`` stays zero), built by :func:`geometry`, which checks the sizes."""
 
-    ``reserved`` stays zero. Built by :func:`geometry`, which checks the sizes.
-    """
-
-    _fields_ = [
-        ("batch", ctypes.c_int64), ("t_in", ctypes.c_int64), ("t_out", ctypes.c_int64),
-        ("c_in", ctypes.c_int32), ("c_out", ctypes.c_int32), ("kernel", ctypes.c_int32),
-        ("stride", ctypes.c_int32), ("pad", ctypes.c_int32), ("dilation", ctypes.c_int32),
-        ("groups", ctypes.c_int32), ("reserved", ctypes.c_int32),
-    ]
+    _fields_ = convolution.record_fields(
+        ("batch", "t_in", "t_out"),
+        ("c_in", "c_out", "kernel", "stride", "pad", "dilation", "groups"))
 
 
 assert ctypes.sizeof(Geometry) == 56, "Geometry must match oasr_conv1d::Geometry (56 bytes)"
@@ -63,24 +59,18 @@ ABI_UNIT = abi_unit("oasr_conv1d::Geometry")
 ABI over ``oasr_conv1d::Geometry``)."""
 
 
-def out_length(t_in: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
-    """torch's output length of a 1-D convolution; 0 when the window does not fit."""
-    span = dilation * (kernel - 1) + 1
-    padded = t_in + 2 * pad
-    return 0 if padded < span else (padded - span) // stride + 1
+out_length = convolution.out_length
+"""``out_length(t_in, kernel, stride, pad, dilation)``: torch's output length of a 1-D
+convolution; 0 when the window does not fit."""
 
 
 def geometry(batch: int, t_in: int, c_in: int, c_out: int, kernel: int, stride: int = 1,
              pad: int = 0, dilation: int = 1, groups: int = 1) -> Geometry:
     """The record of one call; a ``ValueError`` naming the bad size when it is not a conv."""
-    for name, value, low in (("batch", batch, 1), ("t_in", t_in, 1), ("c_in", c_in, 1),
-                             ("c_out", c_out, 1), ("kernel", kernel, 1), ("stride", stride, 1),
-                             ("pad", pad, 0), ("dilation", dilation, 1), ("groups", groups, 1)):
-        if int(value) != value or value < low:
-            raise ValueError(f"conv1d geometry: {name}={value!r} must be an integer >= {low}")
-    if c_in % groups or c_out % groups:
-        raise ValueError(f"conv1d geometry: groups={groups} must divide c_in={c_in} and "
-                         f"c_out={c_out}")
+    convolution.check_sizes(
+        FAMILY, (("batch", batch, 1), ("t_in", t_in, 1), ("c_in", c_in, 1), ("c_out", c_out, 1),
+                 ("kernel", kernel, 1), ("stride", stride, 1), ("pad", pad, 0),
+                 ("dilation", dilation, 1), ("groups", groups, 1)), c_in, c_out, groups)
     t_out = out_length(t_in, kernel, stride, pad, dilation)
     if t_out <= 0:
         raise ValueError(f"conv1d geometry: t_in={t_in} with pad={pad} is shorter than the "
@@ -92,16 +82,8 @@ def call_args(geo: Geometry, dtype: str, activation: str | None = None,
               flags: int = 0) -> CallArgs:
     """The kit's call record for ``geo``: m = batch * t_out, n = c_out,
     k = c_in / groups * kernel, no workspace (the caller sets one when the unit asks)."""
-    if dtype not in DTYPE_CODE:
-        raise ValueError(f"conv1d: dtype {dtype!r} is not one of {sorted(DTYPE_CODE)}")
-    if activation not in ACT_CODE:
-        raise ValueError(f"conv1d: activation {activation!r} is not one of "
-                         f"{[a for a in ACT_CODE if a]} or None")
-    call = CallArgs()
-    call.m, call.n = geo.batch * geo.t_out, geo.c_out
-    call.k = geo.c_in // geo.groups * geo.kernel
-    call.dtype, call.act, call.split, call.flags = DTYPE_CODE[dtype], ACT_CODE[activation], 1, flags
-    return call
+    return convolution.call_args(FAMILY, geo.batch * geo.t_out, geo.c_out,
+                                 geo.c_in // geo.groups * geo.kernel, dtype, activation, flags)
 
 
 def out_shape(g: Geometry) -> tuple[int, int, int]:

@@ -32,9 +32,9 @@ import functools
 from typing import Any
 
 import torch
-from oasr_core.kit import TORCH
+from oasr_core.kit import TORCH, convolution
 from oasr_core.kit import ops as kit_ops
-from oasr_core.kit.ops import HALF_DTYPES, custom_op, torch_path, unsupported_operands
+from oasr_core.kit.ops import HALF_DTYPES, torch_path, unsupported_operands
 from oasr_core.runtime import device_arch_of
 
 from oasr_conv1d import launch, weights
@@ -178,17 +178,6 @@ def _fake_out(x, weight, stride, padding, dilation):
     return x.new_empty((x.shape[0], t_out, weight.shape[0]))
 
 
-_conv1d_op = custom_op(
-    "conv1d", "(Tensor x, Tensor weight, Tensor? bias, int stride, int padding, int dilation, "
-              "int groups) -> Tensor",
-    lambda x, weight, bias, stride, padding, dilation, groups: _run(
-        "conv1d", None, x, weight, bias, stride, padding, dilation, groups),
-    lambda x, weight, bias, stride, padding, dilation, groups: _fake_out(
-        x, weight, stride, padding, dilation))
-_conv1d_activation_op = custom_op(
-    "conv1d_activation", "(Tensor x, Tensor weight, Tensor? bias, str activation, int stride, "
-                         "int padding, int dilation, int groups) -> Tensor",
-    lambda x, weight, bias, activation, stride, padding, dilation, groups: _run(
-        op_name(activation), activation, x, weight, bias, stride, padding, dilation, groups),
-    lambda x, weight, bias, activation, stride, padding, dilation, groups: _fake_out(
-        x, weight, stride, padding, dilation))
+_conv1d_op, _conv1d_activation_op = convolution.custom_ops(
+    "conv1d", "int", lambda activation, *args: _run(op_name(activation), activation, *args),
+    _fake_out)

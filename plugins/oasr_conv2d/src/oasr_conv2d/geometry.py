@@ -14,6 +14,7 @@ import ctypes
 from pathlib import Path
 
 from oasr_core.jit.kit import CallArgs
+from oasr_core.kit import convolution
 from oasr_core.kit.records import abi_unit
 
 FAMILY = "conv2d"
@@ -24,26 +25,19 @@ LANES = (LANE,)
 CSRC = Path(__file__).resolve().parent / "csrc"
 """The include dir holding ``oasr_conv2d/*.cuh`` (the family's headers)."""
 
-DTYPE_CODE = {"fp16": 0, "bf16": 1}
+DTYPE_CODE = convolution.DTYPE_CODE
 """``CallArgs.dtype`` code per family dtype (``oasr_conv2d::DType``)."""
-ACT_CODE = {None: 0, "relu": 1, "gelu": 2, "silu": 3}
+ACT_CODE = convolution.ACT_CODE
 """``CallArgs.act`` code per activation (``oasr_conv2d::Act``; GELU is the erf form)."""
 
 
 class Geometry(ctypes.Structure):
-    """One call's convolution geometry (``oasr_conv2d::Geometry``, 88 bytes, field by field).
+    """One call's convolution geometry (``oasr_conv2d::Geometry``, 88 bytes, field by field;
+    ``reserved`` stays zero), built by :func:`geometry`, which checks the sizes."""
 
-    ``reserved`` stays zero. Built by :func:`geometry`, which checks the sizes.
-    """
-
-    _fields_ = [
-        ("batch", ctypes.c_int64), ("h_in", ctypes.c_int64), ("w_in", ctypes.c_int64),
-        ("h_out", ctypes.c_int64), ("w_out", ctypes.c_int64),
-        ("c_in", ctypes.c_int32), ("c_out", ctypes.c_int32), ("kh", ctypes.c_int32),
-        ("kw", ctypes.c_int32), ("sh", ctypes.c_int32), ("sw", ctypes.c_int32),
-        ("ph", ctypes.c_int32), ("pw", ctypes.c_int32), ("dh", ctypes.c_int32),
-        ("dw", ctypes.c_int32), ("groups", ctypes.c_int32), ("reserved", ctypes.c_int32),
-    ]
+    _fields_ = convolution.record_fields(
+        ("batch", "h_in", "w_in", "h_out", "w_out"),
+        ("c_in", "c_out", "kh", "kw", "sh", "sw", "ph", "pw", "dh", "dw", "groups"))
 
 
 assert ctypes.sizeof(Geometry) == 88, "Geometry must match oasr_conv2d::Geometry (88 bytes)"
@@ -52,37 +46,23 @@ ABI_UNIT = abi_unit("oasr_conv2d::Geometry")
 """The family ABI's part of :func:`oasr_core.jit.kit.c_abi_unit`'s arguments."""
 
 
-def out_length(n_in: int, kernel: int, stride: int, pad: int, dilation: int) -> int:
-    """torch's output extent of a convolution along one axis; 0 when the window does not fit."""
-    span = dilation * (kernel - 1) + 1
-    padded = n_in + 2 * pad
-    return 0 if padded < span else (padded - span) // stride + 1
-
-
-def pair(value: object) -> tuple[object, object]:
-    """A conv parameter as torch reads it: one value for both axes, or an (h, w) pair."""
-    if isinstance(value, (tuple, list)):
-        if len(value) == 2:
-            return value[0], value[1]
-        if len(value) == 1:
-            return value[0], value[0]
-        return None, None
-    return value, value
+out_length = convolution.out_length
+"""``out_length(n_in, kernel, stride, pad, dilation)``: torch's output extent of a convolution
+along one axis; 0 when the window does not fit."""
+pair = convolution.pair
+"""``pair(value)``: a conv parameter as torch reads it, one value for both axes or an (h, w)
+pair."""
 
 
 def geometry(batch: int, h_in: int, w_in: int, c_in: int, c_out: int, kh: int, kw: int,
              sh: int = 1, sw: int = 1, ph: int = 0, pw: int = 0, dh: int = 1, dw: int = 1,
              groups: int = 1) -> Geometry:
     """The record of one call; a ``ValueError`` naming the bad size when it is not a conv."""
-    for name, value, low in (("batch", batch, 1), ("h_in", h_in, 1), ("w_in", w_in, 1),
-                             ("c_in", c_in, 1), ("c_out", c_out, 1), ("kh", kh, 1),
-                             ("kw", kw, 1), ("sh", sh, 1), ("sw", sw, 1), ("ph", ph, 0),
-                             ("pw", pw, 0), ("dh", dh, 1), ("dw", dw, 1), ("groups", groups, 1)):
-        if int(value) != value or value < low:
-            raise ValueError(f"conv2d geometry: {name}={value!r} must be an integer >= {low}")
-    if c_in % groups or c_out % groups:
-        raise ValueError(f"conv2d geometry: groups={groups} must divide c_in={c_in} and "
-                         f"c_out={c_out}")
+    convolution.check_sizes(
+        FAMILY, (("batch", batch, 1), ("h_in", h_in, 1), ("w_in", w_in, 1), ("c_in", c_in, 1),
+                 ("c_out", c_out, 1), ("kh", kh, 1), ("kw", kw, 1), ("sh", sh, 1),
+                 ("sw", sw, 1), ("ph", ph, 0), ("pw", pw, 0), ("dh", dh, 1), ("dw", dw, 1),
+                 ("groups", groups, 1)), c_in, c_out, groups)
     h_out, w_out = out_length(h_in, kh, sh, ph, dh), out_length(w_in, kw, sw, pw, dw)
     if h_out <= 0 or w_out <= 0:
         raise ValueError(f"conv2d geometry: input {h_in}x{w_in} with padding {ph}x{pw} is "
@@ -95,16 +75,9 @@ def call_args(geo: Geometry, dtype: str, activation: str | None = None,
               flags: int = 0) -> CallArgs:
     """The kit's call record for ``geo``: m = batch * h_out * w_out, n = c_out,
     k = c_in / groups * kh * kw, no workspace."""
-    if dtype not in DTYPE_CODE:
-        raise ValueError(f"conv2d: dtype {dtype!r} is not one of {sorted(DTYPE_CODE)}")
-    if activation not in ACT_CODE:
-        raise ValueError(f"conv2d: activation {activation!r} is not one of "
-                         f"{[a for a in ACT_CODE if a]} or None")
-    call = CallArgs()
-    call.m, call.n = geo.batch * geo.h_out * geo.w_out, geo.c_out
-    call.k = geo.c_in // geo.groups * geo.kh * geo.kw
-    call.dtype, call.act, call.split, call.flags = DTYPE_CODE[dtype], ACT_CODE[activation], 1, flags
-    return call
+    return convolution.call_args(FAMILY, geo.batch * geo.h_out * geo.w_out, geo.c_out,
+                                 geo.c_in // geo.groups * geo.kh * geo.kw, dtype, activation,
+                                 flags)
 
 
 def out_shape(g: Geometry) -> tuple[int, int, int, int]:

@@ -35,9 +35,9 @@ import functools
 from typing import Any
 
 import torch
-from oasr_core.kit import TORCH
+from oasr_core.kit import TORCH, convolution
 from oasr_core.kit import ops as kit_ops
-from oasr_core.kit.ops import HALF_DTYPES, custom_op, resolve, torch_path, unsupported_operands
+from oasr_core.kit.ops import HALF_DTYPES, resolve, torch_path, unsupported_operands
 from oasr_core.runtime import device_arch_of
 
 from oasr_conv2d import launch, weights
@@ -196,18 +196,6 @@ def _fake_out(x, weight, stride, padding, dilation):
     return x.new_empty((x.shape[0], h_out, w_out, weight.shape[0]))
 
 
-_conv2d_op = custom_op(
-    "conv2d", "(Tensor x, Tensor weight, Tensor? bias, int[2] stride, int[2] padding, "
-              "int[2] dilation, int groups) -> Tensor",
-    lambda x, weight, bias, stride, padding, dilation, groups: _run(
-        "conv2d", None, x, weight, bias, list(stride), list(padding), list(dilation), groups),
-    lambda x, weight, bias, stride, padding, dilation, groups: _fake_out(
-        x, weight, stride, padding, dilation))
-_conv2d_activation_op = custom_op(
-    "conv2d_activation", "(Tensor x, Tensor weight, Tensor? bias, str activation, "
-                         "int[2] stride, int[2] padding, int[2] dilation, int groups) -> Tensor",
-    lambda x, weight, bias, activation, stride, padding, dilation, groups: _run(
-        op_name(activation), activation, x, weight, bias, list(stride), list(padding),
-        list(dilation), groups),
-    lambda x, weight, bias, activation, stride, padding, dilation, groups: _fake_out(
-        x, weight, stride, padding, dilation))
+_conv2d_op, _conv2d_activation_op = convolution.custom_ops(
+    "conv2d", "int[2]", lambda activation, *args: _run(op_name(activation), activation, *args),
+    _fake_out)

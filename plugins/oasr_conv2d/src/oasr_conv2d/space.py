@@ -28,8 +28,9 @@ Per problem (:func:`supports`): groups == 1 (a depthwise or grouped conv runs on
 the implicit GEMM, Cin a multiple of the input access width and Cout of the output one
 (CUTLASS's ``can_implement`` checks the same and the launcher answers ``kErrShape``
 otherwise), the optimized iterator's 32 filter-tap mask bits per axis, few-channels kernels
-only for narrow inputs and tensors whose bytes fit the 2.x kernels' 32-bit offsets (:func:`oasr_core.kit.implicit_gemm.supports`); for a direct
-kernel, a narrow input and a filter that fits its shared memory.
+only for narrow inputs and tensors whose bytes fit the 2.x kernels' 32-bit offsets
+(:func:`oasr_core.kit.implicit_gemm.supports`); for a direct kernel, a narrow input and a
+filter that fits its shared memory.
 """
 
 from __future__ import annotations

@@ -14,8 +14,9 @@ Static rules:
 Per problem (:func:`supports`): groups == 1; Cin a multiple of the input access width and
 Cout of the output one (CUTLASS's ``can_implement`` checks the same and the launcher answers
 ``kErrShape`` otherwise); for the 2.x kernels the optimized iterator's 32 filter-tap mask bits,
-few-channels kernels only for narrow inputs and tensors whose bytes fit 32-bit offsets (:func:`oasr_core.kit.implicit_gemm.supports`); strides up to
-:data:`TMA_MAX_STRIDE` for the 3.x kernels.
+few-channels kernels only for narrow inputs and tensors whose bytes fit 32-bit offsets
+(:func:`oasr_core.kit.implicit_gemm.supports`); strides up to :data:`TMA_MAX_STRIDE` for the
+3.x kernels.
 """
 
 from __future__ import annotations
