@@ -30,7 +30,10 @@ Linear = Callable[..., Any]
 ``oasr_linear``); ``activation`` is None or a name of :data:`ACTIVATIONS`. One that also
 takes keyword arguments ``residual`` and ``alpha`` returns ``residual + alpha * layer(x)``
 for them. One may also carry ``forward``, ``(layer, x) -> layer(x)``, which
-:func:`oasr_core.route` binds as a routed module's forward."""
+:func:`oasr_core.route` binds as a routed module's forward, and ``torch_only``,
+``(layer, dtype) -> bool``: True where every call of that module (at activation ``dtype``,
+no activation, any input) is torch's under the tiers in force, so :func:`oasr_core.route`
+leaves it its own forward until the tiers change (a ``Conv1d`` answer may carry one too)."""
 
 Layer = Callable[..., Any]
 """``(x, layer, activation=None) -> activation(layer(x))`` channels-last, for a layer kind

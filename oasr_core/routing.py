@@ -21,6 +21,24 @@ per layer and call shape once, and a call torch serves is the module's own ``F.c
 Whatever the ops do not serve at run time (an untuned shape, a CPU tensor, autograd) takes
 their torch path, so routing never makes a model slower than torch where the tiers say so.
 
+A layer whose answer is torch at every call is not routed in effect: an answer may carry
+``torch_only(layer, dtype)`` (:data:`oasr_core.layers.Linear`), and where it says so the
+module keeps its own forward (no instance attribute, no oasr frame on its path: a call costs
+exactly what torch's module costs). The gemm family's linear says so for a width no tier can
+serve a kernel at, at any M (no user or system entry, the untuned selector torch, the
+cost-model tier silent there: :func:`oasr_core.selection.torch_at_every_m`; in a process
+without a CUDA device, every width), or one the kernels never take; the conv1d family's for
+a grouping no kernel takes. Every other routed layer keeps its answer's forward and its per-M
+(per-call-shape) plan. Such a layer is still routed (counted, restored by :func:`unroute`),
+and it follows the tiers: every reload of the runtime (new tier files, a build, an autotune
+session's start and end) plans each routed layer again (:func:`replan`), binding the
+answer's forward where a tier now has something to serve. :func:`through_ops` sends every
+routed layer through its answer for a block (a tally of which tier serves each call,
+``oasr tune bench``'s summary, where such a layer still shows as served by torch).
+The decision reads the current CUDA device's arch (a layer later run on a device of
+another arch is, at worst, torch's where a kernel might have served) and is made for the
+``dtype`` given to :func:`route`.
+
 With a quantization scheme, an ``nn.LayerNorm`` whose output only routed quantized linears
 read, each as its sole input (found by tracing the model's code,
 :func:`oasr_core.norm_consumers.norms_feeding_only`; a norm read by anything else, or in code
@@ -33,14 +51,104 @@ mode runs its own forward.
 
 from __future__ import annotations
 
+import contextlib
 import functools
+import threading
+import weakref
+from collections.abc import Callable, Iterator
 from typing import Any
 
 from oasr_core.census.workloads import served_layers, served_linear
 from oasr_core.errors import ConfigurationError
-from oasr_core.runtime import get_runtime
+from oasr_core.runtime import ReloadHook, get_runtime
 
 _ROUTED = "_oasr_routed"
+_PLAN = "_oasr_plan"
+"""A planned layer's :class:`_Planned` (on the module's ``__dict__``)."""
+
+
+class _Planned:
+    """How a routed layer is served: ``forward`` (the answer's, bound to the module) unless
+    ``torch_only(module, dtype)`` says every call is torch's, then the module's own forward.
+    """
+
+    __slots__ = ("forward", "torch_only", "dtype")
+
+    def __init__(self, forward: Callable[..., Any], torch_only: Callable[[Any, str], bool],
+                 dtype: str) -> None:
+        self.forward, self.torch_only, self.dtype = forward, torch_only, dtype
+
+
+_PLANNED: weakref.WeakSet = weakref.WeakSet()
+"""The routed layers whose forward follows the tiers (re-planned on every reload)."""
+_LOCK = threading.Lock()
+_THROUGH_OPS = [0]
+"""How many :func:`through_ops` blocks are open (while any is, no layer is left to torch)."""
+
+
+def _plan(module: Any) -> None:
+    """Bind ``module``'s forward for the tiers in force: its own (no instance attribute)
+    where its answer is torch at every M, else the answer's."""
+    planned = module.__dict__.get(_PLAN)
+    if planned is None:
+        return
+    if not _THROUGH_OPS[0] and planned.torch_only(module, planned.dtype):
+        module.__dict__.pop("forward", None)
+    else:
+        module.forward = planned.forward
+
+
+def _bind(module: Any, forward: Callable[..., Any],
+          torch_only: Callable[[Any, str], bool] | None, dtype: str) -> None:
+    """Route ``module`` to ``forward``; with the answer's ``torch_only``, planned (kept in
+    step with the tiers, its own forward where the answer is torch at every call)."""
+    with _LOCK:
+        module.__dict__.pop(_PLAN, None)
+        _PLANNED.discard(module)
+        if torch_only is None:
+            module.forward = forward
+            return
+        module.__dict__[_PLAN] = _Planned(forward, torch_only, dtype)
+        _PLANNED.add(module)
+        _plan(module)
+
+
+def replan() -> int:
+    """Plan every routed layer again for the tiers in force (a reload does this itself);
+    returns how many run their module's own forward now."""
+    with _LOCK:
+        modules = list(_PLANNED)
+        for module in modules:
+            _plan(module)
+        return sum("forward" not in m.__dict__ for m in modules)
+
+
+_RELOADS = ReloadHook(lambda _epoch: replan())
+"""Re-plans the routed layers after every reload of the process runtime (the tiers, an
+autotune session's start and end)."""
+
+
+def own_forwards(model: Any) -> int:
+    """How many routed layers of ``model`` run their module's own forward now (their answer
+    torch at every call under the tiers in force)."""
+    return sum(_PLAN in m.__dict__ and "forward" not in m.__dict__ for m in model.modules())
+
+
+@contextlib.contextmanager
+def through_ops() -> Iterator[None]:
+    """While entered, every routed layer runs its answer's forward, none its own (each call
+    reaches the family's op, which serves torch where the tiers say so, counted): what a
+    tally of the calls each tier serves runs under (``oasr tune bench``'s summary). The
+    layers are planned again on exit."""
+    with _LOCK:
+        _THROUGH_OPS[0] += 1
+    replan()
+    try:
+        yield
+    finally:
+        with _LOCK:
+            _THROUGH_OPS[0] -= 1
+        replan()
 
 
 def _linear_forward(linear: Any, layer: Any, x: Any) -> Any:
@@ -71,11 +179,14 @@ def route(model: Any, *, dtype: str = "fp16", quantization: str = "none",
     see the module docstring). A scheme no installed plugin serves raises
     :class:`~oasr_core.errors.ConfigurationError`; a kind no plugin serves is left to torch.
     Routing twice re-routes (the latest answer serves; a norm routed before and not now gets
-    its own forward back).
+    its own forward back). A routed layer whose answer is torch at every call under the tiers
+    in force keeps its module's own forward until a reload says otherwise (module
+    docstring); it is counted like any routed layer.
     """
     from torch import nn
 
     pm = pm if pm is not None else get_runtime().pm
+    _RELOADS.bind()
     lin = served_linear(pm, dtype=dtype, quantization=quantization) if linear else None
     if linear and lin is None:
         raise ConfigurationError(f"route: no installed plugin serves {dtype} linear layers "
@@ -89,15 +200,17 @@ def route(model: Any, *, dtype: str = "fp16", quantization: str = "none",
     for module in model.modules():
         if lin is not None and isinstance(module, nn.Linear):
             bound = getattr(lin, "forward", None)
-            module.forward = functools.partial(bound, module) if bound \
-                else functools.partial(_linear_forward, lin, module)
+            _bind(module, functools.partial(bound, module) if bound
+                  else functools.partial(_linear_forward, lin, module),
+                  getattr(lin, "torch_only", None), dtype)
             counts["Linear"] += 1
         elif conv is not None and isinstance(module, nn.Conv1d) and \
                 getattr(module, "padding_mode", "zeros") == "zeros" and \
                 not isinstance(module.padding, str):
             channels_first = getattr(conv, "channels_first", None)
-            module.forward = functools.partial(channels_first, module) if channels_first \
-                else functools.partial(_conv_forward, conv, module)
+            _bind(module, functools.partial(channels_first, module) if channels_first
+                  else functools.partial(_conv_forward, conv, module),
+                  getattr(conv, "torch_only", None), dtype)
             counts["Conv1d"] += 1
         elif id(module) in norms:
             module.forward = functools.partial(_norm_forward, norms[id(module)], module)
@@ -133,7 +246,10 @@ def unroute(model: Any) -> int:
     count = 0
     for module in model.modules():
         if getattr(module, _ROUTED, False):
-            del module.forward
+            with _LOCK:
+                module.__dict__.pop(_PLAN, None)
+                _PLANNED.discard(module)
+                module.__dict__.pop("forward", None)
             object.__delattr__(module, _ROUTED)
             count += 1
     return count

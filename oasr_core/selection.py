@@ -128,6 +128,54 @@ def _resolve_and_memoise(family, op, dtype, dims, m, arch, point, lane) -> Selec
     return sel
 
 
+def torch_at_every_m(family: str, op: str, dtype: str, dims: Sequence[int],
+                     arch: str | None = None) -> bool:
+    """Whether :func:`select` answers torch for ``op`` of ``family`` at ``dims`` at every M,
+    under the tiers in force: what lets a caller serve that signature from torch's own code
+    with no per-call plan (a routed layer's own forward, :func:`oasr_core.route`).
+
+    True only where no tier can answer a config at any M: no CUDA arch (``arch`` None and no
+    device) or no lane on it; else no user or system entry for the signature (any key dtype,
+    whatever its regions say), the family's untuned selector is ``torch``, no autotune
+    session is installed, and every cost-model tier is silent for the signature whatever M
+    is (``may_answer`` of the core's :class:`~oasr_core.cost_model.tier.ModelTier`; another
+    plugin's model tier counts as answering). False, so the per-M plan decides, otherwise;
+    also for a family, op or dtype the registry does not know. Not memoised: it reads the
+    tiers of the current epoch (loaded once per epoch), and callers re-ask on a reload.
+    """
+    rt = get_runtime()
+    try:
+        fam = rt.registry.family(family)
+        dims_t = _normalise_dims(fam, dims)
+    except (UnknownFamilyError, ConfigurationError):
+        return False
+    if op not in fam.ops or dtype not in fam.dtypes or rt.session is not None:
+        return False
+    arch = arch or rt.device_arch()
+    lane = _lane_for(rt.registry, fam, arch, None)
+    if arch is None or lane is None:
+        return True
+    if fam.untuned_choice is not Sentinel.TORCH:
+        return False
+    tiers = rt.tiers(fam, arch)
+    for tf in (tiers.user, tiers.system):
+        if tf is None:
+            continue
+        for dt in fam.key_dtypes(dtype):
+            try:
+                if tf.entries.get(signature_key(fam, op, dt, dims_t)) is not None:
+                    return False
+            except DatabaseError:  # a malformed entry: select warns and skips it
+                return False
+    impls = rt.pm.hook.oasr_model_select.get_hookimpls()
+    if not impls:
+        return True
+    model = next((tf.model for tf in (tiers.user, tiers.system)
+                  if tf is not None and tf.model), None)
+    return not any(not hasattr(i.plugin, "may_answer")
+                   or i.plugin.may_answer(fam, lane, op, dtype, dims_t, model) for i in impls)
+
+
 def _normalise_dims(fam: Family, dims: Sequence[int] | Mapping[str, int]) -> tuple[int, ...]:
     if isinstance(dims, Mapping):
         if set(dims) != set(fam.dims):

@@ -82,7 +82,12 @@ def no_oasr_kernel(monkeypatch):
 
 
 def test_a_routed_linear_the_tiers_gave_to_torch_is_the_modules_own_call(cuda_like,
-                                                                         no_oasr_kernel):
+                                                                         no_oasr_kernel,
+                                                                         monkeypatch):
+    # A width some tier may serve a kernel at, at another M: the per-M plan serves it
+    # (a width torch serves at every M keeps its module's own forward:
+    # tests/test_route_torch_only.py).
+    monkeypatch.setattr(gemm_linear.linear, "torch_only", lambda layer, dtype: False)
     with torch.no_grad():
         layer, own, x = _linear(), _linear(), _x()
         route(layer, dtype="fp16", conv1d=False)

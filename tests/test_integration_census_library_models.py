@@ -200,7 +200,7 @@ def test_a_routed_library_style_encoder_computes_what_torch_does():
     their torch path, the grouped positional convolution counted as ``grouped``."""
     import oasr_conv1d
 
-    from oasr_core.routing import route, unroute
+    from oasr_core.routing import own_forwards, route, through_ops, unroute
 
     torch.manual_seed(0)
     model = wav2vec2_encoder(num_hidden_layers=2, hidden_size=64, intermediate_size=128,
@@ -213,12 +213,18 @@ def test_a_routed_library_style_encoder_computes_what_torch_does():
     with torch.inference_mode():
         want = model(audio, mask)
         counts = route(model, dtype="fp16")
+        # No CUDA device in this process: every routed linear keeps its own forward (the
+        # grouped positional conv, its weight parametrized, keeps the per-call plan).
+        assert own_forwards(model) == counts["Linear"]
+        torch.testing.assert_close(model(audio, mask), want, rtol=1e-5, atol=1e-5)
         oasr_conv1d.reset_stats()
-        got = model(audio, mask)
+        with through_ops():
+            got = model(audio, mask)
     assert counts == {"Linear": 1 + 2 * 6, "Conv1d": 8}
     torch.testing.assert_close(got, want, rtol=1e-5, atol=1e-5)
-    # On CPU every routed conv runs its module's own forward, counted as the torch path's
-    # (the raw-audio conv, the strided stack and the grouped positional conv).
+    # Sent through the ops on CPU, every routed conv runs its module's own forward, counted
+    # as the torch path's (the raw-audio conv, the strided stack and the grouped positional
+    # conv).
     assert oasr_conv1d.stats() == {"torch:cpu": 8}
     assert unroute(model) == sum(counts.values())
 

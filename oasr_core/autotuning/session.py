@@ -112,8 +112,10 @@ class AutotuneSession:
                   "nothing, the tiers serve every call")
         elif self.cache_path is not None:
             self._load(rt)
-        rt.reload()
+        # Installed before the new epoch starts, so what a reload re-plans (the routed
+        # layers, oasr_core.routing) sees the session.
         selection.set_session(self)
+        rt.reload()
         self._active = True
 
     def _load(self, rt: Any) -> None:

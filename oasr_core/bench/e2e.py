@@ -47,7 +47,7 @@ from oasr_core.census.workloads import ReferenceFactory, make_inputs
 from oasr_core.errors import ConfigurationError, OasrError
 from oasr_core.progress import ProgressMode, track
 from oasr_core.report import tuning_report
-from oasr_core.routing import route
+from oasr_core.routing import own_forwards, route, through_ops
 from oasr_core.runtime import get_runtime
 from oasr_core.selection import select
 
@@ -181,6 +181,10 @@ class E2EResult:
     whose rewrite was measured against Inductor alone, with --compile."""
     profiles: tuple[tuple[str, Any], ...] = ()
     """(arm, :class:`~oasr_core.bench.kernel_profile.KernelProfile`) with --profile."""
+    own_forwards: int = 0
+    """Routed linears of the oasr model that ran their module's own forward (their answer
+    torch at every M under the tiers in force, :func:`oasr_core.route`); the tally counts
+    them through the ops, as the tiers serve them."""
 
     @property
     def scheme(self) -> str:
@@ -266,6 +270,9 @@ class E2EResult:
         total = sum(n for *_, n in self.calls)
         lines = [f"calls of one forward served by oasr's ops: {total}"]
         lines += [f"  {f}/{op}: {who} x{n}" for f, op, who, n in self.calls]
+        if self.own_forwards:
+            lines.append(f"  routed linears timed on their module's own forward (torch at "
+                         f"every M under these tiers): {self.own_forwards}")
         if self.resolutions:
             by: dict[tuple[str, str], list[str]] = {}
             for f, op, tier, n in self.resolutions:
@@ -296,7 +303,7 @@ class E2EResult:
             "frames": o.frames, "dtype": o.compute_dtype, "quantization": o.quantization,
             "baseline": self.baseline, "device": self.device_name, "torch": self.torch_version,
             "tuning_files": list(self.tuning_files), "error": self.error, "bound": o.bound(),
-            "oasr_kernel_calls": self.kernel_calls,
+            "oasr_kernel_calls": self.kernel_calls, "own_forwards": self.own_forwards,
             "replays": o.replays, "iters": o.iters,
             "rows": [{"mode": r.mode, "oasr_ms": r.oasr_ms, "torch_ms": r.torch_ms,
                       "speedup": r.speedup, "rounds": r.rounds} for r in self.rows],
@@ -622,7 +629,9 @@ def run_e2e(workload: Any, options: E2EOptions, *, name: str | None = None) -> E
         resolutions = tuple(sorted((f, o, t, n - before.get((f, o, t), 0))
                                    for (f, o, t), n in rt.counts.items()
                                    if n > before.get((f, o, t), 0)))
-        calls = tally_calls(fns["oasr"], rt.registry, options, arch)
+        own = own_forwards(oasr)
+        with through_ops():
+            calls = tally_calls(fns["oasr"], rt.registry, options, arch)
     device_name = torch.cuda.get_device_name() if options.device == "cuda" else \
         f"CPU ({platform.machine() or 'unknown'})"
     return E2EResult(model=name or workload.name, description=workload.description,
@@ -633,4 +642,5 @@ def run_e2e(workload: Any, options: E2EOptions, *, name: str | None = None) -> E
                      compile_seconds=tuple(compiled.get("seconds", {}).items()),
                      rewritten=tuple(compiled.get("rewritten", ())),
                      gate=tuple(compiled.get("gate", ())),
-                     profiles=tuple(compiled.get("profiles", {}).items()))
+                     profiles=tuple(compiled.get("profiles", {}).items()),
+                     own_forwards=own)

@@ -45,7 +45,7 @@ from oasr_core.cost_model.features import CostFeatures, features_of
 from oasr_core.cost_model.model import CostModel
 from oasr_core.errors import ConfigurationError, OasrWarning, PluginError
 from oasr_core.sentinels import sentinel_config
-from oasr_core.types import Config
+from oasr_core.types import Config, Sentinel
 
 
 @attrs.frozen
@@ -147,6 +147,31 @@ class ModelTier:
             self.reasons.clear()
         self.reasons[(lane.name, problem)] = decision.reason
         return decision.pick
+
+    def may_answer(self, family, lane, op: str, dtype: str, dims: Sequence[int],
+                   model) -> bool:
+        """Whether :meth:`decide` may pick a config for ``op`` at static ``dims`` at some M:
+        False only where it refuses whatever M is (no payload, the tier turned off, a family
+        that is not GEMM-shaped, a lane without cost features, N or K unaligned, an op or
+        lane the payload does not model, or an untuned selector of torch the payload has no
+        calibration of at these N and K). What
+        :func:`oasr_core.selection.torch_at_every_m` asks."""
+        if model is None or not model_fallback_enabled() or lane.cost_features is None:
+            return False
+        if not {"N", "K"} <= set(family.dims):
+            return False
+        named = dict(zip(family.dims, dims, strict=True))
+        n, k = named["N"], named["K"]
+        if n % ALIGN or k % ALIGN:
+            return False
+        cm = self.model_for(model)
+        if cm is None or op not in cm.ops or cm.lane not in (None, lane.name):
+            return False
+        untuned = family.untuned_choice
+        if untuned is Sentinel.TORCH:
+            fitted = cm.fallbacks.arms.get(untuned.value, {}).get(op)
+            return fitted is not None and fitted.covers(n, k)
+        return True
 
     def decide(self, family, lane, problem, candidates: Sequence[Config], model) -> Decision:
         """The tier's answer for ``problem`` (see the module docstring) with its reason."""

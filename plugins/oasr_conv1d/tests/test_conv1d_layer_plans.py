@@ -138,15 +138,18 @@ def test_a_grouped_conv_no_kernel_takes_is_the_modules_own_call(monkeypatch, cud
         conv, own = _conv(groups=4), _conv(groups=4)
         own.weight, own.bias = conv.weight, conv.bias
         route(conv, linear=False)
+        # Routed, yet its own forward: a grouping neither dense nor depthwise is torch's at
+        # every call (conv_layer.torch_only), from the first one.
+        assert "forward" not in conv.__dict__
         x = _channels_last().transpose(1, 2)
-        conv(x)  # the op, its torch path: a grouping neither dense nor depthwise
         torch_calls = aten_calls(lambda: own(x))
         for _ in range(2):
             assert aten_calls(lambda: conv(x)) == torch_calls
         layer_out = conv_layer(_channels_last(), conv, "relu")
         assert conv_layer(_channels_last(), conv, "relu").shape == layer_out.shape
-    assert runs == ["conv1d", "conv1d_relu"]  # each form's first call only
-    assert oasr_conv1d.stats() == {"torch:grouped": 5}
+    assert runs == ["conv1d_relu"]  # the family's layer's first call only
+    assert oasr_conv1d.stats() == {"torch:grouped": 2}
+    assert unroute(conv) == 1
 
 
 def test_cpu_calls_are_the_modules_own_and_keep_no_plan(monkeypatch):

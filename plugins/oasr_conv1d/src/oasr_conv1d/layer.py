@@ -111,6 +111,22 @@ def _store(key: tuple, layer: Any, op_key: tuple | None, reason: str | None = No
 conv_layer.channels_first = conv_forward  # type: ignore[attr-defined]
 
 
+def torch_only(layer: Any, dtype: str) -> bool:
+    """Whether every call of the routed ``nn.Conv1d`` ``layer`` is torch's whatever its input:
+    its grouping is one no kernel takes (neither dense nor depthwise: wav2vec2's positional
+    conv). Only a :func:`_plain` layer; :func:`oasr_core.route` then leaves it its own
+    forward (``conv_layer.torch_only``). Anything else depends on the call (its device, the
+    input's layout, the heuristic's gate by length), so :func:`conv_forward`'s per-layer plan
+    decides (a CPU call is the module's own forward after one check)."""
+    from oasr_conv1d.weights import kind_of
+
+    return _plain(layer) and kind_of(layer.in_channels, layer.out_channels,
+                                     layer.groups) is None
+
+
+conv_layer.torch_only = torch_only  # type: ignore[attr-defined]
+
+
 def _channels_last(x: Any) -> Any:
     """``x (B, C, T)``'s channels-last ``(B, T, C)`` view where it is a contiguous CUDA tensor
     (how speech encoders call their convolutions), else None: the module's forward serves it

@@ -89,6 +89,29 @@ def forward(layer: Any, x: Any) -> Any:
 linear.forward = forward  # type: ignore[attr-defined]
 
 
+def torch_only(layer: Any, dtype: str) -> bool:
+    """Whether every call of ``layer`` (an ``nn.Linear`` routed for activation ``dtype``,
+    with no activation) is torch's under the tiers in force, whatever its M: its ``(N, K)``
+    is one the kernels never take (not a multiple of 8), or no tier can answer a config for
+    op ``gemm`` at it at any M (:func:`oasr_core.selection.torch_at_every_m`).
+    :func:`oasr_core.route` then leaves the layer its own forward until the tiers change
+    (``linear.torch_only``). A layer whose weight and bias are not both in its parameter
+    dict (a parametrized weight) is never torch-only: it keeps the per-call path."""
+    params = getattr(layer, "_parameters", None)
+    w = params.get("weight") if isinstance(params, dict) else None
+    if w is None or "bias" not in params or w.dim() != 2:
+        return False
+    n, k = w.shape
+    if n % 8 or k % 8:
+        return True
+    from oasr_core.selection import torch_at_every_m
+
+    return torch_at_every_m("gemm", "gemm", dtype, (int(n), int(k)))
+
+
+linear.torch_only = torch_only  # type: ignore[attr-defined]
+
+
 def _first(key: tuple, op: str, activation: str | None, x: Any, layer: Any) -> Any:
     """A layer call with no plan yet in this epoch: the op serves it, then the layer's plan
     follows the op's (``Serving.layer_plan``). A layer whose ``weight`` and ``bias`` are not
