@@ -84,3 +84,22 @@ def test_canonical_impl_hash_maps_only_recorded_digests(tmp_path):
     table.write_text("[1, 2")
     with pytest.raises(PluginError, match="malformed"):
         kit.canonical_impl_hash("zzzz", table)
+
+
+def test_conv_bodies_undefine_every_macro_they_read_and_stay_out_of_headers():
+    """The ``oasr_kit/conv`` bodies are included inside a family's namespace: no include guard
+    (each is included once per unit), no ``#include`` of their own (it would land inside the
+    namespace), and every ``OASR_CONV_*`` macro a body reads is ``#undef``'d at its end, so
+    one body's parameters never leak into the next. They are not in :func:`kit.headers`, so
+    only the families that include them hash them."""
+    bodies = sorted(kit.CONV_DIR.glob("*.cuh"))
+    assert {b.name for b in bodies} >= {"codes.cuh", "activation.cuh", "dense.cuh",
+                                        "call_key.cuh", "sm80.cuh"}
+    assert not set(bodies) & set(kit.headers())
+    for body in bodies:
+        code = "\n".join(line for line in body.read_text().splitlines()
+                         if not line.lstrip().startswith("//"))
+        assert "#pragma once" not in code and "#include" not in code, body.name
+        read = set(re.findall(r"\b(OASR_CONV_\w+)", code))
+        undefined = set(re.findall(r"^#undef (OASR_CONV_\w+)$", code, re.M))
+        assert read == undefined, body.name

@@ -22,6 +22,11 @@ from oasr_core.errors import PluginError
 
 INCLUDE_DIR = Path(__file__).resolve().parent / "include"
 """The include dir holding ``oasr_kit/*.cuh``."""
+CONV_DIR = INCLUDE_DIR / "oasr_kit" / "conv"
+"""The convolution families' shared C++ (``oasr_kit/conv/*.cuh``: call codes, the run-time
+activation, a dense launch's checks and call key, the CUTLASS 2.x implicit-GEMM kernel type),
+included inside each family's namespace. Not among :func:`headers`: only a family whose units
+include them hashes them (``hash_headers(digest, [..., CONV_DIR])``)."""
 
 STATUS = {
     0: "ok", 1: "dtype not compiled in", 2: "shape not implementable", 3: "bad split-K factor",

@@ -17,6 +17,7 @@ from __future__ import annotations
 import functools
 import hashlib
 from collections.abc import Sequence
+from pathlib import Path
 
 from oasr_core.jit import kit
 from oasr_core.kit import ProductionSet, cutlass_stamps
@@ -32,6 +33,9 @@ from oasr_conv1d.lanes import DEFAULTS, DEPTHWISE_ALWAYS, fits_arch, space
 MODULE_PREFIX = {LANE_SM80: "conv1d_sm80", LANE_SM90: "conv1d_sm90"}
 COMPILE_SET_ENV = "OASR_CONV1D_COMPILE_SET"
 ALL_DTYPES = ("fp16", "bf16")
+EQUIVALENTS = Path(__file__).with_name("equivalent_impls.json")
+"""Implementation hashes recorded as building the same machine code as an earlier one
+(:func:`oasr_core.jit.kit.canonical_impl_hash`)."""
 
 PRODUCTION = ProductionSet(family="conv1d", compile_set_env=COMPILE_SET_ENV, space=space,
                            fits_arch=fits_arch,
@@ -68,8 +72,10 @@ class Conv1dKernelModule(KernelModule):
 def impl_hash() -> str:
     """A short hash of what decides the family's binaries: the dense package's units, flags
     and headers (:func:`oasr_conv1d.dense.codegen.impl_inputs`), every depthwise unit of both
-    lanes, the family's headers and the kit's. A tuning entry measured under another hash is
-    stale; editing a generator without changing a unit leaves the tables current."""
+    lanes, the family's headers and the kit's (its ``conv/`` headers too), named as
+    ``equivalent_impls.json`` records it (:func:`oasr_core.jit.kit.canonical_impl_hash`). A
+    tuning entry measured under another hash is stale; editing a generator without changing a
+    unit leaves the tables current."""
     digest = hashlib.sha256()
     for name, data in dense.impl_inputs():
         digest.update(name.encode())
@@ -77,8 +83,8 @@ def impl_hash() -> str:
     for lane in LANES:
         for config in dw.configs(lane):
             digest.update(dw_codegen.unit_source(config).encode())
-    kit.hash_headers(digest, [CSRC / "oasr_conv1d"])
-    return digest.hexdigest()[:16]
+    kit.hash_headers(digest, [CSRC / "oasr_conv1d", kit.CONV_DIR])
+    return kit.canonical_impl_hash(digest.hexdigest()[:16], EQUIVALENTS)
 
 
 def soft_validators() -> dict[str, str | None]:

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import functools
 import hashlib
+from pathlib import Path
 
 from oasr_core.jit import kit
 from oasr_core.kit import ProductionSet, cutlass_stamps
@@ -25,6 +26,9 @@ from oasr_conv2d.lanes import ALWAYS, fits_arch, space
 MODULE_PREFIX = {LANE: "conv2d_sm80"}
 COMPILE_SET_ENV = "OASR_CONV2D_COMPILE_SET"
 ALL_DTYPES = codegen.DTYPES
+EQUIVALENTS = Path(__file__).with_name("equivalent_impls.json")
+"""Implementation hashes recorded as building the same machine code as an earlier one
+(:func:`oasr_core.jit.kit.canonical_impl_hash`)."""
 
 PRODUCTION = ProductionSet(family="conv2d", compile_set_env=COMPILE_SET_ENV, space=space,
                            fits_arch=fits_arch, always=lambda lane, arch: ALWAYS)
@@ -47,13 +51,15 @@ class Conv2dKernelModule(KernelModule):
 @functools.cache
 def impl_hash() -> str:
     """A short hash of what decides the family's binaries (:func:`codegen.impl_inputs`) and
-    the kit's headers. A tuning entry measured under another hash is stale."""
+    the kit's headers (its ``conv/`` headers too), named as ``equivalent_impls.json`` records
+    it (:func:`oasr_core.jit.kit.canonical_impl_hash`). A tuning entry measured under another
+    hash is stale."""
     digest = hashlib.sha256()
     for name, data in codegen.impl_inputs():
         digest.update(name.encode())
         digest.update(data)
-    kit.hash_headers(digest, [CSRC / "oasr_conv2d"])
-    return digest.hexdigest()[:16]
+    kit.hash_headers(digest, [CSRC / "oasr_conv2d", kit.CONV_DIR])
+    return kit.canonical_impl_hash(digest.hexdigest()[:16], EQUIVALENTS)
 
 
 def soft_validators() -> dict[str, str | None]:

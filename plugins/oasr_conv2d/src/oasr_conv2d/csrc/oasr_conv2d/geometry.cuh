@@ -33,19 +33,9 @@ struct Geometry {
 static_assert(sizeof(Geometry) == 88, "oasr_conv2d::Geometry is mirrored by ctypes: 88 bytes");
 static_assert(alignof(Geometry) == 8, "oasr_conv2d::Geometry is 8-byte aligned");
 
-// CallArgs::dtype codes.
-enum DType : int32_t { kFp16 = 0, kBf16 = 1 };
-
-// CallArgs::act codes: the epilogue act(acc + bias). kGelu is the exact (erf) GELU.
-enum Act : int32_t { kActNone = 0, kActRelu = 1, kActGelu = 2, kActSilu = 3 };
-
-// torch's output length along one axis (floor division; <= 0 when the window does not fit).
-inline int64_t out_length(int64_t n_in, int32_t kernel, int32_t stride, int32_t pad,
-                          int32_t dilation) {
-  int64_t span = int64_t(dilation) * (kernel - 1) + 1;
-  int64_t padded = n_in + 2 * int64_t(pad);
-  return padded < span ? 0 : (padded - span) / stride + 1;
-}
+// DType and Act codes, out_length (oasr_kit/conv/codes.cuh).
+#define OASR_CONV_EXTENT_IN n_in
+#include "oasr_kit/conv/codes.cuh"
 
 // The geometry is self-consistent: positive sizes, h_out and w_out match torch's formula,
 // channels divide by groups, and the call record agrees (m = batch * h_out * w_out,
