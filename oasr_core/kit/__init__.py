@@ -25,6 +25,11 @@ serves its ops and keeps its per-epoch state:
 - :mod:`oasr_core.kit.production`: :class:`ProductionSet`, the production compile set of a
   family's lanes from the tiers, and the ``Lane.jit_specs`` / soft-stamp helpers;
 - :mod:`oasr_core.kit.lanes`: :class:`LaneSpaces`, :class:`LaneRules` and per-lane predicates;
+- :mod:`oasr_core.kit.implicit_gemm`: CUTLASS 2.x implicit-GEMM convolution configs (ids,
+  params, static and per-problem rules, the tile lists every convolution family lists);
+- :mod:`oasr_core.kit.convolution`: convolution geometry as torch defines it (output extents,
+  parameter pairs), a shape record's fields and checks, the units' dtype and activation
+  codes and call record, a convolution family's two custom ops and their census recorders;
 - :mod:`oasr_core.kit.tiles`: CUTLASS tile ids (``b{tile}_w{warp}_s{stages}``,
   ``{tag}_{tile}_c{cluster}``) and tile lists written as them;
 - :mod:`oasr_core.kit.benching`: the family-agnostic half of a family's ``make_bench``;

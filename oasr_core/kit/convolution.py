@@ -108,3 +108,39 @@ def custom_ops(family: str, param: str, run: Callable[..., Any],
         lambda x, weight, bias, activation, stride, padding, dilation, groups: fake(
             x, weight, stride, padding, dilation))
     return plain, fused
+
+
+def op_recorders(family: str, activations: Sequence[str], default_activation: str,
+                 record: Callable[..., Any]) -> tuple[Callable[..., Any], Callable[..., Any]]:
+    """The census recorders of a convolution family's two ops (:func:`custom_ops`'s
+    ``<family>`` and ``<family>_activation``, with their Python signatures): each files a call
+    with ``record(op, x, weight, stride, padding, dilation, groups)`` under op ``<family>`` or
+    ``<family>_<activation>``; an activation not in ``activations`` is not the family's
+    (None)."""
+
+    def record_plain(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
+                     dilation: Any = 1, groups: Any = 1) -> Any:
+        return record(family, x, weight, stride, padding, dilation, groups)
+
+    def record_activation(x: Any, weight: Any, bias: Any = None,
+                          activation: Any = default_activation, stride: Any = 1,
+                          padding: Any = 0, dilation: Any = 1, groups: Any = 1) -> Any:
+        if activation is not None and activation not in activations:
+            return None
+        op = family if activation is None else f"{family}_{activation}"
+        return record(op, x, weight, stride, padding, dilation, groups)
+
+    return record_plain, record_activation
+
+
+def recorder_rows(family: str, record_plain: Callable[..., Any],
+                  record_activation: Callable[..., Any], torch_record: Callable[..., Any],
+                  torch_text: str) -> tuple[tuple[str, Callable[..., Any], str], ...]:
+    """``(target, record, description)`` of each census recorder patch of a convolution
+    family: its two ops (``oasr_<family>.ops:<family>`` and ``..._activation``, recorded by
+    :func:`op_recorders`'s pair) and torch's functional conv (``torch_record``, which reads
+    torch's layout; ``torch_text`` says what calls it)."""
+    ops = f"oasr_{family}.ops"
+    return ((f"{ops}:{family}", record_plain, "the family op"),
+            (f"{ops}:{family}_activation", record_activation, "the fused bias + activation ops"),
+            (f"torch.nn.functional:{family}", torch_record, torch_text))

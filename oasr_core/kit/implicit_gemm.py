@@ -6,7 +6,8 @@ of spatial axes: ``cutlass`` (2), ``tile`` (CTA M x N x K of the implicit GEMM),
 ``stages``, ``algorithm`` (the activation iterator: ``optimized``, ``analytic`` or
 ``few_channels``), ``align_in`` / ``align_out`` (elements per vector access of x and the
 weight, and of the output and bias) and ``unit`` (the translation unit). Config ids and params,
-their order included, are what tuning files hold: :func:`config` writes them.
+their order included, are what tuning files hold: :func:`config` writes them (the id is
+``ig_`` and the kit's 2.x tile name, :func:`oasr_core.kit.tiles.mma_name`).
 
 Static rules (:func:`is_feasible`): warp tiles divide the CTA tile into 1..8 warps of mma.sync
 m16n8k16 shapes; the CTA's N at least 32 (the 2.x tensor-op epilogue's thread map does not
@@ -28,6 +29,7 @@ Importing this module imports no torch.
 from __future__ import annotations
 
 from oasr_core.kit.lanes import SMEM_LIMIT
+from oasr_core.kit.tiles import mma_name, mma_tiles
 from oasr_core.types import Config
 
 ALGORITHMS = ("optimized", "analytic", "few_channels")
@@ -46,18 +48,13 @@ MAX_TENSOR_BYTES = (1 << 31) - 1
 ELEMENT_BYTES = 2
 """Bytes of one operand element (fp16, bf16)."""
 
-WIDE_TILES = (
-    # (tile, warp, stages): 16-byte accesses, optimized iterator.
-    ((128, 128, 32), (64, 64, 32), 3),
-    ((128, 128, 64), (64, 64, 64), 3),
-    ((256, 128, 32), (64, 64, 32), 3),
-    ((128, 256, 32), (64, 64, 32), 3),
-    ((128, 64, 32), (64, 32, 32), 4),
-    ((64, 128, 32), (32, 64, 32), 4),
-    ((64, 64, 64), (32, 32, 64), 4),
-    ((64, 64, 32), (32, 32, 32), 5),
-)
-"""The 16-byte, optimized-iterator tiles of a convolution family's 2.x lane."""
+WIDE_TILES = mma_tiles("""
+    b128x128x32_w64x64x32_s3 b128x128x64_w64x64x64_s3 b256x128x32_w64x64x32_s3
+    b128x256x32_w64x64x32_s3 b128x64x32_w64x32x32_s4 b64x128x32_w32x64x32_s4
+    b64x64x64_w32x32x64_s4 b64x64x32_w32x32x32_s5
+""")
+"""The 16-byte, optimized-iterator tiles of a convolution family's 2.x lane, as
+``(tile, warp, stages)``."""
 NARROW_TILES = (
     # (tile, warp, stages, algorithm, align_in, align_out).
     ((128, 64, 32), (64, 32, 32), 2, "few_channels", 1, 8),
@@ -77,13 +74,11 @@ def config(lane: str, tile: tuple[int, int, int], warp: tuple[int, int, int], st
     accesses narrower than 16 bytes)."""
     if algorithm not in ALGORITHMS:
         raise ValueError(f"algorithm {algorithm!r} is not one of {ALGORITHMS}")
-    bm, bn, bk = tile
-    wm, wn, wk = warp
-    cid = f"ig_b{bm}x{bn}x{bk}_w{wm}x{wn}x{wk}_s{stages}{_ALGO_TAG[algorithm]}"
+    cid = f"ig_{mma_name(tile, warp, stages)}{_ALGO_TAG[algorithm]}"
     if (align_in, align_out) != (8, 8):
         cid += f"_a{align_in}x{align_out}"
     return Config(id=cid, lane=lane, params={
-        "cutlass": 2, "tile": [bm, bn, bk], "warp": [wm, wn, wk], "stages": stages,
+        "cutlass": 2, "tile": list(tile), "warp": list(warp), "stages": stages,
         "algorithm": algorithm, "align_in": align_in, "align_out": align_out, "unit": cid,
     })
 

@@ -23,6 +23,7 @@ from __future__ import annotations
 from typing import Any
 
 from oasr_core.census.recorder import Call, RecorderPatch, Skip, dtype_name
+from oasr_core.kit import convolution
 
 from oasr_conv1d.geometry import FAMILY, out_length
 from oasr_conv1d.ops_names import ACTIVATIONS
@@ -93,29 +94,15 @@ def _channels_last(op: str, x: Any, weight: Any, stride: Any, padding: Any, dila
     return conv_call(op, x.dtype, batch, t_in, cin, weight, stride, padding, dilation, groups)
 
 
-def record_conv1d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
-                  dilation: Any = 1, groups: Any = 1) -> Call | Skip | None:
-    """``oasr_conv1d.conv1d(x, weight, bias, stride, padding, dilation, groups)``."""
-    return _channels_last("conv1d", x, weight, stride, padding, dilation, groups)
-
-
-def record_conv1d_activation(x: Any, weight: Any, bias: Any = None, activation: Any = "silu",
-                             stride: Any = 1, padding: Any = 0, dilation: Any = 1,
-                             groups: Any = 1) -> Call | Skip | None:
-    """``oasr_conv1d.conv1d_activation(x, weight, bias, activation, ...)``."""
-    if activation is not None and activation not in ACTIVATIONS:
-        return None
-    op = "conv1d" if activation is None else f"conv1d_{activation}"
-    return _channels_last(op, x, weight, stride, padding, dilation, groups)
+record_conv1d, record_conv1d_activation = convolution.op_recorders(
+    FAMILY, ACTIVATIONS, "silu", _channels_last)
+"""The recorders of ``oasr_conv1d.conv1d`` and ``oasr_conv1d.conv1d_activation``
+(channels-last data)."""
 
 
 def recorder_patches() -> list[RecorderPatch]:
     """The conv1d family's patches (``Family.recorder_patches``)."""
-    table = (
-        ("oasr_conv1d.ops:conv1d", record_conv1d, "the family op"),
-        ("oasr_conv1d.ops:conv1d_activation", record_conv1d_activation,
-         "the fused bias + activation ops"),
-        ("torch.nn.functional:conv1d", record_f_conv1d, "nn.Conv1d and F.conv1d"),
-    )
+    rows = convolution.recorder_rows(FAMILY, record_conv1d, record_conv1d_activation,
+                                     record_f_conv1d, "nn.Conv1d and F.conv1d")
     return [RecorderPatch(family=FAMILY, target=target, record=fn, description=text)
-            for target, fn, text in table]
+            for target, fn, text in rows]

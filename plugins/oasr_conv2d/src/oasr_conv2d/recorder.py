@@ -26,6 +26,7 @@ from __future__ import annotations
 from typing import Any
 
 from oasr_core.census.recorder import Call, RecorderPatch, Skip, dtype_name
+from oasr_core.kit import convolution
 
 from oasr_conv2d.geometry import FAMILY, out_length, pair
 from oasr_conv2d.ops_names import ACTIVATIONS, DIMS
@@ -100,29 +101,14 @@ def _nhwc(op: str, x: Any, weight: Any, stride: Any, padding: Any, dilation: Any
                      groups)
 
 
-def record_conv2d(x: Any, weight: Any, bias: Any = None, stride: Any = 1, padding: Any = 0,
-                  dilation: Any = 1, groups: Any = 1) -> Call | Skip | None:
-    """``oasr_conv2d.conv2d(x, weight, bias, stride, padding, dilation, groups)``."""
-    return _nhwc("conv2d", x, weight, stride, padding, dilation, groups)
-
-
-def record_conv2d_activation(x: Any, weight: Any, bias: Any = None, activation: Any = "relu",
-                             stride: Any = 1, padding: Any = 0, dilation: Any = 1,
-                             groups: Any = 1) -> Call | Skip | None:
-    """``oasr_conv2d.conv2d_activation(x, weight, bias, activation, ...)``."""
-    if activation is not None and activation not in ACTIVATIONS:
-        return None
-    op = "conv2d" if activation is None else f"conv2d_{activation}"
-    return _nhwc(op, x, weight, stride, padding, dilation, groups)
+record_conv2d, record_conv2d_activation = convolution.op_recorders(
+    FAMILY, ACTIVATIONS, "relu", _nhwc)
+"""The recorders of ``oasr_conv2d.conv2d`` and ``oasr_conv2d.conv2d_activation`` (NHWC data)."""
 
 
 def recorder_patches() -> list[RecorderPatch]:
     """The conv2d family's patches (``Family.recorder_patches``)."""
-    table = (
-        ("oasr_conv2d.ops:conv2d", record_conv2d, "the family op"),
-        ("oasr_conv2d.ops:conv2d_activation", record_conv2d_activation,
-         "the fused bias + activation ops"),
-        ("torch.nn.functional:conv2d", record_f_conv2d, "nn.Conv2d and F.conv2d"),
-    )
+    rows = convolution.recorder_rows(FAMILY, record_conv2d, record_conv2d_activation,
+                                     record_f_conv2d, "nn.Conv2d and F.conv2d")
     return [RecorderPatch(family=FAMILY, target=target, record=fn, description=text)
-            for target, fn, text in table]
+            for target, fn, text in rows]

@@ -23,6 +23,7 @@ windows longer than 32 taps, and an element-wise one that runs any width.
 from __future__ import annotations
 
 from oasr_core.kit import implicit_gemm
+from oasr_core.kit.tiles import wgmma_name
 from oasr_core.types import Config
 
 from oasr_conv1d.geometry import LANE_SM80, LANE_SM90, LANES
@@ -49,13 +50,9 @@ def sm90_config(tile: tuple[int, int, int], cluster: tuple[int, int] = (1, 1),
     TMA needs 16-byte rows: Cin and Cout multiples of 8."""
     if schedule not in SM90_SCHEDULES:
         raise ValueError(f"schedule {schedule!r} is not one of {SM90_SCHEDULES}")
-    tm, tn, tk = tile
-    cm, cn = cluster
-    cid = f"igh_{_SM90_TAG[schedule]}_{tm}x{tn}x{tk}_c{cm}x{cn}"
-    if stages:
-        cid += f"_s{stages}"
+    cid = wgmma_name(f"igh_{_SM90_TAG[schedule]}", tile, cluster, stages)
     return Config(id=cid, lane=LANE_SM90, params={
-        "cutlass": 3, "tile": [tm, tn, tk], "cluster": [cm, cn], "schedule": schedule,
+        "cutlass": 3, "tile": list(tile), "cluster": list(cluster), "schedule": schedule,
         "stages": stages, "align_in": 8, "align_out": 8, "unit": cid,
     })
 
