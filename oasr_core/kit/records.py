@@ -20,6 +20,8 @@ from typing import Any, ClassVar
 
 import attrs
 
+from oasr_core import jit as core_jit
+from oasr_core.jit.libraries import Libraries
 from oasr_core.kit.binding import BoundKernel, status_text
 from oasr_core.kit.calls import PreparedCall
 from oasr_core.kit.serving import LaunchError
@@ -154,3 +156,23 @@ def module_serving(family: str, *, modules: str, kernel: Any, category: type[War
                       wanted=lambda lane, arch: lanes_of().production.wanted(lane, arch),
                       category=category)
     return serving
+
+
+def module_full(*, modules: str, kernel: str) -> Libraries:
+    """Every compiled config of a lane's whole-space module (``full_spec`` of the
+    :class:`~oasr_core.kit.production.LaneModules` ``MODULES`` in the module named ``modules``)
+    by id, bound as ``Kernel.bind(module, config)`` (``kernel``: ``"<module>:<class>"``, the
+    family's :class:`RecordKernel`), loaded once per (lane, arch): a bench adapter's kernels.
+    Both modules are imported at the first load; a config whose unit failed to compile is
+    absent."""
+    import importlib
+
+    def load(lane: str, arch: str) -> Mapping[str, Any]:
+        lanes = importlib.import_module(modules).MODULES
+        where, _, name = kernel.partition(":")
+        bound = getattr(importlib.import_module(where), name)
+        module = core_jit.load(lanes.full_spec(lane, arch))
+        return {c.id: bound.bind(module, c) for c in lanes.production.lane_configs(lane, arch)
+                if bound.symbol_of(c) in module.exports}
+
+    return Libraries(load=load)

@@ -15,28 +15,15 @@ whose unit failed to compile is reported as rejected, never timed.
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
+from collections.abc import Sequence
 from typing import Any
 
-from oasr_core.jit.libraries import Libraries
+from oasr_core.kit.records import module_full
 from oasr_core.types import Config, Problem, Sentinel
 
 from oasr_conv1d.geometry import geometry
 
-
-def _load_full(lane: str, arch: str) -> Mapping[str, Any]:
-    from oasr_core import jit as core_jit
-
-    from oasr_conv1d import jit
-    from oasr_conv1d.lanes import symbol
-    from oasr_conv1d.launch import Kernel
-
-    module = core_jit.load(jit.full_spec(lane, arch))
-    return {c.id: Kernel.bind(module, c) for c in jit.lane_configs(lane, arch)
-            if symbol(c) in module.exports}
-
-
-FULL = Libraries(load=_load_full)
+FULL = module_full(modules="oasr_conv1d.jit", kernel="oasr_conv1d.launch:Kernel")
 """Every compiled config of a lane's full module by id, loaded once per (lane, arch)."""
 
 
