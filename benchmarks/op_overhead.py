@@ -19,9 +19,14 @@ Rows, per grad mode and M (fp16, N = K = ``--width``):
   kernel;
 - ``nn.Linear``: the torch model's layer called (``Module.__call__``, its forward reading
   ``self.weight`` and ``self.bias`` through ``Module.__getattr__``, ``F.linear``);
-- ``routed nn.Linear torch``: the same layer with its forward routed to the family's linear
-  (:func:`oasr_core.route`, what ``oasr tune bench`` does to a model it did not write)
-  where the plan is the torch path: the per-layer plan's cost, against the row above.
+- ``routed nn.Linear torch``: the same layer routed (:func:`oasr_core.route`, what ``oasr
+  tune bench`` does to a model it did not write) at a width no tier serves a kernel at, at
+  any M (N = K = ``--width``: no shipped entry, outside the cost model's calibrated widths;
+  every width without a CUDA device): it keeps its module's own forward, so this row is
+  the ``nn.Linear`` row's call (its ratio to ``nn.Linear`` is the host's noise);
+- ``routed nn.Linear per-M torch``: a routed layer at a width some tier may serve at another
+  M, so its forward is the family's linear with its per-layer plan, here torch at this M
+  (``F.linear`` on its parameter dict after one lookup): against ``nn.Linear``.
 
 Conv1d rows (fp16 depthwise, channels = ``--width``, kernel 15, same padding, batch 1,
 T = M; the input a transposed channels-last tensor, as speech encoders hand it to their
@@ -69,6 +74,7 @@ from __future__ import annotations
 import argparse
 import contextlib
 import ctypes
+import functools
 import platform
 import statistics
 import subprocess
@@ -226,6 +232,7 @@ def _at(m: int, width: int, number: int, repeat: int, cuda: bool,
         stub: bool) -> list[tuple[str, Any, Any]]:
     """The rows at one M, under the caller's grad mode: ``(path, best us, median ratio to
     F.linear over the rounds)``; every round times each path once, in turn."""
+    from oasr_gemm import linear as gemm_linear
     from oasr_gemm import ops as gemm_ops
     from oasr_scaled_mm import ops as smm_ops
     from oasr_scaled_mm.quantize import QUANTIZATION as INT8
@@ -256,6 +263,9 @@ def _at(m: int, width: int, number: int, repeat: int, cuda: bool,
     layer = _layer(w, b)
     routed = _layer(w, b)
     route(routed, dtype=_DTYPE_NAMES[w.dtype], conv1d=False)
+    # The per-M plan's form, bound as route binds a layer some tier may serve at some M.
+    per_m = _layer(w, b)
+    per_m.forward = functools.partial(gemm_linear.forward, per_m)
 
     real_plans = gemm_ops._plan, smm_ops._plan
     context = contextlib.nullcontext() if cuda else _CudaLike()
@@ -273,7 +283,9 @@ def _at(m: int, width: int, number: int, repeat: int, cuda: bool,
                 "gemm launch only": None, "scaled_mm kernel": None}
             paths["nn.Linear"] = lambda: layer(a)
             paths["routed nn.Linear torch"] = lambda: routed(a)
-            plans: dict[str, Any] = {"gemm torch": TORCH, "routed nn.Linear torch": TORCH}
+            paths["routed nn.Linear per-M torch"] = lambda: per_m(a)
+            plans: dict[str, Any] = {"gemm torch": TORCH, "routed nn.Linear torch": TORCH,
+                                     "routed nn.Linear per-M torch": TORCH}
             if _kernel_served(gemm_ops, gemm):
                 (key, plan), = gemm_ops.SERVING.plans.table.items()
                 paths["gemm kernel"], plans["gemm kernel"] = gemm, plan

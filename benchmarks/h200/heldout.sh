@@ -1,7 +1,9 @@
 #!/usr/bin/env bash
 # On the H200 machine, from the repository root, with .whl carried (benchmarks/h200/prepare.sh
 # wheels): the eager host cost of the ops and routed layers next to their torch calls (F.linear,
-# F.conv1d, F.layer_norm, nn.Linear, nn.Conv1d), then the e2e bench
+# F.conv1d, F.layer_norm, nn.Linear, nn.Conv1d), the host time of the held-out encoders' eager
+# forwards (benchmarks/eager_host.py: torch, routed, routed with every layer on its per-M
+# plan, in one process), then the e2e bench
 # of the held-out encoders (benchmarks/heldout_encoders.py), out of the box: fp16 in CUDA
 # graphs and eagerly, then int8 against its fp16 self and fp8 against its bf16 self.
 #
@@ -38,6 +40,11 @@ el "op_overhead --stub"
 timeout 300 python3 benchmarks/op_overhead.py --stub --repeat "${REPEAT:-9}" \
   > "$OUT/h200_op_overhead_heldout.md" 2>"$OUT/op_overhead.err"
 echo "  rc=$?"; grep -E "\| 16 \|" "$OUT/h200_op_overhead_heldout.md"
+
+el "eager_host (torch, routed, routed with every layer on its per-M plan)"
+timeout 180 python3 benchmarks/eager_host.py > "$OUT/h200_eager_host_heldout.md" \
+  2>"$OUT/eager_host.err"
+echo "  rc=$?"; grep -E "^- |^\| [a-z]" "$OUT/h200_eager_host_heldout.md"
 
 e2e() {  # NAME SECONDS ARGS...
   local name=$1 limit=$2; shift 2
