@@ -505,6 +505,70 @@ def cli_runner(
     runtime.install_runtime(None)
 
 
+def family_cli(plugin: object, name: str) -> Callable[..., Any]:
+    """``run(*args) -> click.testing.Result``: ``oasr <args>`` in-process on a fresh plugin
+    manager holding only ``plugin`` (registered as ``name``, no entry points), exceptions
+    propagating. For a family plugin's CLI tests."""
+    from click.testing import CliRunner
+
+    from oasr_core import cli
+
+    pm = make_plugin_manager(load_entrypoints=False)
+    pm.register(plugin, name=name)
+    runner = CliRunner()
+
+    def run(*args: object) -> Any:
+        return runner.invoke(cli.main, [str(a) for a in args],
+                             obj=cli.CliState(plugin_manager=pm), catch_exceptions=False)
+
+    return run
+
+
+def write_system_table(root: Path, family: Family, lane: str, arch: str,
+                       configs: Mapping[str, Config], entries: Mapping[str, Any]) -> Path:
+    """Write a hand-written system-tier tuning file ``<root>/system/<arch>/<family>.json``
+    (schema 2, the family's current soft validators, ``configs`` by id, ``entries`` as the
+    file holds them: ``{key: {"regions": [...], "points": {...}}}``); its path. Point
+    ``OASR_TUNE_SYSTEM_DB`` at ``<root>/system`` to serve it."""
+    raw = {
+        "schema_version": 2, "family": family.name, "family_schema_version": 1,
+        "arch": {"family": arch, "lane": lane},
+        "validators": {"soft": dict(family.soft_validators())},
+        "configs": {cid: config.to_json() for cid, config in configs.items()},
+        "entries": dict(entries),
+    }
+    path = root / "system" / arch / f"{family.name}.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(raw, indent=1))
+    return path
+
+
+def replay_scripted_build(run: Callable[..., Any], root: Path, family: Family, lane: Lane,
+                          time_us: TimeModel, census: Path, arch: str = "sm90",
+                          max_points: int = 4) -> tuple[Path, Any]:
+    """Build ``family``'s live table for ``census`` on ``lane`` with a
+    :class:`ScriptedBench` timing arms by ``time_us`` (nothing compiled), then replay its
+    measurement log through ``oasr tune build --from-log`` (``run``, e.g. :func:`family_cli`)
+    and assert the replay is the same bytes; ``(log path, the replayed table)``."""
+    from oasr_core import build
+    from oasr_core.database import read_tuning_file
+
+    lane = attrs.evolve(lane, jit_specs=None)  # a scripted build compiles nothing
+    bench = ScriptedBench(time_us)
+    family = attrs.evolve(family, make_bench=bench.make_bench)
+    shapes = build.read_censuses([census], family)
+    live = root / "live" / arch / f"{family.name}.json"
+    build.build_live(shapes, family=family, lane=lane, arch=arch, out=live, timer=bench.timer,
+                     soft=dict(family.soft_validators()),
+                     options=build.BuildOptions(max_points=max_points))
+    log = live.parent / "measurements" / f"{family.name}.jsonl"
+    out = root / "replay.json"
+    result = run("tune", "build", "--from-log", log, "--fresh", "--out", out)
+    assert result.exit_code == 0, result.output
+    assert out.read_bytes() == live.read_bytes(), "the replay differs from the build"
+    return log, read_tuning_file(out)
+
+
 @attrs.frozen
 class Contract:
     """What the contract checks look at: one plugin's records in a strict registry."""
@@ -697,6 +761,36 @@ class FamilyContract:
     @pytest.mark.parametrize("check", CONTRACT_CHECKS, ids=lambda c: c.__name__[6:])
     def test_contract(self, contract: Contract, check: Callable[[Contract], None]) -> None:
         check(contract)
+
+
+def family_contract(plugin: Any, name: str, test_file: str, *, submodules: str = "",
+                    **fields: Any) -> type:
+    """A :class:`FamilyContract` subclass for the hooks module ``plugin`` of family ``name``:
+    its entry point ``name = "<plugin's module>"`` declared in the plugin's ``pyproject.toml``
+    (the folder above the one holding ``test_file``), and ``modules`` the plugin's package and
+    its ``submodules`` (names relative to the package, white space apart); further keyword
+    arguments set ``problems`` or ``requires``. Bind it to a ``Test*`` name of the test module
+    (``TestConv1dContract = family_contract(oasr_conv1d.hooks, "conv1d", __file__)``)."""
+    package = plugin.__name__.rpartition(".")[0]
+    modules = (package, *(f"{package}.{m}" for m in submodules.split()))
+    return type(f"Test{name.capitalize()}Contract", (FamilyContract,), {
+        "plugin": plugin, "entry_point": (name, plugin.__name__), "modules": modules,
+        "pyproject": Path(test_file).parents[1] / "pyproject.toml", **fields})
+
+
+def check_activation_family(plugin: Any, name: str,
+                            activations: Sequence[str] = ("relu", "gelu", "silu")) -> Family:
+    """The one family record ``plugin`` registers, checked as a family whose ops are ``name``
+    and ``name_<activation>`` per activation, keyed on the dynamic axis M with exact points,
+    with the ``impl_hash`` (16 characters) and ``cutlass`` soft validators; returned for the
+    family's own checks."""
+    (family,) = plugin.oasr_register_families()
+    assert family.name == name and family.stem == name, (family.name, family.stem)
+    assert family.ops == (name, *(f"{name}_{a}" for a in activations)), family.ops
+    assert family.dynamic_axis == "M" and family.exact_points, family
+    soft = family.soft_validators()
+    assert set(soft) == {"impl_hash", "cutlass"} and len(soft["impl_hash"]) == 16, soft
+    return family
 
 
 def check_entry_point(name: str, value: str, *, pyproject: Path | None = None) -> None:

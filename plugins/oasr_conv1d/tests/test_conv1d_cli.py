@@ -5,13 +5,8 @@ from __future__ import annotations
 
 import json
 
-import attrs
 import pytest
-from click.testing import CliRunner
-from oasr_core import build, cli
-from oasr_core.database import read_tuning_file
-from oasr_core.plugins import make_plugin_manager
-from oasr_core.testing import ScriptedBench
+from oasr_core.testing import family_cli, replay_scripted_build, write_system_table
 
 from oasr_conv1d import hooks, lanes
 from oasr_conv1d.geometry import LANE_SM90
@@ -23,18 +18,8 @@ DW_DIMS = ("--dim", "Cin=256", "--dim", "Cout=256", "--dim", "k=31", "--dim", "s
 
 
 @pytest.fixture
-def run(monkeypatch, tmp_path):
-    pm = make_plugin_manager(load_entrypoints=False)
-    pm.register(hooks, name="conv1d")
-    runner = CliRunner()
-
-    def invoke(*args):
-        result = runner.invoke(cli.main, [str(a) for a in args],
-                               obj=cli.CliState(plugin_manager=pm), catch_exceptions=False)
-        return result
-
-    invoke.pm = pm
-    return invoke
+def run():
+    return family_cli(hooks, "conv1d")
 
 
 def _select(run, op, m, point=None):
@@ -67,22 +52,13 @@ def test_an_uncovered_shape_is_served_by_the_heuristic_where_it_beats_torch(run)
 
 def _table(tmp_path):
     (family,) = hooks.oasr_register_families()
-    raw = {
-        "schema_version": 2, "family": "conv1d", "family_schema_version": 1,
-        "arch": {"family": "sm90", "lane": LANE_SM90},
-        "validators": {"soft": dict(family.soft_validators())},
-        "configs": {cid: lanes.config(LANE_SM90, cid).to_json()
-                    for cid in ("dw31_v8_8x16_tp8_reg", "dw31_v4_16x8_tp8_smem")},
-        "entries": {
-            DEPTHWISE: {"regions": [[8192, "dw31_v8_8x16_tp8_reg"], [None, "torch"]],
-                        "points": {"1x50": "dw31_v4_16x8_tp8_smem"}},
-            FRONT: {"regions": [], "points": {"8x3000": "heuristic"}},
-        },
-    }
-    path = tmp_path / "system" / "sm90" / "conv1d.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(raw, indent=1))
-    return path
+    ids = ("dw31_v8_8x16_tp8_reg", "dw31_v4_16x8_tp8_smem")
+    return write_system_table(tmp_path, family, LANE_SM90, "sm90",
+                              {cid: lanes.config(LANE_SM90, cid) for cid in ids}, {
+        DEPTHWISE: {"regions": [[8192, "dw31_v8_8x16_tp8_reg"], [None, "torch"]],
+                    "points": {"1x50": "dw31_v4_16x8_tp8_smem"}},
+        FRONT: {"regions": [], "points": {"8x3000": "heuristic"}},
+    })
 
 
 def test_a_hand_written_table_is_served_by_region_and_exact_point(run, tmp_path, monkeypatch):
@@ -127,23 +103,10 @@ def _census(tmp_path):
 def test_a_build_replayed_from_its_log_writes_the_table(run, tmp_path):
     (family,) = hooks.oasr_register_families()
     lane = next(x for x in hooks.oasr_register_lanes() if x.name == LANE_SM90)
-    lane = attrs.evolve(lane, jit_specs=None)  # a scripted build compiles nothing
-    bench = ScriptedBench(_time_us)
-    family = attrs.evolve(family, make_bench=bench.make_bench)
-    census = build.read_censuses([_census(tmp_path)], family)
-    live = tmp_path / "live" / "sm90" / "conv1d.json"
-    build.build_live(census, family=family, lane=lane, arch="sm90", out=live,
-                     timer=bench.timer, soft=dict(family.soft_validators()),
-                     options=build.BuildOptions(max_points=4))
-    log = live.parent / "measurements" / "conv1d.jsonl"
+    log, table = replay_scripted_build(run, tmp_path, family, lane, _time_us, _census(tmp_path))
     rows = [json.loads(line) for line in log.read_text().splitlines()]
     assert {r["family"] for r in rows} == {"conv1d"}
     assert any(r.get("points") == ["8x3000"] for r in rows if r.get("row") == "arm")
-    out = tmp_path / "replay.json"
-    result = run("tune", "build", "--from-log", log, "--fresh", "--out", out)
-    assert result.exit_code == 0, result.output
-    assert out.read_bytes() == live.read_bytes()
-    table = read_tuning_file(out)
     dw = table.entries[DEPTHWISE]
     assert dw.lookup(8 * 256, None) == "dw31_v4_16x8_tp8_smem"
     front = table.entries[FRONT]

@@ -5,13 +5,8 @@ from __future__ import annotations
 
 import json
 
-import attrs
 import pytest
-from click.testing import CliRunner
-from oasr_core import build, cli
-from oasr_core.database import read_tuning_file
-from oasr_core.plugins import make_plugin_manager
-from oasr_core.testing import ScriptedBench
+from oasr_core.testing import family_cli, replay_scripted_build, write_system_table
 
 from oasr_conv2d import hooks, lanes, space
 from oasr_conv2d.geometry import LANE
@@ -32,15 +27,7 @@ def _dims(cin, cout, width):
 
 @pytest.fixture
 def run():
-    pm = make_plugin_manager(load_entrypoints=False)
-    pm.register(hooks, name="conv2d")
-    runner = CliRunner()
-
-    def invoke(*args):
-        return runner.invoke(cli.main, [str(a) for a in args],
-                             obj=cli.CliState(plugin_manager=pm), catch_exceptions=False)
-
-    return invoke
+    return family_cli(hooks, "conv2d")
 
 
 def _select(run, cin, cout, width, m, point=None, op="conv2d_relu", dtype="fp16"):
@@ -64,22 +51,13 @@ def test_an_uncovered_shape_is_served_by_torch(run):
 def _table(tmp_path):
     (family,) = hooks.oasr_register_families()
     ids = (space.FEW_CHANNELS_DEFAULT, space.DEFAULT, "ig_b128x128x64_w64x64x64_s3")
-    raw = {
-        "schema_version": 2, "family": "conv2d", "family_schema_version": 1,
-        "arch": {"family": "sm90", "lane": LANE},
-        "validators": {"soft": dict(family.soft_validators())},
-        "configs": {cid: lanes.config(LANE, cid).to_json() for cid in ids},
-        "entries": {
-            FIRST: {"regions": [[200000, space.FEW_CHANNELS_DEFAULT], [None, "torch"]],
-                    "points": {}},
-            SECOND: {"regions": [], "points": {"8x511": "ig_b128x128x64_w64x64x64_s3",
-                                               "1x127": "heuristic"}},
-        },
-    }
-    path = tmp_path / "system" / "sm90" / "conv2d.json"
-    path.parent.mkdir(parents=True)
-    path.write_text(json.dumps(raw, indent=1))
-    return path
+    return write_system_table(tmp_path, family, LANE, "sm90",
+                              {cid: lanes.config(LANE, cid) for cid in ids}, {
+        FIRST: {"regions": [[200000, space.FEW_CHANNELS_DEFAULT], [None, "torch"]],
+                "points": {}},
+        SECOND: {"regions": [], "points": {"8x511": "ig_b128x128x64_w64x64x64_s3",
+                                           "1x127": "heuristic"}},
+    })
 
 
 def test_a_hand_written_table_is_served_by_region_and_exact_point(run, tmp_path, monkeypatch):
@@ -131,20 +109,8 @@ def _census(tmp_path):
 def test_a_build_replayed_from_its_log_writes_the_table(run, tmp_path):
     (family,) = hooks.oasr_register_families()
     (lane,) = hooks.oasr_register_lanes()
-    lane = attrs.evolve(lane, jit_specs=None)  # a scripted build compiles nothing
-    bench = ScriptedBench(_time_us)
-    family = attrs.evolve(family, make_bench=bench.make_bench)
-    census = build.read_censuses([_census(tmp_path)], family)
-    live = tmp_path / "live" / "sm90" / "conv2d.json"
-    build.build_live(census, family=family, lane=lane, arch="sm90", out=live,
-                     timer=bench.timer, soft=dict(family.soft_validators()),
-                     options=build.BuildOptions(max_points=4))
-    log = live.parent / "measurements" / "conv2d.jsonl"
-    out = tmp_path / "replay.json"
-    result = run("tune", "build", "--from-log", log, "--fresh", "--out", out)
-    assert result.exit_code == 0, result.output
-    assert out.read_bytes() == live.read_bytes()
-    table = read_tuning_file(out)
+    _log, table = replay_scripted_build(run, tmp_path, family, lane, _time_us,
+                                        _census(tmp_path))
     # The heuristic names the few-channels default for a one-plane input; the build prefers
     # the sentinel when it ties a config.
     first = table.entries[FIRST].lookup(8 * 511 * 39, "8x1024")
