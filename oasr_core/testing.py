@@ -505,6 +505,55 @@ def cli_runner(
     runtime.install_runtime(None)
 
 
+def prebuilt_module(tmp_path_factory: pytest.TempPathFactory,
+                    make_spec: Callable[[], Any]) -> Iterator[tuple[Any, Any]]:
+    """``yield from`` it in a module-scoped fixture: ``make_spec()`` built by the core JIT
+    (``oasr_core.jit.prebuild``, two jobs) into a fresh JIT directory, which stays the process's
+    (``OASR_JIT_DIR``) until the fixture ends; yields ``(spec, build report)``."""
+    from oasr_core import jit
+
+    mp = pytest.MonkeyPatch()
+    mp.setenv("OASR_JIT_DIR", str(tmp_path_factory.mktemp("jit")))
+    try:
+        spec = make_spec()
+        (report,) = jit.prebuild([spec], jobs=2)
+        yield spec, report
+    finally:
+        mp.undo()
+
+
+def exported_symbols(library: Path) -> set[str]:
+    """The dynamic symbols the shared library ``library`` defines (binutils' ``nm``); skips
+    the calling test where ``nm`` is not installed."""
+    import shutil
+
+    if shutil.which("nm") is None:
+        pytest.skip("binutils' nm is not installed")
+    out = subprocess.run(["nm", "-D", "--defined-only", "--format=posix", str(library)],
+                         capture_output=True, text=True, check=True).stdout
+    return {line.split()[0] for line in out.splitlines() if line.strip()}
+
+
+def aot_pass_backend(graph_pass: Callable[[Any], Any], graphs: list[Any]) -> Callable[..., Any]:
+    """A ``torch.compile`` backend that traces with AOTAutograd and Inductor's decompositions,
+    runs ``graph_pass`` on the inference ATen graph (as the oasr backend does), appends that
+    graph to ``graphs`` and runs it eagerly: a pass's rewrite, executed on any device."""
+    from torch._functorch.aot_autograd import aot_module_simplified
+    from torch._inductor.decomposition import select_decomp_table
+
+    def fw(gm: Any, _example: Any) -> Any:
+        graph_pass(gm.graph)
+        gm.recompile()
+        graphs.append(gm.graph)
+        return gm.forward
+
+    def backend(gm: Any, example: Any) -> Any:
+        return aot_module_simplified(gm, example, fw_compiler=fw,
+                                     decompositions=select_decomp_table())
+
+    return backend
+
+
 def family_cli(plugin: object, name: str) -> Callable[..., Any]:
     """``run(*args) -> click.testing.Result``: ``oasr <args>`` in-process on a fresh plugin
     manager holding only ``plugin`` (registered as ``name``, no entry points), exceptions

@@ -20,6 +20,7 @@ from torch import nn  # noqa: E402
 from torch.nn import functional as F  # noqa: E402
 
 import oasr_core.compile as oc  # noqa: E402
+from oasr_core.testing import aot_pass_backend  # noqa: E402
 
 REPO = Path(__file__).resolve().parents[1]
 
@@ -62,24 +63,6 @@ def _model(dtype=torch.bfloat16):
     return block.to(dtype)
 
 
-def _aot_backend(graph_pass, graphs):
-    """A backend running ``graph_pass`` on the inference ATen graph, then that graph."""
-    from torch._functorch.aot_autograd import aot_module_simplified
-    from torch._inductor.decomposition import select_decomp_table
-
-    def fw(gm, _example):
-        graph_pass(gm.graph)
-        gm.recompile()
-        graphs.append(gm.graph)
-        return gm.forward
-
-    def be(gm, example):
-        return aot_module_simplified(gm, example, fw_compiler=fw,
-                                     decompositions=select_decomp_table())
-
-    return be
-
-
 def _targets(graph):
     return [str(n.target) for n in graph.nodes if n.op == "call_function"]
 
@@ -89,7 +72,7 @@ def _run(model, x, **options):
     backend = oc.backend(arch="sm90", **options)
     graphs = []
     with torch.no_grad():
-        out = torch.compile(model, backend=_aot_backend(backend.graph_pass, graphs))(x)
+        out = torch.compile(model, backend=aot_pass_backend(backend.graph_pass, graphs))(x)
         ref = model(x)
     return backend, graphs[0], out, ref
 
@@ -146,7 +129,7 @@ def test_without_an_arch_nothing_is_rewritten_and_an_fp32_model_neither() -> Non
     backend = oc.backend()  # no CUDA device here: no arch, so oasr's ops would serve torch
     graphs = []
     with torch.no_grad():
-        torch.compile(_model(), backend=_aot_backend(backend.graph_pass, graphs))(x)
+        torch.compile(_model(), backend=aot_pass_backend(backend.graph_pass, graphs))(x)
     assert backend.rewritten == {}
     backend, graph, out, ref = _run(_model(torch.float32), x.float())
     assert backend.rewritten == {} and "aten.convolution.default" in _targets(graph)

@@ -5,12 +5,11 @@ exporting only its launchers, and the C ABI refuses what it must without a devic
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
 
 import pytest
 from oasr_core import jit as core_jit
 from oasr_core.jit import BuildStatus
+from oasr_core.testing import exported_symbols, prebuilt_module
 
 from oasr_conv2d import jit, lanes, space
 from oasr_conv2d.geometry import LANE, call_args, geometry
@@ -25,26 +24,17 @@ direct kernel."""
 
 @pytest.fixture(scope="module")
 def built(tmp_path_factory):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("OASR_JIT_DIR", str(tmp_path_factory.mktemp("jit")))
     configs = [lanes.config(LANE, cid) for cid in EVERY_KIND]
-    spec = jit.MODULES.module_spec(LANE, "sm90", configs, name="conv2d_compile_test",
-                                   dtypes=("fp16",))
-    (report,) = core_jit.prebuild([spec], jobs=2)
-    yield configs, spec, report
-    mp.undo()
+    for spec, report in prebuilt_module(tmp_path_factory, lambda: jit.MODULES.module_spec(
+            LANE, "sm90", configs, name="conv2d_compile_test", dtypes=("fp16",))):
+        yield configs, spec, report
 
 
 def test_every_iterator_kind_compiles_and_exports_only_its_launchers(built):
     configs, _spec, report = built
     assert report.status is BuildStatus.BUILT, (report.error, dict(report.failed))
-    if shutil.which("nm") is None:
-        pytest.skip("binutils' nm is not installed")
-    out = subprocess.run(["nm", "-D", "--defined-only", "--format=posix", str(report.path)],
-                         capture_output=True, text=True, check=True).stdout
-    symbols = {line.split()[0] for line in out.splitlines() if line.strip()}
-    assert symbols == {s for c in configs for s in (lanes.symbol(c), lanes.symbol(c) +
-                                                    "_workspace")}
+    assert exported_symbols(report.path) == {
+        s for c in configs for s in (lanes.symbol(c), lanes.symbol(c) + "_workspace")}
 
 
 def test_the_c_abi_refuses_without_a_gpu(built):

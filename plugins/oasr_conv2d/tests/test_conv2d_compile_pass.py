@@ -12,6 +12,7 @@ import oasr_core
 import oasr_core.compile as oc
 import pytest
 import torch
+from oasr_core.testing import aot_pass_backend
 from torch import nn
 
 from oasr_conv2d import hooks, lanes, space
@@ -30,29 +31,12 @@ class FrontEnd(nn.Module):
         return h.transpose(1, 2).reshape(b, t, c * f)
 
 
-def _aot_backend(graph_pass, graphs):
-    from torch._functorch.aot_autograd import aot_module_simplified
-    from torch._inductor.decomposition import select_decomp_table
-
-    def fw(gm, _example):
-        graph_pass(gm.graph)
-        gm.recompile()
-        graphs.append(gm.graph)
-        return gm.forward
-
-    def be(gm, example):
-        return aot_module_simplified(gm, example, fw_compiler=fw,
-                                     decompositions=select_decomp_table())
-
-    return be
-
-
 def _run(model, x):
     torch._dynamo.reset()
     backend = oc.backend(arch="sm90")
     graphs = []
     with torch.no_grad():
-        out = torch.compile(model, backend=_aot_backend(backend.graph_pass, graphs))(x)
+        out = torch.compile(model, backend=aot_pass_backend(backend.graph_pass, graphs))(x)
         ref = model(x)
     targets = [str(n.target) for n in graphs[0].nodes if n.op == "call_function"]
     return backend, targets, out, ref
