@@ -186,12 +186,17 @@ def test_a_geometry_that_disagrees_with_the_call_record_is_refused(kernels):
     assert kernel.workspace(geo, "fp16") == -1
 
 
+def _default_kernel(kernels, lane, op):
+    """``(id, kernel)`` of ``lane``'s untuned default for ``op``; skips where it does not run."""
+    cid = dense.default_id(lane)
+    if (lane, cid, op) not in kernels:
+        pytest.skip(f"{cid} does not run here")
+    return cid, kernels[(lane, cid, op)]
+
+
 @pytest.mark.parametrize("lane", dense.LANES)
 def test_geometries_sharing_m_n_k_and_pointers_get_their_own_parameters(kernels, lane):
-    cid = dense.default_id(lane)
-    if (lane, cid, "conv1d") not in kernels:
-        pytest.skip(f"{cid} does not run here")
-    kernel = kernels[(lane, cid, "conv1d")]
+    cid, kernel = _default_kernel(kernels, lane, "conv1d")
     flat = torch.rand((2 * 102 * 64,), device="cuda", dtype=torch.float16) - 0.5
     w = (torch.rand((64, 64, 3), device="cuda", dtype=torch.float16) - 0.5) / 14
     packed = dense.pack_weight(w)
@@ -206,10 +211,7 @@ def test_geometries_sharing_m_n_k_and_pointers_get_their_own_parameters(kernels,
 
 @pytest.mark.parametrize("lane", dense.LANES)
 def test_a_captured_graph_replays_the_eager_result(kernels, lane):
-    cid = dense.default_id(lane)
-    if (lane, cid, "conv1d_gelu") not in kernels:
-        pytest.skip(f"{cid} does not run here")
-    kernel = kernels[(lane, cid, "conv1d_gelu")]
+    cid, kernel = _default_kernel(kernels, lane, "conv1d_gelu")
     x, _, packed, b = _operands("whisper_conv2", "bf16")
     eager = kernel(x, packed, b, stride=2, padding=1)
     out = torch.empty_like(eager)
