@@ -112,6 +112,15 @@ def canonical_impl_hash(digest: str, equivalents: Path) -> str:
         raise PluginError(f"{equivalents}: malformed implementation equivalences ({exc})") from None
 
 
+def unit_dtypes(dtypes: Iterable[str], codes: Mapping[str, int]) -> tuple[str, ...]:
+    """``dtypes``, the dtypes a unit compiles kernels for, as a tuple: a non-empty subset of
+    the names in ``codes`` (the family's dtype codes), else a ``ValueError`` naming both."""
+    dtypes = tuple(dtypes)
+    if not dtypes or any(d not in codes for d in dtypes):
+        raise ValueError(f"dtypes {dtypes!r} must be a non-empty subset of {tuple(codes)}")
+    return dtypes
+
+
 def c_abi_unit(*, title: str, generator: str, header: str, kernels: Mapping[int, str],
                symbol: str, operands: str, run: str, workspace_params: str,
                workspace_switch: str, workspace: str, prologue: str = "",

@@ -15,7 +15,7 @@ current stream. Importing this module imports no torch.
 from __future__ import annotations
 
 import ctypes
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, ClassVar
 
 import attrs
@@ -176,3 +176,30 @@ def module_full(*, modules: str, kernel: str) -> Libraries:
                 if bound.symbol_of(c) in module.exports}
 
     return Libraries(load=load)
+
+
+def scratch_pool(serving: Any, label: str, hint: str = "", **options: Any) -> Any:
+    """A record-kernel family's :class:`~oasr_core.kit.workspace.WorkspacePool`: one scratch
+    buffer per (device, stream), grown from 1 MiB as the launchers' workspace queries ask,
+    whose growth during graph capture warns once through ``serving`` as ``<label>: <message>``
+    followed by `` (<hint>)`` where given (what to call before capturing). ``options`` go to
+    the pool (``allocate``, ``capturing``: CUDA memory and torch's capture state by default)."""
+    from oasr_core.kit.workspace import BufferKind, WorkspacePool
+
+    suffix = f" ({hint})" if hint else ""
+    return WorkspacePool(
+        (BufferKind("scratch", 1 << 20),),
+        warn=lambda message: serving.warn_once("capture-alloc", f"{label}: {message}{suffix}"),
+        **options)
+
+
+def availability(serving: Any, fits_arch: Callable[[Config, str], bool]
+                 ) -> Callable[[Config], bool]:
+    """``Lane.is_available`` of a family served by ``serving``: False only for a config that a
+    module this process loaded for its lane lacks (:meth:`~oasr_core.kit.Serving.holds`)."""
+
+    def is_available(config: Config) -> bool:
+        """``Lane.is_available``: False only for a config this process's loaded module lacks."""
+        return serving.holds(config, config.id, fits_arch)
+
+    return is_available

@@ -18,10 +18,14 @@ import os
 from typing import Any
 
 from oasr_core.jit import kit
-from oasr_core.kit import BufferKind, WorkspacePool
 from oasr_core.kit.binding import status_text as status_text
-from oasr_core.kit.records import RecordKernel, RecordPlan, module_serving
-from oasr_core.types import Config
+from oasr_core.kit.records import (
+    RecordKernel,
+    RecordPlan,
+    availability,
+    module_serving,
+    scratch_pool,
+)
 
 from oasr_conv1d import geometry as geo_mod
 from oasr_conv1d.geometry import describe as describe
@@ -60,17 +64,11 @@ def reserve_workspace(scratch_bytes: int = 16 << 20, device: int | None = None,
     WORKSPACES.reserve((scratch_bytes,), device, stream)
 
 
-def is_available(config: Config) -> bool:
-    """``Lane.is_available``: False only for a config this process's loaded module lacks."""
-    return SERVING.holds(config, config.id, fits_arch)
-
-
 SERVING = module_serving("conv1d", modules="oasr_conv1d.jit", kernel=Kernel,
                          category=RuntimeWarning)
 """The conv1d ops' plans per epoch, fallback counters, warnings and production libraries."""
-WORKSPACES = WorkspacePool(
-    (BufferKind("scratch", 1 << 20),),
-    warn=lambda message: SERVING.warn_once("capture-alloc", f"oasr_conv1d: {message} "
-                                           "(oasr_conv1d.launch.reserve_workspace())"))
+WORKSPACES = scratch_pool(SERVING, "oasr_conv1d", hint="oasr_conv1d.launch.reserve_workspace()")
 """Scratch per (device, stream)."""
+is_available = availability(SERVING, fits_arch)
+"""``Lane.is_available``: False only for a config this process's loaded module lacks."""
 LIBRARIES = SERVING.libraries

@@ -53,9 +53,7 @@ def kernel_type(config: Config, dtype: str) -> str:
 
 def unit_source(config: Config, dtypes: Iterable[str] = DTYPES) -> str:
     """The translation unit of ``config`` (every op, kernels for ``dtypes``)."""
-    dtypes = tuple(dtypes)
-    if not dtypes or any(d not in DTYPE_CODE for d in dtypes):
-        raise ValueError(f"dtypes {dtypes!r} must be a non-empty subset of {DTYPES}")
+    dtypes = kit.unit_dtypes(dtypes, DTYPE_CODE)
     return kit.c_abi_unit(
         title=f"oasr_conv2d {config.lane} unit {config.params['unit']} ({', '.join(dtypes)})",
         generator="oasr_conv2d.codegen",

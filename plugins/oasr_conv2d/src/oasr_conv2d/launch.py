@@ -11,10 +11,14 @@ Production libraries and call plans are the kit's :class:`~oasr_core.kit.Serving
 
 from __future__ import annotations
 
-from oasr_core.kit import BufferKind, WorkspacePool
 from oasr_core.kit.binding import status_text as status_text
-from oasr_core.kit.records import RecordKernel, RecordPlan, module_serving
-from oasr_core.types import Config
+from oasr_core.kit.records import (
+    RecordKernel,
+    RecordPlan,
+    availability,
+    module_serving,
+    scratch_pool,
+)
 
 from oasr_conv2d import geometry as geo_mod
 from oasr_conv2d.lanes import fits_arch, symbol
@@ -31,16 +35,11 @@ class Kernel(RecordKernel):
     symbol_of = staticmethod(symbol)
 
 
-def is_available(config: Config) -> bool:
-    """``Lane.is_available``: False only for a config this process's loaded module lacks."""
-    return SERVING.holds(config, config.id, fits_arch)
-
-
 SERVING = module_serving("conv2d", modules="oasr_conv2d.jit", kernel=Kernel,
                          category=RuntimeWarning)
 """The conv2d ops' plans per epoch, fallback counters, warnings and production libraries."""
-WORKSPACES = WorkspacePool(
-    (BufferKind("scratch", 1 << 20),),
-    warn=lambda message: SERVING.warn_once("capture-alloc", f"oasr_conv2d: {message}"))
+WORKSPACES = scratch_pool(SERVING, "oasr_conv2d")
 """Scratch per (device, stream) (the 2.x kernels ask none; kept for the prepared-call ABI)."""
+is_available = availability(SERVING, fits_arch)
+"""``Lane.is_available``: False only for a config this process's loaded module lacks."""
 LIBRARIES = SERVING.libraries

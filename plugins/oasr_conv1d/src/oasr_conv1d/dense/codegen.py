@@ -106,9 +106,7 @@ def pdl_capable(config: Config) -> bool:
 def unit_source(config: Config, op: str = "conv1d", dtypes: Iterable[str] = DTYPES) -> str:
     """The translation unit of ``config`` (every op, kernels for ``dtypes``)."""
     _check_op(op)
-    dtypes = tuple(dtypes)
-    if not dtypes or any(d not in DTYPE_CODES for d in dtypes):
-        raise ValueError(f"dtypes {dtypes!r} must be a non-empty subset of {DTYPES}")
+    dtypes = kit.unit_dtypes(dtypes, DTYPE_CODES)
     return kit.c_abi_unit(
         title=f"oasr_conv1d dense {config.lane} unit {config.params['unit']} "
               f"({', '.join(dtypes)})",

@@ -42,9 +42,7 @@ def kernel_type(config: Config, dtype: str) -> str:
 
 def unit_source(config: Config, dtypes: Sequence[str] = DTYPES) -> str:
     """The translation unit of ``config`` with kernels for ``dtypes``."""
-    dtypes = tuple(dtypes)
-    if not dtypes or any(d not in _CODE for d in dtypes):
-        raise ValueError(f"dtypes {dtypes!r} must be a non-empty subset of {DTYPES}")
+    dtypes = kit.unit_dtypes(dtypes, _CODE)
     return kit.c_abi_unit(
         title=f"oasr_conv1d {config.lane} depthwise unit {config.params['unit']} "
               f"({', '.join(dtypes)})",
