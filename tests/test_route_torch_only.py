@@ -223,3 +223,19 @@ def test_a_held_out_encoder_routed_computes_what_torch_does(sm90, monkeypatch, c
     compiled = torch.compile(model, backend="eager")  # Dynamo traces both kinds of layer
     with torch.inference_mode():
         torch.testing.assert_close(compiled(x), twin(x), rtol=0, atol=0)
+
+
+def test_a_recorder_sees_a_routed_linear_whose_ops_load_under_it(monkeypatch):
+    """The family's linear imports its ops at its first call: made while a recorder has
+    rebound them, it still tells the recorder's wrapper from the op (the tally of a model
+    whose layers keep their own forward, sent through the ops, is such a first call)."""
+    from oasr_core.bench.e2e import _family_op_patches
+    from oasr_core.census.recorder import ShapeRecorder
+
+    monkeypatch.setattr(gemm_linear, "_OPS", None)
+    routed = _linear(384, 1536).float()
+    route(routed, dtype="fp16")
+    with through_ops(), ShapeRecorder(_family_op_patches(get_runtime().registry)) as rec:
+        routed(torch.randn(M, 384))
+    assert [(c.op, c.dims, n) for c, n in rec.counts.items()] == \
+        [("gemm", (("N", 1536), ("K", 384)), 1)]

@@ -185,7 +185,9 @@ def _load_ops() -> Any:
     # In a tuple: a census recorder rebinds every module global that is the op it wraps
     # (this module's too), not the items of a tuple, so ``ops.conv1d_activation is _OWN[0]``
     # tells it.
-    _OWN = (ops.conv1d_activation,)
+    # The op itself even when first loaded while a recorder has rebound it (its wrapper
+    # names the op as ``__wrapped__``).
+    _OWN = (getattr(ops.conv1d_activation, "__wrapped__", ops.conv1d_activation),)
     _SERVING, _LAYERS, _FALLBACKS = ops.SERVING, ops.SERVING.layers, ops.SERVING.fallbacks
     _PLANS, _TORCH, _OP = ops.SERVING.plans, TORCH, OP
     _compiling, _conv1d, _activate = torch.compiler.is_compiling, F.conv1d, apply_activation

@@ -137,7 +137,9 @@ def _load_ops() -> Any:
 
     # In a tuple: a census recorder rebinds every module global that is the op it wraps
     # (this module's too), not the items of a tuple, so ``ops.gemm is _OWN[0]`` tells it.
-    _OWN = (ops.gemm, ops.gemm_activation)
+    # The ops themselves even when first loaded while a recorder has rebound them (its
+    # wrapper names the op as ``__wrapped__``).
+    _OWN = tuple(getattr(op, "__wrapped__", op) for op in (ops.gemm, ops.gemm_activation))
     _SERVING, _LAYERS, _FALLBACKS = ops.SERVING, ops.SERVING.layers, ops.SERVING.fallbacks
     _SELECTED, _TORCH, _run, _compiling = ops._SELECTED, TORCH, ops._run, ops._compiling
     _linear, _activate = F.linear, ops.apply_activation
