@@ -104,6 +104,7 @@ def test_a_linear_no_tier_serves_at_any_m_runs_its_own_forward(sm90, monkeypatch
     # no entry covers (1536, 384): torch at every M.
     routed, own = _pair(384, 1536)
     x = torch.randn(2, M, 384).half()
+    gemm_ops.reset_stats()
     with torch.inference_mode():
         assert route(routed, dtype="fp16") == {"Linear": 1, "Conv1d": 0}
         assert "forward" not in routed.__dict__ and own_forwards(routed) == 1
