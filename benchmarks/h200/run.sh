@@ -643,8 +643,12 @@ phase_distributed() {
   local census=${DISTRIBUTED_CENSUS:-benchmarks/census/conformer_offline_int8.json}
   local build=(tune build --family "$family" --lane "$lane" --census "$census" --thin
                --max-points 2 --fresh --seed 0 --no-progress --json)
-  rm -rf "$work" && mkdir -p "$work"
+  rm -rf "$work" && mkdir -p "$work/plain" "$work/dask"
   export OASR_SCALED_MM_COMPILE_SET=all OASR_CONV1D_COMPILE_SET=all  # production = carried
+  # Both arms find the lane's whole-space module compiled, so their wall times compare.
+  el "distributed: $family's whole space (cache hits when carried)"
+  timeout 300 python3 -m oasr_core.cli tune prebuild --family "$family" --all --arch 9.0a \
+    --jobs 16 --no-progress > /dev/null 2>&1; echo "  prebuild rc=$?"
   el "distributed: $family ($lane) from $census on this GPU, no scheduler"
   t0=$(date +%s.%N)
   timeout 200 python3 -m oasr_core.cli "${build[@]}" --out "$work/plain/$family.json" \
@@ -657,6 +661,7 @@ phase_distributed() {
   t2=$(date +%s.%N)
   echo "  rc=$rc"; tail -6 "$work/dask.err"
   for arm in plain dask; do
+    mkdir -p "$work/$arm/replay"
     python3 -m oasr_core.cli tune build --from-log "$work/$arm/measurements/$family.jsonl" \
       --family "$family" --effort default --thin --max-points 2 --fresh \
       --out "$work/$arm/replay/$family.json" --json > "$work/${arm}_replay.json" 2>&1
