@@ -6,20 +6,23 @@ helpers are the kit's ``oasr_kit/*.cuh``). What the formats' headers share is wr
 this package's ``csrc/oasr_w8a8/*.cuh`` (:data:`SHARED_CSRC`, on every W8A8 unit's include
 path): the launch pieces, and the kernel types' bodies, which a family's header includes
 inside its ``struct Kernel`` after defining its element, accumulator and epilogue names as
-``OASR_W8A8_*`` macros, so that the preprocessed units read as before, names one kernel type per output dtype (fp16 and
-bf16 for the mm op, the format's element for the quant op) and exports two ``extern "C"``
-functions::
+``OASR_W8A8_*`` macros, so that the preprocessed units read as before. A unit names one
+kernel type per output dtype (fp16 and bf16 for the mm op, the format's element for the quant
+op) and exports two ``extern "C"`` functions::
 
     int32_t <prefix>_<lane tag>_<unit>(const CallArgs* call, a, w, a_scale, w_scale, bias,
                                        out_scale_ptr, float out_scale, d, stream)
     int64_t <prefix>_<lane tag>_<unit>_workspace(m, n, k, out_dtype)
 
 ``CallArgs`` (sizes, output dtype code as ``dtype``, workspace) is prepared once per shape
-(:class:`oasr_core.jit.kit.CallArgs`); the launcher returns a status code. A family's
-``codegen`` module keeps what is its format's -- the C++ kernel type of a config per lane, the
-output dtype codes, its namespace and symbol prefix -- and binds the names
-:meth:`UnitWriter.names` gives. Its ``impl_hash`` covers that module, this one and the
-family's headers (and the kit's). Importing this module imports no torch.
+(:class:`oasr_core.jit.kit.CallArgs`); the launcher returns a status code. A kernel type is
+``<namespace>::<lane tag>::Kernel<out, tile M, N, K, warp M, N, K (2.x) or cluster M, N (3.x),
+stages, ...>`` (:meth:`UnitWriter.kernel_type`); a family's ``codegen`` module keeps what is its
+format's -- its namespace (also its symbols' prefix), its element's C++ type and the template
+arguments its lanes add after the stages -- and binds the names :meth:`UnitWriter.names`
+gives. Output dtype codes are fp16 0, bf16 1, the format's element 2. Its ``impl_hash`` covers
+that module, this one and the family's headers (and the kit's). Importing this module imports
+no torch.
 """
 
 from __future__ import annotations
@@ -45,23 +48,49 @@ OPERANDS = ("const void* a, const void* w, const void* a_scale, const void* w_sc
 """The launcher's operands after the call record (the scaled C ABI)."""
 
 
+CXX_HALF = {"fp16": "cutlass::half_t", "bf16": "cutlass::bfloat16_t"}
+"""The C++ types of the mm op's outputs."""
+
+
+def cxx_bool(value: bool) -> str:
+    """A template argument's spelling of ``value``."""
+    return "true" if value else "false"
+
+
 @attrs.frozen(eq=False)
 class UnitWriter:
-    """One W8A8 family's unit writer (see the module docstring): ``namespace`` of its C++
-    (``oasr_smm``), ``prefix`` of its symbols (``oasr_smm``), ``lane_tags`` (lane -> ``sm80``,
-    ...: the header ``csrc/<package>/<tag>.cuh`` and the symbol's part), ``kernel_types``
-    (lane -> ``(config, out dtype) -> C++ type``), ``out_codes`` (output dtype name -> code),
-    ``op_out_dtypes`` (op -> its output dtype names), ``source`` (the family's codegen file,
-    hashed into ``impl_hash``)."""
+    """One W8A8 family's unit writer (see the module docstring): ``namespace`` of its C++ and
+    prefix of its symbols (``oasr_smm``), ``element`` (the C++ type of the format's element,
+    the quant op's output), ``template_args`` (lane -> config params -> the kernel type's
+    arguments after the stages), ``source`` (the family's codegen file, hashed into
+    ``impl_hash``). A lane's tag (``sm80``, ...: the header ``csrc/<package>/<tag>.cuh``, the
+    kernel type's namespace and the symbol's part) is its name up to the first ``_``."""
 
     format: Format
     namespace: str
-    prefix: str
-    lane_tags: Mapping[str, str]
-    kernel_types: Mapping[str, Callable[[Config, str], str]]
-    out_codes: Mapping[str, int]
-    op_out_dtypes: Mapping[str, tuple[str, ...]]
+    element: str
+    template_args: Mapping[str, Callable[[Mapping[str, Any]], Iterable[Any]]]
     source: Path
+
+    @property
+    def prefix(self) -> str:
+        """Its symbols' prefix: the namespace."""
+        return self.namespace
+
+    @property
+    def lane_tags(self) -> dict[str, str]:
+        """Lane -> its tag (``sm90_int8_wgmma`` -> ``sm90``)."""
+        return {lane: lane.split("_", 1)[0] for lane in self.template_args}
+
+    @property
+    def out_codes(self) -> dict[str, int]:
+        """Output dtype name -> the code the call record carries."""
+        return {"fp16": 0, "bf16": 1, self.format.element: 2}
+
+    @property
+    def op_out_dtypes(self) -> dict[str, tuple[str, ...]]:
+        """Op -> its output dtype names."""
+        return {self.format.op_mm: ("fp16", "bf16"), self.format.op_quant: (self.format.element,)}
 
     def csrc_dir(self) -> Path:
         """The include dir holding ``<package>/*.cuh`` (package data)."""
@@ -82,12 +111,19 @@ class UnitWriter:
         return self.symbol(config, op) + "_workspace"
 
     def kernel_type(self, config: Config, out_dtype: str) -> str:
-        """The C++ kernel type of ``config`` writing ``out_dtype`` (either lane)."""
-        emit = self.kernel_types.get(config.lane)
-        if emit is None:
+        """The C++ kernel type of ``config`` writing ``out_dtype`` (either lane): the output
+        type, the tile, the warp tile (2.x) or cluster (3.x), the stages, then the lane's own
+        arguments."""
+        extra = self.template_args.get(config.lane)
+        if extra is None:
             raise KeyError(f"config {config.id!r} belongs to lane {config.lane!r}, not a "
                            f"{self.format.family} lane")
-        return emit(config, out_dtype)
+        p = config.params
+        out = {**CXX_HALF, self.format.element: self.element}[out_dtype]
+        args = [out, *p["tile"], *(p["warp"] if "warp" in p else p["cluster"]), p["stages"],
+                *extra(p)]
+        tag = self.lane_tags[config.lane]
+        return f"{self.namespace}::{tag}::Kernel<{', '.join(map(str, args))}>"
 
     def unit_source(self, config: Config, op: str | None = None,
                     out_dtypes: Iterable[str] | None = None) -> str:
@@ -123,10 +159,11 @@ class UnitWriter:
     @functools.cache  # noqa: B019 - one writer per family, alive for the process
     def impl_hash(self) -> str:
         """A short hash of what decides the generated code: the family's codegen module,
-        this one, the family's headers, the shared ``oasr_w8a8`` ones and the kit's; an earlier hash where the family's
-        ``equivalent_impls.json`` records this one as compiling to the same machine code
-        (:func:`oasr_core.jit.kit.canonical_impl_hash`). The family's ``impl_hash`` soft
-        validator: an entry measured under another implementation is marked stale."""
+        this one, the family's headers, the shared ``oasr_w8a8`` ones and the kit's; an
+        earlier hash where the family's ``equivalent_impls.json`` records this one as
+        compiling to the same machine code (:func:`oasr_core.jit.kit.canonical_impl_hash`).
+        The family's ``impl_hash`` soft validator: an entry measured under another
+        implementation is marked stale."""
         digest = hashlib.sha256()
         digest.update(self.source.read_bytes())
         digest.update(Path(__file__).read_bytes())
