@@ -31,13 +31,12 @@ Q[r, i]  = int8(clamp(rint(float(X[r, i]) / scale[r]), -127, 127))   (IEEE divis
 
 INT8 = Format(
     family=cs.FAMILY, package="oasr_scaled_mm", dtype="int8", element="int8", ops=cs.OPS,
-    quantization="int8_w8a8",
-    linear_dtypes=("fp16", "bf16"), row_format=ROW_FORMAT,
+    quantization="int8_w8a8", linear_dtypes=("fp16", "bf16"), row_format=ROW_FORMAT,
     quantizer=("oasr_quantize_rows", "scaled_mm_quantize_rows", "oasr_quantize"),
-    reference=("quantize", "quantize_rows_reference"),
-    lanes=(LaneFormat(cs.LANE_SM80, fe.SM80_ARCHES, fe.SM80_DEFAULT_ON,
-                      "CUTLASS 2.x int8 mma.sync, fused scale EVT"),
-           LaneFormat(cs.LANE_SM90, fe.SM90_ARCHES, fe.SM90_ARCHES,
-                      "CUTLASS 3.x int8 TMA + wgmma, fused scale EVT")),
+    reference=("quantize", "quantize_rows_reference"), lanes=(
+        LaneFormat(cs.LANE_SM80, fe.SM80_ARCHES, fe.SM80_DEFAULT_ON, "CUTLASS 2.x int8 "
+                   "mma.sync, fused scale EVT", module="scaled_mm_sm80_int8_mma"),
+        LaneFormat(cs.LANE_SM90, fe.SM90_ARCHES, fe.SM90_ARCHES, "CUTLASS 3.x int8 TMA + "
+                   "wgmma, fused scale EVT", module="scaled_mm_sm90_int8_wgmma")),
     description="int8 W8A8 A W^T with per-token / per-channel scales (+bias, +int8 out)")
 """The int8 format."""

@@ -36,19 +36,8 @@ Python functions route to them while compiling.
 
 from __future__ import annotations
 
-import torch
-from oasr_core.kit import TORCH as TORCH
-
 from oasr_scaled_mm.format import INT8
-from oasr_scaled_mm.launch import SERVING, reserve_workspace
 from oasr_scaled_mm.w8a8.ops import make_ops
 
-DTYPE = INT8.dtype
-_PLANS = SERVING.plans
-stats, reset_stats, clear_memo = SERVING.stats, SERVING.reset_stats, SERVING.clear
-
-_OPS = make_ops(__name__, INT8, operand_name="int8", default_out=torch.float16,
-                wins="int8_wins")
-globals().update(_OPS.names())  # the two ops, selection, the route, _run and its pieces
-__all__ = [*sorted(name for name in _OPS.names() if not name.startswith("_")),
-           "reserve_workspace", "stats", "reset_stats", "clear_memo"]
+# The two ops, selection, the route, the counters, the call path's pieces, __all__.
+globals().update(make_ops(__name__, INT8, operand_name="int8").names())

@@ -36,10 +36,10 @@ E4M3 = Format(
     family=cs.FAMILY, package="oasr_scaled_mm_fp8", dtype=cs.DTYPE, element="fp8", ops=cs.OPS,
     quantization="fp8_w8a8", linear_dtypes=("bf16", "fp16"), row_format=ROW_FORMAT,
     quantizer=("oasr_fp8_quantize_rows", "scaled_mm_fp8_quantize_rows", "oasr_fp8_quantize"),
-    reference=("numerics", "quantize_rows"),
-    lanes=(LaneFormat(cs.LANE_SM89, fe.SM89_ARCHES, fe.SM89_DEFAULT_ON,
-                      "CUTLASS 2.x fp8 e4m3 mma.sync, fused scale EVT"),
-           LaneFormat(cs.LANE_SM90, fe.SM90_ARCHES, fe.SM90_ARCHES,
-                      "CUTLASS 3.x fp8 e4m3 TMA + wgmma, fused scale EVT")),
+    reference=("numerics", "quantize_rows"), lanes=(
+        LaneFormat(cs.LANE_SM89, fe.SM89_ARCHES, fe.SM89_DEFAULT_ON, "CUTLASS 2.x fp8 e4m3 "
+                   "mma.sync, fused scale EVT", module="scaled_mm_fp8_sm89_mma"),
+        LaneFormat(cs.LANE_SM90, fe.SM90_ARCHES, fe.SM90_ARCHES, "CUTLASS 3.x fp8 e4m3 TMA + "
+                   "wgmma, fused scale EVT", module="scaled_mm_fp8_sm90_wgmma")),
     description="fp8 e4m3 W8A8 A W^T with per-token / per-channel scales (+bias, +fp8 out)")
 """The fp8 e4m3 format."""

@@ -32,19 +32,8 @@ registered with ``torch.library`` (fake implementations included), so they trace
 
 from __future__ import annotations
 
-import torch
-from oasr_core.kit import TORCH as TORCH
 from oasr_scaled_mm.w8a8.ops import make_ops
 
 from oasr_scaled_mm_fp8.format import E4M3
-from oasr_scaled_mm_fp8.launch import SERVING, reserve_workspace
 
-DTYPE = E4M3.dtype
-_PLANS = SERVING.plans
-stats, reset_stats, clear_memo = SERVING.stats, SERVING.reset_stats, SERVING.clear
-
-_OPS = make_ops(__name__, E4M3, operand_name="torch.float8_e4m3fn", default_out=torch.bfloat16,
-                wins="fp8_wins")
-globals().update(_OPS.names())  # the two ops, selection, the route, _run and its pieces
-__all__ = [*sorted(name for name in _OPS.names() if not name.startswith("_")),
-           "reserve_workspace", "stats", "reset_stats", "clear_memo"]
+globals().update(make_ops(__name__, E4M3, operand_name="torch.float8_e4m3fn").names())

@@ -23,13 +23,15 @@ from oasr_scaled_mm.w8a8.row_quantizer import RowFormat
 
 @attrs.frozen
 class LaneFormat:
-    """One lane of a format: its name, where it runs, whether it is on by default there, and
-    its description (``Lane.description``)."""
+    """One lane of a format: its name, where it runs, whether it is on by default there, its
+    description (``Lane.description``) and the name of its JIT modules (one library per arch;
+    the JIT cache knows the lane's libraries by it)."""
 
     name: str
     arch_families: tuple[str, ...]
     default_on: tuple[str, ...]
     description: str
+    module: str
 
 
 @attrs.frozen

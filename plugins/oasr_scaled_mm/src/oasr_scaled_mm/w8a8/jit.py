@@ -15,7 +15,7 @@ from its :class:`~oasr_scaled_mm.w8a8.formats.Format` and its ``codegen`` / ``co
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Iterable, Sequence
 from typing import Any
 
 from oasr_core import jit as core_jit
@@ -37,12 +37,14 @@ def jit_arch(arch_family: str) -> str:
 
 class LaneModules:
     """One W8A8 family's JIT specs (see the module docstring): ``module_prefix`` names each
-    lane's module, ``compile_set_env`` the variable that links the whole space."""
+    lane's module (its :class:`~oasr_scaled_mm.w8a8.formats.LaneFormat`'s ``module``),
+    ``compile_set_env`` (``OASR_<FAMILY>_COMPILE_SET``) the variable that links the whole
+    space."""
 
-    def __init__(self, fmt: Format, module_prefix: Mapping[str, str], compile_set_env: str):
+    def __init__(self, fmt: Format):
         self.format = fmt
-        self.module_prefix = dict(module_prefix)
-        self.compile_set_env = compile_set_env
+        self.module_prefix = {lane.name: lane.module for lane in fmt.lanes}
+        self.compile_set_env = compile_set_env = f"OASR_{fmt.family.upper()}_COMPILE_SET"
         cs, fe = fmt.module("config_space"), fmt.module("feasibility")
         self.production = ProductionSet(
             family=fmt.family, compile_set_env=compile_set_env, space=cs.space,

@@ -54,19 +54,30 @@ class Ops:
     torch_path: Any
     out_names: dict
     custom_ops: tuple[Any, Any]
+    format: Format
 
     def names(self) -> dict[str, Any]:
         """What a family's ``ops`` module names: its two ops (by their op names),
-        ``select_config``, ``select_quant_config``, ``unquantized``, and the call path's pieces
-        (``_run``, ``_check``, ``_checked``, ``_unsupported``, ``_plan``, ``_torch_path``,
-        ``_OUT_NAMES``, ``_CUSTOM_OPS``: the custom ops over ``_run``)."""
-        return {self.mm.__name__: self.mm, self.quant.__name__: self.quant,
-                "select_config": self.select_config,
-                "select_quant_config": self.select_quant_config,
-                "unquantized": self.unquantized, "_run": self.run, "_check": self.check,
+        ``select_config``, ``select_quant_config``, ``unquantized``, ``reserve_workspace``,
+        ``stats`` / ``reset_stats`` / ``clear_memo`` (its ``Serving``'s), ``DTYPE`` (the
+        operand dtype's name), ``TORCH``, ``SERVING``, the call path's pieces (``_run``, ``_check``,
+        ``_checked``, ``_unsupported``, ``_plan``, ``_PLANS``, ``_torch_path``,
+        ``_OUT_NAMES``, ``_CUSTOM_OPS``: the custom ops over ``_run``) and ``__all__``."""
+        from oasr_core.kit import TORCH
+
+        launch = self.format.module("launch")
+        serving = launch.SERVING
+        public = {self.mm.__name__: self.mm, self.quant.__name__: self.quant,
+                  "select_config": self.select_config,
+                  "select_quant_config": self.select_quant_config,
+                  "unquantized": self.unquantized, "reserve_workspace": launch.reserve_workspace,
+                  "stats": serving.stats, "reset_stats": serving.reset_stats,
+                  "clear_memo": serving.clear}
+        return {**public, "__all__": sorted(public), "DTYPE": self.format.dtype,
+                "TORCH": TORCH, "_run": self.run, "_check": self.check,
                 "_checked": self.checked, "_unsupported": self.unsupported, "_plan": self.plan,
-                "_torch_path": self.torch_path, "_OUT_NAMES": self.out_names,
-                "_CUSTOM_OPS": self.custom_ops}
+                "SERVING": serving, "_PLANS": serving.plans, "_torch_path": self.torch_path,
+                "_OUT_NAMES": self.out_names, "_CUSTOM_OPS": self.custom_ops}
 
 
 def _named(fn: Callable[..., Any], module: str, name: str, doc: str) -> Callable[..., Any]:
@@ -75,15 +86,17 @@ def _named(fn: Callable[..., Any], module: str, name: str, doc: str) -> Callable
     return fn
 
 
-def make_ops(module: str, fmt: Format, *, operand_name: str, default_out: Any,
-             wins: str) -> Ops:
+def make_ops(module: str, fmt: Format, *, operand_name: str) -> Ops:
     """The ops of ``fmt``'s family, for its ops module named ``module``: ``operand_name``
-    spells the operand dtype in errors, ``default_out`` is the mm op's default output dtype
-    (the other of fp16 / bf16 is also taken), ``wins`` names the untuned route's predicate in
-    ``<package>.untuned`` (``wins(lane, n, k, m, *, quantizer)``)."""
+    spells the operand dtype in errors. The mm op's default output dtype is the format's first
+    linear dtype (the other of fp16 / bf16 is also taken); the untuned route's predicate is
+    ``<package>.untuned.<element>_wins`` (``wins(lane, n, k, m, *, quantizer)``)."""
     import torch
     from oasr_core.kit import TORCH
     from oasr_core.kit.ops import custom_op, into_out, resolve, torch_path
+
+    default_out = {"fp16": torch.float16, "bf16": torch.bfloat16}[fmt.linear_dtypes[0]]
+    wins = f"{fmt.element}_wins"
 
     serving = fmt.module("launch").SERVING
     cs, feasibility = fmt.module("config_space"), fmt.module("feasibility")
@@ -355,4 +368,4 @@ def make_ops(module: str, fmt: Format, *, operand_name: str, default_out: Any,
                            "these (already validated) operands; None when they can."),
         plan=_named(plan, module, "_plan", "Resolve one call shape: select a config, bind its "
                     "launcher, prepare it."),
-        torch_path=path, out_names=out_names, custom_ops=custom)
+        torch_path=path, out_names=out_names, custom_ops=custom, format=fmt)
