@@ -240,3 +240,20 @@ def test_a_recorder_sees_a_routed_linear_whose_ops_load_under_it(monkeypatch):
         routed(torch.randn(M, 384))
     assert [(c.op, c.dims, n) for c, n in rec.counts.items()] == \
         [("gemm", (("N", 1536), ("K", 384)), 1)]
+
+
+def test_a_census_recorder_sees_every_routed_linear(sm90, monkeypatch, cuda_like):
+    """A capture or census records a layer left to its own forward through torch's
+    ``F.linear`` and one on its per-M plan through the family's op: each call once."""
+    from oasr_core.census.recorder import ShapeRecorder, patches_of
+
+    _shipped_tables(monkeypatch)
+    model = script("heldout_encoders").whisper_like(layers=1).half().eval()
+    route(model, dtype="fp16")
+    assert own_forwards(model) == 1
+    x = torch.randn(1, 80, 16).half()
+    with torch.inference_mode(), ShapeRecorder(patches_of(get_runtime().registry)) as rec:
+        model(x)
+    gemm = {c.dims: n for c, n in rec.counts.items() if c.family == "gemm"}
+    assert gemm == {(("N", 384), ("K", 384)): 4, (("N", 1536), ("K", 384)): 1,
+                    (("N", 384), ("K", 1536)): 1}
