@@ -188,8 +188,9 @@ def main(argv: list[str] | None = None) -> int:
         context = contextlib.nullcontext() if cuda else _cuda_like()
         with context, torch.inference_mode():
             ref = models["torch"](x)
-            for arm in ARMS[1:]:
-                torch.testing.assert_close(models[arm](x), ref, rtol=0, atol=0)
+            for arm in ARMS[1:]:  # torch serves every call: equal (with CUDA, within fp16)
+                torch.testing.assert_close(models[arm](x), ref, rtol=1e-2 if cuda else 0,
+                                           atol=1e-2 if cuda else 0)
             for model in models.values():
                 _forward_us(model, x, number, cuda)
             calls = {arm: _python_calls(lambda m=models[arm], x=x: m(x)) for arm in ARMS}
