@@ -182,8 +182,8 @@ class E2EResult:
     profiles: tuple[tuple[str, Any], ...] = ()
     """(arm, :class:`~oasr_core.bench.kernel_profile.KernelProfile`) with --profile."""
     own_forwards: int = 0
-    """Routed linears of the oasr model that ran their module's own forward (their answer
-    torch at every M under the tiers in force, :func:`oasr_core.route`); the tally counts
+    """Routed layers of the oasr model that ran their module's own forward (their answer
+    torch at every call under the tiers in force, :func:`oasr_core.route`); the tally counts
     them through the ops, as the tiers serve them."""
 
     @property
@@ -271,8 +271,8 @@ class E2EResult:
         lines = [f"calls of one forward served by oasr's ops: {total}"]
         lines += [f"  {f}/{op}: {who} x{n}" for f, op, who, n in self.calls]
         if self.own_forwards:
-            lines.append(f"  routed linears timed on their module's own forward (torch at "
-                         f"every M under these tiers): {self.own_forwards}")
+            lines.append(f"  routed layers timed on their module's own forward (torch at "
+                         f"every call under these tiers): {self.own_forwards}")
         if self.resolutions:
             by: dict[tuple[str, str], list[str]] = {}
             for f, op, tier, n in self.resolutions:
