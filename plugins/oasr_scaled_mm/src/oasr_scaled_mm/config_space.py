@@ -20,32 +20,18 @@ which only a measured entry can pick.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from oasr_core.types import Config
 
-from oasr_scaled_mm.w8a8.space import (
-    MMA_TILES,
-    WGMMA_PP_CLUSTERS,
-    WGMMA_WS_TILES,
-    lane_spaces,
-    mma_config,
-    op_functions,
-    wgmma_config,
-)
 from oasr_scaled_mm.w8a8.space import SM90_SCHEDULES as SM90_SCHEDULES
+from oasr_scaled_mm.w8a8.space import mma_config, mma_space, space_names, wgmma_config, wgmma_space
 
 FAMILY = "scaled_mm"
-OPS = ("scaled_mm", "scaled_mm_quant")
-OP_MM, OP_QUANT = OPS
-LANE_SM80 = "sm80_int8_mma"
-LANE_SM90 = "sm90_int8_wgmma"
-LANES = (LANE_SM80, LANE_SM90)
-
-SM80_DEFAULT = "b128x128x64_w64x64x64_s5"
-SM90_DEFAULT = "ws_64x128x128_c1x1"
-"""A middle tile: the 64x128 non-persistent kernel won M ~ 416-2152 in the H200 study."""
-DEFAULTS = {LANE_SM80: SM80_DEFAULT, LANE_SM90: SM90_DEFAULT}
+OPS = OP_MM, OP_QUANT = ("scaled_mm", "scaled_mm_quant")
+LANES = LANE_SM80, LANE_SM90 = ("sm80_int8_mma", "sm90_int8_wgmma")
+SM80_DEFAULT, SM90_DEFAULT = "b128x128x64_w64x64x64_s5", "ws_64x128x128_c1x1"
+"""The lanes' defaults; sm90's a middle tile: the 64x128 non-persistent kernel won M ~
+416-2152 in the H200 study."""
+DEFAULTS = dict(zip(LANES, (SM80_DEFAULT, SM90_DEFAULT), strict=True))
 
 
 def sm80_config(tile: tuple[int, int, int], warp: tuple[int, int, int], stages: int, *,
@@ -66,32 +52,16 @@ def sm90_config(tile: tuple[int, int, int], cluster: tuple[int, int] = (1, 1),
                         extra={"stream_k": stream_k}, tag="sk" if stream_k else None)
 
 
-_SM80_STREAM_K = (
-    ((64, 64, 128), (32, 32, 128), 5),
-    ((128, 128, 64), (64, 64, 64), 5),
-)
-
-
-def _sm80_all() -> Iterable[Config]:
-    for tile, warp, stages in MMA_TILES:
-        yield sm80_config(tile, warp, stages)
-    for tile, warp, stages in _SM80_STREAM_K:
-        yield sm80_config(tile, warp, stages, stream_k=True)
-
-
-def _sm90_all() -> Iterable[Config]:
-    for tm, tn in WGMMA_WS_TILES:
-        yield sm90_config((tm, tn, 128))
-    for cluster in WGMMA_PP_CLUSTERS:
-        yield sm90_config((128, 128, 128), cluster, "pingpong")
+def _sm90_all():
+    yield from wgmma_space(sm90_config)
     for tm in (128, 256):
         yield sm90_config((tm, 128, 128), (1, 1), "cooperative")
     yield sm90_config((128, 128, 128), (1, 1), "cooperative", stream_k=True)
 
 
-SPACES = lane_spaces(FAMILY, "oasr_scaled_mm", {LANE_SM80: _sm80_all, LANE_SM90: _sm90_all})
-"""The lanes' listed and feasible spaces (cached once per process)."""
-full_space = SPACES.full
-space = SPACES.space
-config = SPACES.config
-globals().update(op_functions(OPS))  # serves (no quantizing Stream-K), unit_name, units_of
+globals().update(space_names(FAMILY, "oasr_scaled_mm", OPS, {
+    LANE_SM80: lambda: mma_space(sm80_config, """
+        b64x64x128_w32x32x128_s5  b128x128x64_w64x64x64_s5""", stream_k=True),
+    LANE_SM90: _sm90_all}))
+"""SPACES (the lanes' listed and feasible spaces, cached once per process), full_space, space,
+config; serves (no quantizing Stream-K), unit_name, units_of."""

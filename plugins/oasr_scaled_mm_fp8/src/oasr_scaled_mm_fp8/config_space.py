@@ -21,32 +21,16 @@ for deep K. 9 + 16 configs: a whole space compiles in a few minutes on 16 cores.
 
 from __future__ import annotations
 
-from collections.abc import Iterable
-
 from oasr_core.types import Config
-from oasr_scaled_mm.w8a8.space import (
-    MMA_TILES,
-    WGMMA_PP_CLUSTERS,
-    WGMMA_WS_TILES,
-    lane_spaces,
-    mma_config,
-    op_functions,
-    wgmma_config,
-)
 from oasr_scaled_mm.w8a8.space import SM90_SCHEDULES as SM90_SCHEDULES
+from oasr_scaled_mm.w8a8.space import mma_config, mma_space, space_names, wgmma_config, wgmma_space
 
-FAMILY = "scaled_mm_fp8"
-DTYPE = "float8_e4m3fn"
-"""The operand dtype as the census spells it (signature keys carry none)."""
-OPS = ("scaled_mm_fp8", "scaled_mm_fp8_quant")
-OP_MM, OP_QUANT = OPS
-LANE_SM89 = "sm89_fp8_mma"
-LANE_SM90 = "sm90_fp8_wgmma"
-LANES = (LANE_SM89, LANE_SM90)
-
-SM89_DEFAULT = "b128x128x64_w64x64x64_s5_fa"
-SM90_DEFAULT = "ws_64x128x128_c1x1_fa"
-DEFAULTS = {LANE_SM89: SM89_DEFAULT, LANE_SM90: SM90_DEFAULT}
+FAMILY, DTYPE = "scaled_mm_fp8", "float8_e4m3fn"
+"""The family, and the operand dtype as the census spells it (signature keys carry none)."""
+OPS = OP_MM, OP_QUANT = ("scaled_mm_fp8", "scaled_mm_fp8_quant")
+LANES = LANE_SM89, LANE_SM90 = ("sm89_fp8_mma", "sm90_fp8_wgmma")
+DEFAULTS = {LANE_SM89: "b128x128x64_w64x64x64_s5_fa", LANE_SM90: "ws_64x128x128_c1x1_fa"}
+SM89_DEFAULT, SM90_DEFAULT = DEFAULTS.values()
 
 
 def sm89_config(tile: tuple[int, int, int], warp: tuple[int, int, int], stages: int, *,
@@ -65,24 +49,8 @@ def sm90_config(tile: tuple[int, int, int], cluster: tuple[int, int] = (1, 1),
                         suffix="_fa" if fast_accum else "")
 
 
-_SM89_STAGED = (
-    ((128, 128, 64), (64, 64, 64), 5),
-    ((128, 128, 128), (64, 64, 128), 3),
-)
-
-
-def _sm89_all() -> Iterable[Config]:
-    for tile, warp, stages in MMA_TILES:
-        yield sm89_config(tile, warp, stages)
-    for tile, warp, stages in _SM89_STAGED:
-        yield sm89_config(tile, warp, stages, fast_accum=False)
-
-
-def _sm90_all() -> Iterable[Config]:
-    for tm, tn in WGMMA_WS_TILES:
-        yield sm90_config((tm, tn, 128))
-    for cluster in WGMMA_PP_CLUSTERS:
-        yield sm90_config((128, 128, 128), cluster, "pingpong")
+def _sm90_all():
+    yield from wgmma_space(sm90_config)
     yield sm90_config((128, 64, 128), (1, 1), "pingpong")
     for tm, tn in ((128, 128), (256, 128), (128, 256)):
         yield sm90_config((tm, tn, 128), (1, 1), "cooperative")
@@ -92,10 +60,9 @@ def _sm90_all() -> Iterable[Config]:
         yield sm90_config((128, 128, 128), (1, 1), schedule, fast_accum=False)
 
 
-SPACES = lane_spaces(FAMILY, "oasr_scaled_mm_fp8", {LANE_SM89: _sm89_all,
-                                                   LANE_SM90: _sm90_all})
-"""The lanes' listed and feasible spaces (cached once per process)."""
-full_space = SPACES.full
-space = SPACES.space
-config = SPACES.config
-globals().update(op_functions(OPS))  # serves (every fp8 config has both), unit_name, units_of
+globals().update(space_names(FAMILY, "oasr_scaled_mm_fp8", OPS, {
+    LANE_SM89: lambda: mma_space(sm89_config, """
+        b128x128x64_w64x64x64_s5  b128x128x128_w64x64x128_s3""", fast_accum=False),
+    LANE_SM90: _sm90_all}))
+"""SPACES (the lanes' listed and feasible spaces, cached once per process), full_space, space,
+config; serves (every fp8 config has both ops), unit_name, units_of."""

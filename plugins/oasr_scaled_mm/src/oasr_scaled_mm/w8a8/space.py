@@ -15,7 +15,7 @@ code lives. Importing this module imports no torch.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Callable, Iterable, Iterator, Mapping
 from typing import Any
 
 from oasr_core.kit import lanes, tiles
@@ -67,6 +67,36 @@ def wgmma_config(lane: str, tile: tuple[int, int, int], cluster: tuple[int, int]
         "tile": list(tile), "cluster": list(cluster), "schedule": schedule, "stages": stages,
         **extra, "unit": cid,
     })
+
+
+def mma_space(make: Callable[..., Config], twins: str, **flag: bool) -> Iterator[Config]:
+    """A 2.x lane's list: every :data:`MMA_TILES` tile as ``make`` builds it by default, then
+    the ``twins`` (tile names, :func:`oasr_core.kit.tiles.mma_tiles`) with the format's
+    ``flag`` set the other way (int8: ``stream_k=True``; fp8: ``fast_accum=False``)."""
+    for tile, warp, stages in MMA_TILES:
+        yield make(tile, warp, stages)
+    for tile, warp, stages in tiles.mma_tiles(twins):
+        yield make(tile, warp, stages, **flag)
+
+
+def wgmma_space(make: Callable[..., Config]) -> Iterator[Config]:
+    """What both formats' 3.x lanes list first: the non-persistent tiles
+    (:data:`WGMMA_WS_TILES`, K 128) and the ping-pong 128x128x128 at each of
+    :data:`WGMMA_PP_CLUSTERS`, as ``make(tile, cluster, schedule)`` builds them."""
+    for tm, tn in WGMMA_WS_TILES:
+        yield make((tm, tn, 128))
+    for cluster in WGMMA_PP_CLUSTERS:
+        yield make((128, 128, 128), cluster, "pingpong")
+
+
+def space_names(family: str, package: str, ops: tuple[str, str],
+                lanes: Mapping[str, Callable[[], Iterable[Config]]]) -> dict[str, Any]:
+    """What a family's ``config_space`` names from its lanes' lists: ``SPACES``
+    (:func:`lane_spaces`), its ``full_space`` / ``space`` / ``config``, and :func:`op_functions`'
+    ``serves`` / ``unit_name`` / ``units_of``."""
+    spaces = lane_spaces(family, package, lanes)
+    return {"SPACES": spaces, "full_space": spaces.full, "space": spaces.space,
+            "config": spaces.config, **op_functions(ops)}
 
 
 def lane_spaces(family: str, package: str,
