@@ -12,11 +12,10 @@ from __future__ import annotations
 
 from pathlib import Path
 
-from oasr_scaled_mm.w8a8.formats import Format, LaneFormat
+from oasr_scaled_mm.w8a8.formats import Format
 from oasr_scaled_mm.w8a8.row_quantizer import RowFormat
 
 from oasr_scaled_mm_fp8 import config_space as cs
-from oasr_scaled_mm_fp8 import feasibility as fe
 
 ROW_FORMAT = RowFormat(
     name="fp8 e4m3, saturating",
@@ -33,13 +32,8 @@ Q[r, i]  = e4m3_rn(clamp(float(X[r, i]) / scale[r], -448, 448))   (IEEE division
 """The e4m3 quantizer's numerics (the W8A8 row-quantizer skeleton does the rest)."""
 
 E4M3 = Format(
-    family=cs.FAMILY, package="oasr_scaled_mm_fp8", dtype=cs.DTYPE, element="fp8", ops=cs.OPS,
-    quantization="fp8_w8a8", linear_dtypes=("bf16", "fp16"), row_format=ROW_FORMAT,
-    quantizer=("oasr_fp8_quantize_rows", "scaled_mm_fp8_quantize_rows", "oasr_fp8_quantize"),
-    reference=("numerics", "quantize_rows"), lanes=(
-        LaneFormat(cs.LANE_SM89, fe.SM89_ARCHES, fe.SM89_DEFAULT_ON, "CUTLASS 2.x fp8 e4m3 "
-                   "mma.sync, fused scale EVT", module="scaled_mm_fp8_sm89_mma"),
-        LaneFormat(cs.LANE_SM90, fe.SM90_ARCHES, fe.SM90_ARCHES, "CUTLASS 3.x fp8 e4m3 TMA + "
-                   "wgmma, fused scale EVT", module="scaled_mm_fp8_sm90_wgmma")),
-    description="fp8 e4m3 W8A8 A W^T with per-token / per-channel scales (+bias, +fp8 out)")
+    package="oasr_scaled_mm_fp8", title="fp8 e4m3", dtype=cs.DTYPE, element="fp8",
+    linear_dtypes=("bf16", "fp16"), row_format=ROW_FORMAT, quantizer_namespace="oasr_fp8_quantize",
+    reference=("numerics", "quantize_rows"), lane_modules={
+        cs.LANE_SM89: "scaled_mm_fp8_sm89_mma", cs.LANE_SM90: "scaled_mm_fp8_sm90_wgmma"})
 """The fp8 e4m3 format."""

@@ -14,6 +14,7 @@ looked up at call time, so a recorder or a test that rebinds a module attribute 
 from __future__ import annotations
 
 import importlib
+from collections.abc import Mapping, Sequence
 from types import ModuleType
 
 import attrs
@@ -34,32 +35,70 @@ class LaneFormat:
     module: str
 
 
-@attrs.frozen
+def lane_formats(title: str, arches: Mapping[str, Sequence[str]],
+                 modules: Mapping[str, str]) -> tuple[LaneFormat, ...]:
+    """A format's lanes, in the order of ``modules`` (lane -> the name of its JIT modules):
+    each runs on its ``arches`` (the family's ``feasibility.ARCHES``) and is on by default
+    there, except a CUTLASS 2.x lane where one of the format's 3.x (``*_wgmma``) lanes also
+    runs; described by its CUTLASS generation and ``title``."""
+    hopper = {lane for lane in modules if lane.endswith("_wgmma")}
+    taken = {arch for lane in hopper for arch in arches[lane]}
+    return tuple(
+        LaneFormat(lane, tuple(arches[lane]),
+                   tuple(a for a in arches[lane] if lane in hopper or a not in taken),
+                   f"CUTLASS 3.x {title} TMA + wgmma, fused scale EVT" if lane in hopper
+                   else f"CUTLASS 2.x {title} mma.sync, fused scale EVT", module)
+        for lane, module in modules.items())
+
+
+@attrs.frozen(kw_only=True)
 class Format:
     """A W8A8 family's number format (see the module docstring).
 
-    ``dtype``: the operands' dtype as the census spells it (``int8``, ``float8_e4m3fn``);
-    ``element``: its short name as an output dtype (``int8``, ``fp8``); ``ops``: the family's
-    two ops, ``(mm, quant)``, each also the name of its function in ``<package>.ops``;
-    ``quantization``: the scheme the quantized linear answers; ``linear_dtypes``: the
-    activation dtypes it takes; ``row_format``: the activation quantizer's numerics;
-    ``quantizer``: ``(symbol, module, C++ namespace)`` of its JIT module; ``reference``:
-    ``(module, function)`` under the package of the torch definition its kernel matches bit for
-    bit; ``lanes``: per lane, :class:`LaneFormat`.
+    ``package``: the family's package; ``title``: the format as prose names it (``int8``,
+    ``fp8 e4m3``); ``dtype``: the operands' dtype as the census spells it (``int8``,
+    ``float8_e4m3fn``); ``element``: its short name as an output dtype (``int8``, ``fp8``);
+    ``linear_dtypes``: the activation dtypes the quantized linear takes, its default first;
+    ``row_format``: the activation quantizer's numerics; ``quantizer_namespace``: the C++
+    namespace of the quantizer's JIT module (:attr:`quantizer`); ``reference``: ``(module,
+    function)`` under the package of the torch definition its kernel matches bit for bit;
+    ``lane_modules``: lane -> the name of its JIT modules, in lane order. ``lanes`` (per lane,
+    :class:`LaneFormat`) default to :func:`lane_formats` over ``<package>.feasibility.ARCHES``;
+    ``family`` and ``ops``
+    (``(mm, quant)``, each also the name of its function in ``<package>.ops``) default to
+    ``<package>.config_space``'s ``FAMILY`` and ``OPS``; ``quantization`` (the scheme the
+    quantized linear answers) to ``<element>_w8a8``; ``description`` to the family's one line.
     """
 
-    family: str
     package: str
+    title: str
     dtype: str
     element: str
-    ops: tuple[str, str]
-    quantization: str
     linear_dtypes: tuple[str, ...]
     row_format: RowFormat
-    quantizer: tuple[str, str, str]
+    quantizer_namespace: str
     reference: tuple[str, str]
-    lanes: tuple[LaneFormat, ...]
-    description: str
+    lane_modules: tuple[tuple[str, str], ...] = attrs.field(
+        converter=lambda m: tuple(dict(m).items()))
+    lanes: tuple[LaneFormat, ...] = attrs.field(default=attrs.Factory(
+        lambda self: lane_formats(self.title, self.module("feasibility").ARCHES,
+                                  dict(self.lane_modules)), takes_self=True))
+    family: str = attrs.field(default=attrs.Factory(
+        lambda self: self.module("config_space").FAMILY, takes_self=True))
+    ops: tuple[str, str] = attrs.field(default=attrs.Factory(
+        lambda self: tuple(self.module("config_space").OPS), takes_self=True))
+    quantization: str = attrs.field(default=attrs.Factory(
+        lambda self: f"{self.element}_w8a8", takes_self=True))
+    description: str = attrs.field(default=attrs.Factory(
+        lambda self: f"{self.title} W8A8 A W^T with per-token / per-channel scales (+bias, "
+                     f"+{self.element} out)", takes_self=True))
+
+    @property
+    def quantizer(self) -> tuple[str, str, str]:
+        """``(symbol, module, C++ namespace)`` of the activation quantizer's JIT module:
+        ``<namespace>_rows``, ``<family>_quantize_rows``, the namespace."""
+        ns = self.quantizer_namespace
+        return f"{ns}_rows", f"{self.family}_quantize_rows", ns
 
     @property
     def op_mm(self) -> str:
