@@ -138,8 +138,9 @@ def torch_at_every_m(family: str, op: str, dtype: str, dims: Sequence[int],
     device) or no lane on it; else no user or system entry for the signature (any key dtype,
     whatever its regions say), the family's untuned selector is ``torch``, no autotune
     session is installed, and every cost-model tier is silent for the signature whatever M
-    is (``may_answer`` of the core's :class:`~oasr_core.cost_model.tier.ModelTier`; another
-    plugin's model tier counts as answering). False, so the per-M plan decides, otherwise;
+    is (``may_answer`` of the core's :class:`~oasr_core.cost_model.tier.ModelTier`: no
+    calibration there, or no pick at any M of its sweep among what :func:`model_candidates`
+    offers; another plugin's model tier counts as answering). False, so the per-M plan decides, otherwise;
     also for a family, op or dtype the registry does not know. Not memoised: it reads the
     tiers of the current epoch (loaded once per epoch), and callers re-ask on a reload.
     """
@@ -172,8 +173,12 @@ def torch_at_every_m(family: str, op: str, dtype: str, dims: Sequence[int],
         return True
     model = next((tf.model for tf in (tiers.user, tiers.system)
                   if tf is not None and tf.model), None)
+    def offered(problem: Problem) -> tuple[Config, ...]:
+        return model_candidates(lane, arch, problem)
+
     return not any(not hasattr(i.plugin, "may_answer")
-                   or i.plugin.may_answer(fam, lane, op, dtype, dims_t, model) for i in impls)
+                   or i.plugin.may_answer(fam, lane, op, dtype, dims_t, model, offered)
+                   for i in impls)
 
 
 def _normalise_dims(fam: Family, dims: Sequence[int] | Mapping[str, int]) -> tuple[int, ...]:

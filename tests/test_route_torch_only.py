@@ -117,9 +117,9 @@ def test_a_linear_no_tier_serves_at_any_m_runs_its_own_forward(sm90, monkeypatch
 
 def test_a_width_a_tier_may_serve_keeps_the_per_m_plan(sm90, monkeypatch, cuda_like):
     _shipped_tables(monkeypatch)
-    # (384, 384): no entry, but inside the cost model's calibrated widths, so the model tier
-    # decides per M; (256, 1024): the shipped table's entry.
-    layers = [_linear(384, 384), _linear(1024, 256)]
+    # (N 512, K 2048): no entry, but the cost model picks a kernel at some M, so the model
+    # tier decides per M; (256, 1024): the shipped table's entry.
+    layers = [_linear(2048, 512), _linear(1024, 256)]
     for layer in layers:
         route(layer, dtype="fp16")
         assert layer.forward.func is gemm_linear.forward
@@ -178,16 +178,17 @@ def test_when_a_signature_is_torch_at_every_m(sm90, monkeypatch):
     _shipped_tables(monkeypatch)
     every = selection.torch_at_every_m
     assert not every("gemm", "gemm", "fp16", (256, 1024))  # a table entry
-    assert not every("gemm", "gemm", "fp16", (384, 384))  # the cost model's widths
+    assert not every("gemm", "gemm", "fp16", (512, 2048))  # the cost model picks at some M
+    assert every("gemm", "gemm", "fp16", (384, 384))  # calibrated, but it picks at no M
     assert every("gemm", "gemm", "fp16", (1536, 384))
     assert not every("gemm", "gemm", "fp32", (1536, 384))  # a dtype the family does not serve
     assert not every("no_such_family", "gemm", "fp16", (8, 8))
     monkeypatch.setenv("OASR_TUNE_MODEL_FALLBACK", "0")
     reload()
-    assert every("gemm", "gemm", "fp16", (384, 384))  # the model tier is off
+    assert every("gemm", "gemm", "fp16", (512, 2048))  # the model tier is off
     old = selection.set_session(object())
     try:
-        assert not every("gemm", "gemm", "fp16", (384, 384))  # a session measures misses
+        assert not every("gemm", "gemm", "fp16", (512, 2048))  # a session measures misses
     finally:
         selection.set_session(old)
     # The gemm linear: a width the kernels never take; a parametrized weight keeps the op.
@@ -204,8 +205,8 @@ def test_without_a_cuda_device_every_routed_linear_keeps_its_forward():
 
 
 @pytest.mark.parametrize("name, shape, own", [
-    ("whisper_like", (1, 80, 16), 1),  # fc1 (N 1536) of its one layer
-    ("zipformer_like", (1, 16, 80), 8),  # all but the two with N 384 in the second stack
+    ("whisper_like", (1, 80, 16), 6),  # its one layer's linears (d 384, FFN 1536)
+    ("zipformer_like", (1, 16, 80), 10),  # both stacks' linears (d 192 and 384)
 ])
 def test_a_held_out_encoder_routed_computes_what_torch_does(sm90, monkeypatch, cuda_like,
                                                            name, shape, own):
@@ -217,7 +218,9 @@ def test_a_held_out_encoder_routed_computes_what_torch_does(sm90, monkeypatch, c
     twin.load_state_dict(model.state_dict())
     x = torch.randn(*shape).half()
     counts = route(model, dtype="fp16")
-    assert own_forwards(model) == own and counts["Linear"] > own
+    # No table covers these widths and the shipped cost model picks a kernel at no M of its
+    # sweep: every linear keeps its module's own forward (the convs keep the per-M plan).
+    assert own_forwards(model) == own == counts["Linear"]
     with torch.inference_mode():
         for _ in range(2):
             assert torch.equal(model(x), twin(x))
@@ -248,12 +251,13 @@ def test_a_census_recorder_sees_every_routed_linear(sm90, monkeypatch, cuda_like
     from oasr_core.census.recorder import ShapeRecorder, patches_of
 
     _shipped_tables(monkeypatch)
-    model = script("heldout_encoders").whisper_like(layers=1).half().eval()
+    # (N 512, K 2048): the cost model picks a kernel at M <= 64, the per-M plan (called at
+    # M 128, where its answer is torch); (N 1536, K 512): at no M, its own forward.
+    model = nn.Sequential(_linear(2048, 512), _linear(512, 1536))
     route(model, dtype="fp16")
     assert own_forwards(model) == 1
-    x = torch.randn(1, 80, 16).half()
+    x = torch.randn(1, 128, 2048).half()
     with torch.inference_mode(), ShapeRecorder(patches_of(get_runtime().registry)) as rec:
         model(x)
     gemm = {c.dims: n for c, n in rec.counts.items() if c.family == "gemm"}
-    assert gemm == {(("N", 384), ("K", 384)): 4, (("N", 1536), ("K", 384)): 1,
-                    (("N", 384), ("K", 1536)): 1}
+    assert gemm == {(("N", 512), ("K", 2048)): 1, (("N", 1536), ("K", 512)): 1}

@@ -45,7 +45,7 @@ from oasr_core.cost_model.features import CostFeatures, features_of
 from oasr_core.cost_model.model import CostModel
 from oasr_core.errors import ConfigurationError, OasrWarning, PluginError
 from oasr_core.sentinels import sentinel_config
-from oasr_core.types import Config, Sentinel
+from oasr_core.types import Config, Problem, Sentinel
 
 
 @attrs.frozen
@@ -63,6 +63,18 @@ MARGIN = 1.30
 (torch): chosen on held-out widths, ``benchmarks/results/untuned_tier_offline.md``."""
 ALIGN = 8
 _KEEP_REASONS = 4096
+STEPS_PER_OCTAVE = 8
+MAX_M = 1 << 20
+""":meth:`ModelTier.may_answer` asks :meth:`~ModelTier.decide` at every M of a geometric
+sweep from 1 to ``MAX_M``, ``STEPS_PER_OCTAVE`` to a doubling (161 M), and at every multiple
+of 64 up to 8192, where tile quantisation moves the predictions most."""
+
+
+def sweep_m() -> tuple[int, ...]:
+    """The M values :meth:`ModelTier.may_answer` asks the model about (ascending)."""
+    octaves = MAX_M.bit_length() - 1
+    geometric = {round(2 ** (i / STEPS_PER_OCTAVE)) for i in range(octaves * STEPS_PER_OCTAVE + 1)}
+    return tuple(sorted(geometric | set(range(64, 8193, 64))))
 
 
 def model_fallback_enabled() -> bool:
@@ -96,6 +108,7 @@ class ModelTier:
         self._parsed: dict[int, tuple[Mapping[str, Any], CostModel | None]] = {}
         self._warned: set[str] = set()
         self._feats: dict[tuple[str, str], CostFeatures | None] = {}
+        self._swept: dict[tuple, tuple[CostModel, bool]] = {}
 
     def live(self) -> ArchProfile | None:
         """The running device's profile (resolved on first use), or None.
@@ -149,13 +162,19 @@ class ModelTier:
         return decision.pick
 
     def may_answer(self, family, lane, op: str, dtype: str, dims: Sequence[int],
-                   model) -> bool:
+                   model, candidates: Callable[[Problem], Sequence[Config]] | None = None
+                   ) -> bool:
         """Whether :meth:`decide` may pick a config for ``op`` at static ``dims`` at some M:
-        False only where it refuses whatever M is (no payload, the tier turned off, a family
+        False where it refuses whatever M is (no payload, the tier turned off, a family
         that is not GEMM-shaped, a lane without cost features, N or K unaligned, an op or
         lane the payload does not model, or an untuned selector of torch the payload has no
-        calibration of at these N and K). What
-        :func:`oasr_core.selection.torch_at_every_m` asks."""
+        calibration of at these N and K), and, given ``candidates`` (what selection offers
+        the tier at a problem), where against a calibrated torch arm it picks nothing at any
+        M of :func:`sweep_m`. What :func:`oasr_core.selection.torch_at_every_m` asks, so a
+        routed layer the model never serves keeps torch's own forward; a win the model would
+        predict between two swept M is forgone there, and torch serves it as it would
+        without oasr. The sweep's answer is kept per model (a payload of one epoch), lane, op,
+        dtype and dims."""
         if model is None or not model_fallback_enabled() or lane.cost_features is None:
             return False
         if not {"N", "K"} <= set(family.dims):
@@ -170,8 +189,31 @@ class ModelTier:
         untuned = family.untuned_choice
         if untuned is Sentinel.TORCH:
             fitted = cm.fallbacks.arms.get(untuned.value, {}).get(op)
-            return fitted is not None and fitted.covers(n, k)
+            if fitted is None or not fitted.covers(n, k):
+                return False
+            if candidates is not None:
+                return self._picks_in_sweep(family, lane, op, dtype, named, model, cm,
+                                            candidates)
         return True
+
+    def _picks_in_sweep(self, family, lane, op: str, dtype: str, dims: Mapping[str, int],
+                        model, cm: CostModel,
+                        candidates: Callable[[Problem], Sequence[Config]]) -> bool:
+        key = (id(cm), lane.name, op, dtype, tuple(dims.items()))
+        hit = self._swept.get(key)
+        if hit is not None and hit[0] is cm:
+            return hit[1]
+        picks = False
+        for m in sweep_m():
+            problem = Problem(family=family.name, op=op, dtype=dtype, dims=dims, m=m)
+            offered = tuple(candidates(problem))
+            if offered and self.decide(family, lane, problem, offered, model).pick is not None:
+                picks = True
+                break
+        if len(self._swept) >= 1024:
+            self._swept.clear()
+        self._swept[key] = (cm, picks)
+        return picks
 
     def decide(self, family, lane, problem, candidates: Sequence[Config], model) -> Decision:
         """The tier's answer for ``problem`` (see the module docstring) with its reason."""
