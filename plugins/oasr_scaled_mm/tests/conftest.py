@@ -8,7 +8,7 @@ from oasr_core.testing import isolated_plugin_runtime, register_family_markers
 
 def pytest_configure(config: pytest.Config) -> None:
     register_family_markers(config)
-    config.addinivalue_line("markers", "fp8: a W8A8 test's fp8 e4m3 row (test_w8a8_gpu.py)")
+    config.addinivalue_line("markers", "fp8: a W8A8 test's fp8 e4m3 row (-m 'gpu and fp8')")
 
 
 @pytest.fixture(autouse=True)
