@@ -111,6 +111,16 @@
 #                    driver's overhead -> distributed.md, distributed_logs.tgz; then, when
 #                    DISTRIBUTED_GPUS is set (e.g. 1,2,4), benchmarks/distributed_build.py on
 #                    those GPU worker counts with a worker killed mid-build (distributed_build.md)
+#   heldout-tuned    the held-out encoders after a build of their own censuses
+#                    (benchmarks/census/heldout_*_offline.json, recorded on a CPU with `oasr tune
+#                    census --model heldout_encoders:...`): gemm and conv1d built into a user tier
+#                    (--e2e-budget each; the build compiles what it measures and the production
+#                    modules its tables name), then the e2e bench of each model with that tier,
+#                    graph and eager (h200_e2e_heldout_<model>_tuned.md, the tables beside them)
+#   gpu-tests-families  `pytest -m gpu` of gemm, conv1d, conv2d, scaled_mm (int8) and its fp8 rows,
+#                    each family its own run and time limit (GPU_TESTS_LIMIT, default 300 s),
+#                    one line a test (gpu_tests_<family>.log, junit XML beside it), so a run cut
+#                    short still names what passed and what failed; GPU_TESTS_FAMILIES picks
 # Options:
 #   --pdl on|off|both   programmatic dependent launch for bench-gemm and engine (default: both
 #                       for bench-gemm, on for engine)
@@ -164,6 +174,7 @@ for phase in "${PHASES[@]}"; do
     setup|prebuild|gpu-tests|bench-gemm|ncu|bench-scaled-mm|build-table|build-speed|profile|served|engine|e2e|e2e-tuned) ;;
     gpu-tests-fp8|bench-fp8|gpu-tests-quant|e2e-fp8|conv1d|bench-conv1d|conv2d|e2e-conv2d) ;;
     gpu-tests-residual|distributed|e2e-compile|e2e-compile-tuned|e2e-compile-fp8) ;;
+    heldout-tuned|gpu-tests-families) ;;
     *) die "unknown phase $phase (see --help)" ;;
   esac
 done
@@ -633,6 +644,50 @@ phase_bench_conv1d() {
   fi
   tail -3 "$dir"/conv1d_vs_torch*.log; rm -f "$dir"/conv1d_vs_torch*.log
   tidy "$dir"
+}
+
+phase_heldout_tuned() {
+  local dir=$1 user=$1/tier family name censuses=()
+  mkdir -p "$user/sm90"
+  for name in whisper zipformer wav2vec2; do
+    censuses+=(--census "benchmarks/census/heldout_${name}_offline.json")
+  done
+  for family in gemm conv1d; do
+    el "$family built from the held-out censuses into $user (budget ${E2E_BUDGET} s)"
+    timeout $((E2E_BUDGET + 200)) python3 -m oasr_core.cli tune build --family $family \
+      "${censuses[@]}" --thin --max-points 6 --budget-s "$E2E_BUDGET" --fresh --no-progress \
+      --out "$user/sm90/$family.json" --log "$dir/${family}_heldout.jsonl" \
+      --checkpoint "/tmp/oasr_ck_heldout_$family.jsonl" 2>&1 | tail -4
+  done
+  local -A args=([whisper]="--model heldout_encoders:whisper_like --input B,80,T --batch 8 --frames 1000"
+                 [zipformer]="--model heldout_encoders:zipformer_like --batch 32 --frames 256"
+                 [wav2vec2]="--model heldout_encoders:wav2vec2_like --input B,T,512 --batch 8 --frames 500")
+  for name in whisper zipformer wav2vec2; do
+    # shellcheck disable=SC2086
+    OASR_TUNE_USER_DB=$user e2e_run "$dir" "h200_e2e_heldout_${name}_tuned" ${args[$name]}
+  done
+  rm -f "$dir"/*.log
+  tidy "$dir"
+}
+
+phase_gpu_tests_families() {
+  local dir=$1 family rc
+  local -A paths=([gemm]="plugins/oasr_gemm/tests --ignore=plugins/oasr_gemm/tests/test_gemm_residual_gpu.py"
+                  [conv1d]="plugins/oasr_conv1d/tests" [conv2d]="plugins/oasr_conv2d/tests"
+                  [int8]="plugins/oasr_scaled_mm/tests -m 'gpu and not fp8'"
+                  [fp8]="plugins/oasr_scaled_mm/tests plugins/oasr_scaled_mm_fp8/tests -m 'gpu and fp8'")
+  for family in ${GPU_TESTS_FAMILIES:-gemm conv1d conv2d int8 fp8}; do
+    el "GPU tests: $family"
+    # shellcheck disable=SC2086
+    eval OASR_TUNE_SYSTEM_DB=off timeout "${GPU_TESTS_LIMIT:-300}" python3 -m pytest -m gpu \
+      ${paths[$family]:?unknown family $family} -v -rfE --tb=short -p no:cacheprovider \
+      --junitxml="$dir/gpu_tests_$family.xml" > "$dir/gpu_tests_$family.log" 2>&1
+    rc=$?
+    echo "  rc=$rc: $(grep -c ' PASSED' "$dir/gpu_tests_$family.log") passed," \
+      "$(grep -c ' FAILED' "$dir/gpu_tests_$family.log") failed," \
+      "$(grep -c ' SKIPPED' "$dir/gpu_tests_$family.log") skipped"
+    grep -E " FAILED|^(FAILED|ERROR) " "$dir/gpu_tests_$family.log" | head -10
+  done
 }
 
 phase_distributed() {
