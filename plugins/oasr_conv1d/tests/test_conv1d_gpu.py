@@ -17,6 +17,7 @@ import json
 
 import pytest
 import torch
+from oasr_core.kit import LaunchError
 
 from oasr_conv1d import bench, jit, lanes, launch, numerics, ops, weights
 from oasr_conv1d import depthwise as dw
@@ -117,7 +118,7 @@ def test_a_refused_shape_returns_the_status_and_the_op_falls_back(kernels):
     lane = _lanes()[0]
     kernel = kernels[lane][dw.DEFAULT]
     geo = geometry(2, 64, 256, 256, 15, 1, 7, 1, 256)  # 15 taps: the 31-tap kernel refuses
-    with pytest.raises(launch.LaunchError):
+    with pytest.raises(LaunchError):
         kernel.prepare(geo, "fp16", None)
 
 
