@@ -26,7 +26,11 @@ LANE_SM80 = "sm80_mma"
 LANE_SM90 = "sm90_wgmma"
 RESIDUAL_OP = "gemm_residual"
 """The fused-residual op (``out = residual + alpha * (a @ w.T + bias)``): 3.x configs only."""
-OPS = ("gemm", "gemm_activation", RESIDUAL_OP)
+LOG_SOFTMAX_OP = "gemm_log_softmax"
+"""The CTC head (``out = log_softmax(a @ w.T + bias, dim=-1)``): a config's GEMM with bias
+writing the logits, then the row log-softmax kernel over them (:mod:`oasr_gemm.log_softmax`).
+Every config a gemm with bias takes serves it: the GEMM half is that very launch."""
+OPS = ("gemm", "gemm_activation", RESIDUAL_OP, LOG_SOFTMAX_OP)
 """The family's ops, each keyed separately in the tuning tiers."""
 
 SM90_SCHEDULES = ("ws", "pingpong", "cooperative")

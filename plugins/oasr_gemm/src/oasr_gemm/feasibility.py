@@ -28,7 +28,7 @@ from __future__ import annotations
 from oasr_core.kit import lanes
 from oasr_core.types import Config, Problem
 
-from oasr_gemm.config_space import LANE_SM80, LANE_SM90, RESIDUAL_OP
+from oasr_gemm.config_space import LANE_SM80, LANE_SM90, LOG_SOFTMAX_OP, RESIDUAL_OP
 
 SMEM_LIMIT = lanes.SMEM_LIMIT
 SM80_ARCHES = lanes.CUTLASS2_ARCHES
@@ -39,6 +39,9 @@ ALIGN = 8
 MAX_PARALLEL_WORKSPACE = 256 << 20
 """Largest fp32 partials buffer a parallel split-K config may ask for (bytes)."""
 _SM90_EPILOGUE_SMEM = 8192
+LOG_SOFTMAX_MAX_N = 1 << 24
+"""The longest row the row log-softmax of op ``gemm_log_softmax`` takes (its ``kMaxN``;
+:data:`oasr_gemm.log_softmax.MAX_N`)."""
 
 
 def epilogue_covers_warp(block_n: int, warps_m: int, warps_n: int, partitions_k: int,
@@ -139,11 +142,15 @@ aligned = RULES.aligned
 def supports(config: Config, problem: Problem) -> bool:
     """Per-problem predicate: ``config`` can run ``problem`` (alignment, split vs K tiles;
     op ``gemm_residual`` only on the 3.x lane, whose epilogue reads the residual: the 2.x
-    lane has no such kernel and its op calls are served by torch)."""
+    lane has no such kernel and its op calls are served by torch; op ``gemm_log_softmax``
+    wherever a gemm with bias runs, with rows the row log-softmax takes: N a multiple of 8 up
+    to :data:`oasr_gemm.log_softmax.MAX_N`)."""
     n, k, m = problem.dim("N"), problem.dim("K"), problem.m
     if not aligned(n, k) or m < 1:
         return False
     if problem.op == RESIDUAL_OP and config.lane != LANE_SM90:
+        return False
+    if problem.op == LOG_SOFTMAX_OP and n > LOG_SOFTMAX_MAX_N:
         return False
     p = config.params
     split = p.get("split_k", 1)

@@ -23,7 +23,8 @@ def oasr_register_families():
         fallback=Sentinel.DEFAULT, untuned=Sentinel.TORCH, numerics_gate=numerics.numerics_gate,
         soft_validators=jit.soft_validators, recorder_patches=recorder.recorder_patches,
         make_bench=bench.make_bench,
-        description="fp16/bf16 A W^T (+bias, +act or + alpha-scaled residual)")]
+        description="fp16/bf16 A W^T (+bias, +act, + alpha-scaled residual, or a row "
+                    "log-softmax)")]
 
 
 @hookimpl

@@ -283,9 +283,14 @@ def _bundled(solo: Sequence, configs: Iterable[Config], groups: Sequence[Sequenc
 
 def lane_specs(lane: str, arch: str, scope: str) -> list:
     """``Lane.jit_specs``: the production module (``scope="production"``) or the whole space
-    (``"all"``) of ``lane`` on ``arch``; none for an arch the lane has no config for."""
-    return _lane_specs(lane, arch, scope, production=PRODUCTION, production_spec=production_spec,
-                       full_spec=full_spec)
+    (``"all"``) of ``lane`` on ``arch``, then the row log-softmax op ``gemm_log_softmax``
+    launches after a config's GEMM (:mod:`oasr_gemm.log_softmax`); none for an arch the lane
+    has no config for."""
+    from oasr_gemm import log_softmax
+
+    specs = _lane_specs(lane, arch, scope, production=PRODUCTION,
+                        production_spec=production_spec, full_spec=full_spec)
+    return [*specs, log_softmax.spec(arch)] if specs else specs
 
 
 class GemmKernelModule:

@@ -1,11 +1,12 @@
-"""The gemm family's ops: ``gemm``, ``gemm_activation`` and ``gemm_residual``, eager and as
-torch custom ops.
+"""The gemm family's ops: ``gemm``, ``gemm_activation``, ``gemm_residual`` and
+``gemm_log_softmax``, eager and as torch custom ops.
 
 ``gemm(a, w, bias=None, out=None)`` is ``torch.nn.functional.linear``: ``a`` is ``[..., K]``
 (leading dims flattened into M), ``w`` is ``[N, K]``. ``gemm_activation`` adds a ReLU, GELU
 (erf) or SiLU in the kernel's epilogue; ``gemm_residual`` adds the linear's output, scaled,
-to a residual (``residual + alpha * (a @ w.T + bias)``; 3.x lane only). A call shape resolves
-once per tuning epoch through
+to a residual (``residual + alpha * (a @ w.T + bias)``; 3.x lane only); ``gemm_log_softmax``
+is the CTC head, ``log_softmax(a @ w.T + bias, dim=-1)`` (a config's GEMM, then the row
+log-softmax kernel over its output). A call shape resolves once per tuning epoch through
 ``oasr_core.select("gemm", op, dtype, (N, K), M)``; the answer (a prepared launcher, or the
 torch path) is memoised per (op, activation, dtype, N, K, M, device) in the current epoch (the
 kit's :class:`oasr_core.kit.Serving`, :data:`oasr_gemm.launch.SERVING`), so a repeated call
@@ -16,8 +17,8 @@ or misaligned tensors, autograd) take the torch path and are counted (:func:`sta
 that cannot be built or loaded, or a launcher that refuses, is warned about once and the torch
 path serves: slower, never wrong.
 
-``torch.ops.oasr.gemm`` / ``torch.ops.oasr.gemm_activation`` / ``torch.ops.oasr.gemm_residual``
-are the same ops registered with ``torch.library`` (with fake implementations), so they trace
+``torch.ops.oasr.gemm`` / ``gemm_activation`` / ``gemm_residual`` / ``gemm_log_softmax`` are
+the same ops registered with ``torch.library`` (with fake implementations), so they trace
 under ``torch.compile`` and run in CUDA graphs; the Python functions route to them while
 compiling.
 """
@@ -34,12 +35,14 @@ from oasr_core.runtime import device_arch_of
 from oasr_core.types import Tier
 
 from oasr_gemm import launch
-from oasr_gemm.config_space import RESIDUAL_OP
+from oasr_gemm import log_softmax as row_log_softmax
+from oasr_gemm.codegen import DTYPE_CODES
+from oasr_gemm.config_space import LOG_SOFTMAX_OP, RESIDUAL_OP
 from oasr_gemm.launch import SERVING, reserve_workspace
 from oasr_gemm.numerics import ACTIVATIONS, apply_activation
 
-__all__ = ["gemm", "gemm_activation", "gemm_residual", "reserve_workspace", "stats",
-           "reset_stats", "clear_memo"]
+__all__ = ["gemm", "gemm_activation", "gemm_residual", "gemm_log_softmax",
+           "reserve_workspace", "stats", "reset_stats", "clear_memo"]
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _compiling = torch.compiler.is_compiling
@@ -85,6 +88,21 @@ def gemm_residual(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
     if _compiling():
         return into_out(torch.ops.oasr.gemm_residual(a, w, bias, residual, alpha), out)
     return _run_residual(a, w, bias, residual, alpha, out)
+
+
+def gemm_log_softmax(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None = None,
+                     out: torch.Tensor | None = None) -> torch.Tensor:
+    """``log_softmax(a @ w.T + bias, dim=-1)``: the CTC head's linear and log-softmax over
+    the vocabulary (N), in ``a``'s dtype; written into ``out`` when given.
+
+    A kernel plan is the tuned gemm config writing the logits into the output, then the row
+    log-softmax in place over it (fp32 online max and sum, rounded once). Untuned shapes,
+    refused or unsupported calls and autograd take the torch path, ``F.linear`` then
+    ``log_softmax`` (fp32 math inside for half inputs, as torch computes it).
+    """
+    if _compiling():
+        return into_out(torch.ops.oasr.gemm_log_softmax(a, w, bias), out)
+    return _run_log_softmax(a, w, bias, out)
 
 
 def _unsupported(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, n: int,
@@ -289,6 +307,73 @@ def _run_residual(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
     return out
 
 
+def _linear_log_softmax(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
+                        out: torch.Tensor | None) -> torch.Tensor:
+    """The torch path of ``gemm_log_softmax``: ``F.linear`` then ``log_softmax`` over N."""
+    return into_out(torch.log_softmax(F.linear(a, w, bias), dim=-1), out)
+
+
+_torch_log_softmax = torch_path(SERVING, _linear_log_softmax)
+"""``_torch_log_softmax(reason, a, w, bias, out)``: :func:`_linear_log_softmax`, counted."""
+
+
+def _run_log_softmax(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None,
+                     out: torch.Tensor | None) -> torch.Tensor:
+    """:func:`gemm_log_softmax` outside compilation: :func:`_run`'s memo and checks, its plan a
+    :class:`oasr_gemm.log_softmax.LogSoftmaxCall` (the GEMM, then the row kernel)."""
+    try:
+        n, k = w.shape
+    except ValueError:
+        return _torch_log_softmax("shape", a, w, bias, out)
+    key = (LOG_SOFTMAX_OP, None, a.dtype, n, k, a.numel() // k if k else 0, a.get_device())
+    plan = _PLANS.table.get(key)
+    if plan is TORCH and out is None:
+        _FALLBACKS[_SELECTED] += 1
+        return torch.log_softmax(F.linear(a, w, bias), dim=-1)
+    ashape = a.shape
+    if not ashape or ashape[-1] != k:
+        return _torch_log_softmax("shape", a, w, bias, out)
+    if out is not None:
+        _check_out(out, a, n)
+    dev, m = key[6], key[5]
+    if dev < 0:
+        return _torch_log_softmax("cpu", a, w, bias, out)
+    if m == 0:
+        return _torch_log_softmax("empty", a, w, bias, out)
+    if plan is TORCH:
+        return _torch_log_softmax("selected", a, w, bias, out)
+    dtype = key[2]
+    if plan is None or not (
+            a.is_cuda and w.is_cuda and w.dtype is dtype and a.is_contiguous()
+            and w.is_contiguous() and w.get_device() == dev
+            and (bias is None or (bias.dtype is dtype and bias.dim() == 1
+                                  and bias.numel() == n and bias.get_device() == dev
+                                  and bias.is_contiguous()))
+            and not (_grad_enabled() and (a.requires_grad or w.requires_grad
+                                          or (bias is not None and bias.requires_grad)))):
+        reason = _unsupported(a, w, bias, n, k)
+        if reason is not None:
+            return _torch_log_softmax(reason, a, w, bias, out)
+        if plan is None:
+            plan = _plan(key)
+        if plan is TORCH:
+            return _torch_log_softmax("selected", a, w, bias, out)
+    if out is None:
+        out = plan.output(a, n)
+    elif not out.is_contiguous():
+        return _torch_log_softmax("noncontiguous", a, w, bias, out)
+    a_ptr, w_ptr, d_ptr = a.data_ptr(), w.data_ptr(), out.data_ptr()
+    b_ptr = bias.data_ptr() if bias is not None else 0
+    if (a_ptr | w_ptr | d_ptr | b_ptr) & 15:
+        return _torch_log_softmax("misaligned", a, w, bias, out)
+    status = plan(dev, a_ptr, w_ptr, b_ptr, d_ptr)
+    if status:
+        return _torch_log_softmax.refused(key, plan.config, launch.status_text(status),
+                                          f"op={LOG_SOFTMAX_OP} N={n} K={k} M={m}", a, w,
+                                          bias, out)
+    return out
+
+
 MEASURED_ACTIVATIONS = frozenset({"silu", "relu"})
 """Activations a ``gemm_activation`` entry's measurements speak for: the build measures SiLU
 (:data:`oasr_gemm.bench.BENCH_ACTIVATION`) and ReLU's epilogue is cheaper. GELU (erf) is not
@@ -305,6 +390,9 @@ def _plan(key: tuple) -> Any:
     (:func:`oasr_gemm.launch.residual_key`); the cost-model tier's answer is not served for it
     (that tier ranks the gemm production set, whose configs have no fused-residual unit
     linked unless an entry names them), so such a shape runs on torch, as untuned ones do.
+    A ``gemm_log_softmax`` shape takes the config's own launcher (bias epilogue, no
+    activation) composed with the row log-softmax (:func:`oasr_gemm.log_softmax.compose`);
+    where the row kernel cannot load the shape runs on torch.
     """
     import oasr_core
 
@@ -319,12 +407,19 @@ def _plan(key: tuple) -> Any:
         sel = oasr_core.select("gemm", op, dtype, (n, k), m, arch)
         return None if residual and sel.tier is Tier.MODEL else sel.config
 
+    if op == LOG_SOFTMAX_OP:
+        def prepare(kernel: Any) -> Any:
+            return row_log_softmax.compose(kernel.prepare(dtype, m, n, k, None), arch,
+                                           DTYPE_CODES[dtype], m, n)
+    else:
+        def prepare(kernel: Any) -> Any:
+            return kernel.prepare(dtype, m, n, k, activation)
+
     return SERVING.plan(
         key, arch, select=select,
         kernel_key=(lambda config: launch.residual_key(config.id)) if residual
         else (lambda config: config.id),
-        prepare=lambda kernel: kernel.prepare(dtype, m, n, k, activation),
-        what=f"op={op} {dtype} N={n} K={k}")
+        prepare=prepare, what=f"op={op} {dtype} N={n} K={k}")
 
 
 def _linear_fake(a, w, *_):
@@ -342,3 +437,6 @@ _gemm_residual_op = custom_op(
     "(Tensor a, Tensor w, Tensor? bias, Tensor residual, float alpha) -> Tensor",
     lambda a, w, bias, residual, alpha: _run_residual(a, w, bias, residual, alpha, None),
     _linear_fake)
+_gemm_log_softmax_op = custom_op(
+    "gemm_log_softmax", "(Tensor a, Tensor w, Tensor? bias) -> Tensor",
+    lambda a, w, bias: _run_log_softmax(a, w, bias, None), _linear_fake)

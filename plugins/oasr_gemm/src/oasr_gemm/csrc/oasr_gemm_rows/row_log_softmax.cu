@@ -1,0 +1,240 @@
+// oasr_gemm row log-softmax: x[r, :] <- x[r, :] - logsumexp(x[r, :]) in place, for the rows of
+// a contiguous fp16/bf16 matrix [rows, n] (the logits a gemm config just wrote: op
+// gemm_log_softmax, the CTC head's linear + log-softmax).
+//
+//   int32_t oasr_gemm_row_log_softmax(void* x, int32_t dtype, int64_t rows, int64_t n,
+//                                     void* stream);
+//       dtype 0 = fp16, 1 = bf16; an oasr_kit::Status (kErrShape: n not a positive multiple of
+//       8 or above kMaxN, rows not positive, x not 16-byte aligned).
+//
+// Numerics: every element is read once into fp32; each thread keeps an online (max, sum of
+// exp(x - max)) pair over its elements, the pairs are merged across the row's threads (warp
+// shuffles, then shared memory across warps), and the output is x - max - log(sum) in fp32,
+// rounded once to the input dtype. A NaN anywhere in a row makes the whole row NaN, as torch's
+// log_softmax does; -inf logits contribute nothing to the sum.
+//
+// Layout: a row belongs to one group of threads -- one warp for n <= 1024 (several rows per
+// CTA), a CTA of 256 threads above. Each thread loads 16-byte vectors of 8 elements. When the
+// row fits the group's registers (kItems vectors a thread: 1024 elements a warp, 8192 a CTA)
+// it is read once and written once; a longer row takes two passes (the online pair, then
+// re-read and write), so any vocabulary works at one extra read.
+#include <cstdint>
+
+#include <cuda_bf16.h>
+#include <cuda_fp16.h>
+
+#include "oasr_kit/launcher.cuh"
+
+namespace oasr_gemm_rows {
+
+constexpr int kVec = 8;      // elements per 16-byte access
+constexpr int kItems = 4;    // vectors a thread holds in registers
+constexpr int64_t kMaxN = int64_t(1) << 24;  // row lengths the int32 indexing covers safely
+
+struct Online {
+  float m;  // running max
+  float s;  // sum of exp(x - m)
+};
+
+__device__ __forceinline__ Online merge(Online a, Online b) {
+  float m = fmaxf(a.m, b.m);
+  if (m == -INFINITY) {
+    return {m, a.s + b.s};
+  }
+  float sa = a.m == -INFINITY ? 0.f : a.s * __expf(a.m - m);
+  float sb = b.m == -INFINITY ? 0.f : b.s * __expf(b.m - m);
+  return {m, sa + sb};  // a NaN is carried by a sum (push never makes m NaN)
+}
+
+__device__ __forceinline__ Online push(Online acc, float x) {
+  if (x > acc.m) {
+    acc.s = (acc.m == -INFINITY ? 0.f : acc.s * __expf(acc.m - x)) + 1.f;
+    acc.m = x;
+  } else if (x == -INFINITY && acc.m == -INFINITY) {
+    // nothing: exp(-inf) adds zero
+  } else {
+    acc.s += __expf(x - acc.m);  // NaN x (or NaN m) makes the sum NaN
+  }
+  return acc;
+}
+
+template <int Width>
+__device__ __forceinline__ Online warp_merge(Online v) {
+#pragma unroll
+  for (int offset = Width / 2; offset > 0; offset /= 2) {
+    Online o;
+    o.m = __shfl_xor_sync(0xffffffffu, v.m, offset, Width);
+    o.s = __shfl_xor_sync(0xffffffffu, v.s, offset, Width);
+    v = merge(v, o);
+  }
+  return v;
+}
+
+template <class T>
+struct Pack;
+
+template <>
+struct Pack<__half> {
+  __device__ __forceinline__ static void load(uint4 raw, float (&f)[kVec]) {
+    const __half2* h = reinterpret_cast<const __half2*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kVec / 2; ++i) {
+      float2 v = __half22float2(h[i]);
+      f[2 * i] = v.x;
+      f[2 * i + 1] = v.y;
+    }
+  }
+  __device__ __forceinline__ static uint4 store(const float (&f)[kVec]) {
+    uint4 raw;
+    __half2* h = reinterpret_cast<__half2*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kVec / 2; ++i) {
+      h[i] = __floats2half2_rn(f[2 * i], f[2 * i + 1]);
+    }
+    return raw;
+  }
+};
+
+template <>
+struct Pack<__nv_bfloat16> {
+  __device__ __forceinline__ static void load(uint4 raw, float (&f)[kVec]) {
+    const __nv_bfloat162* h = reinterpret_cast<const __nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kVec / 2; ++i) {
+      float2 v = __bfloat1622float2(h[i]);
+      f[2 * i] = v.x;
+      f[2 * i + 1] = v.y;
+    }
+  }
+  __device__ __forceinline__ static uint4 store(const float (&f)[kVec]) {
+    uint4 raw;
+    __nv_bfloat162* h = reinterpret_cast<__nv_bfloat162*>(&raw);
+#pragma unroll
+    for (int i = 0; i < kVec / 2; ++i) {
+      h[i] = __floats2bfloat162_rn(f[2 * i], f[2 * i + 1]);
+    }
+    return raw;
+  }
+};
+
+// The (max, sum) of a row over its Group threads: a warp's shuffles, then, for a CTA-wide
+// group, one merge of the warps' pairs through shared memory.
+template <int Group>
+__device__ __forceinline__ Online row_merge(Online v, Online* shared) {
+  v = warp_merge<(Group < 32 ? Group : 32)>(v);
+  if constexpr (Group > 32) {
+    constexpr int kWarps = Group / 32;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) {
+      shared[warp] = v;
+    }
+    __syncthreads();
+    v = lane < kWarps ? shared[lane] : Online{-INFINITY, 0.f};
+    v = warp_merge<32>(v);
+    __syncthreads();  // shared is reused by the next row
+  }
+  return v;
+}
+
+// Group threads per row (32: a warp; 256: the CTA), Rows rows per CTA.
+template <class T, int Group, int Rows>
+__global__ void __launch_bounds__(Group * Rows)
+    row_log_softmax(T* __restrict__ x, int64_t rows, int n) {
+  __shared__ Online shared[Group > 32 ? Group / 32 : 1];
+  int64_t row = int64_t(blockIdx.x) * Rows + threadIdx.x / Group;
+  if (row >= rows) {
+    return;  // whole groups exit together: Group divides the CTA, and a CTA-wide group's
+             // row index is uniform
+  }
+  int t = threadIdx.x % Group;
+  uint4* base = reinterpret_cast<uint4*>(x + row * int64_t(n));
+  int vectors = n / kVec;
+  Online acc{-INFINITY, 0.f};
+
+  if (vectors <= Group * kItems) {
+    float v[kItems][kVec];
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      int idx = t + i * Group;
+      if (idx < vectors) {
+        Pack<T>::load(base[idx], v[i]);
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          acc = push(acc, v[i][j]);
+        }
+      }
+    }
+    acc = row_merge<Group>(acc, shared);
+    float shift = acc.m + __logf(acc.s);
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      int idx = t + i * Group;
+      if (idx < vectors) {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          v[i][j] -= shift;
+        }
+        base[idx] = Pack<T>::store(v[i]);
+      }
+    }
+    return;
+  }
+
+  for (int idx = t; idx < vectors; idx += Group) {
+    float v[kVec];
+    Pack<T>::load(base[idx], v);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      acc = push(acc, v[j]);
+    }
+  }
+  acc = row_merge<Group>(acc, shared);
+  float shift = acc.m + __logf(acc.s);
+  for (int idx = t; idx < vectors; idx += Group) {
+    float v[kVec];
+    Pack<T>::load(base[idx], v);
+#pragma unroll
+    for (int j = 0; j < kVec; ++j) {
+      v[j] -= shift;
+    }
+    base[idx] = Pack<T>::store(v);
+  }
+}
+
+template <class T>
+int32_t launch(void* x, int64_t rows, int64_t n, cudaStream_t stream) {
+  T* p = static_cast<T*>(x);
+  if (n <= int64_t(32) * kItems * kVec) {
+    constexpr int kRows = 4;  // 128 threads: four rows a CTA
+    int64_t blocks = (rows + kRows - 1) / kRows;
+    if (blocks > INT32_MAX) {
+      return oasr_kit::kErrShape;
+    }
+    row_log_softmax<T, 32, kRows><<<unsigned(blocks), 32 * kRows, 0, stream>>>(p, rows, int(n));
+  } else {
+    if (rows > INT32_MAX) {
+      return oasr_kit::kErrShape;
+    }
+    row_log_softmax<T, 256, 1><<<unsigned(rows), 256, 0, stream>>>(p, rows, int(n));
+  }
+  return oasr_kit::launch_status();
+}
+
+}  // namespace oasr_gemm_rows
+
+OASR_EXPORT int32_t oasr_gemm_row_log_softmax(void* x, int32_t dtype, int64_t rows, int64_t n,
+                                              void* stream) {
+  if (rows <= 0 || n <= 0 || n % oasr_gemm_rows::kVec || n > oasr_gemm_rows::kMaxN ||
+      reinterpret_cast<uintptr_t>(x) % 16) {
+    return oasr_kit::kErrShape;
+  }
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  switch (dtype) {
+    case 0:
+      return oasr_gemm_rows::launch<__half>(x, rows, n, s);
+    case 1:
+      return oasr_gemm_rows::launch<__nv_bfloat16>(x, rows, n, s);
+    default:
+      return oasr_kit::kErrDtype;
+  }
+}
