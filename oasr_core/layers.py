@@ -5,7 +5,9 @@ user's) asks the installed plugins once, when it is built, for the callables tha
 layers: ``oasr_linear`` for its linears (:func:`served_linear`) and ``oasr_layer`` for other
 layer kinds by torch module class name (:func:`served_layers`). Each answer is called as
 ``(x, layer, activation=None)`` (:data:`Linear`, :data:`Layer`); a linear that also takes
-``residual`` and ``alpha`` keywords fuses the block's residual add (:func:`takes_residual`).
+``residual`` and ``alpha`` keywords fuses the block's residual add (:func:`takes_residual`),
+one that takes a ``log_softmax`` keyword a CTC head's log-softmax over its output
+(:func:`takes_log_softmax`).
 An activation a family does not fuse is applied in torch (:func:`activate`).
 
 A family may answer ``oasr_layer("LayerNorm", ...)`` with a callable that defers the norm:
@@ -29,7 +31,8 @@ Linear = Callable[..., Any]
 """``(x, layer, activation=None) -> activation(layer(x))`` with a plugin's ops (the answer of
 ``oasr_linear``); ``activation`` is None or a name of :data:`ACTIVATIONS`. One that also
 takes keyword arguments ``residual`` and ``alpha`` returns ``residual + alpha * layer(x)``
-for them. One may also carry ``forward``, ``(layer, x) -> layer(x)``, which
+for them; one that takes a keyword ``log_softmax`` returns ``log_softmax(layer(x), dim=-1)``
+for ``log_softmax=True``. One may also carry ``forward``, ``(layer, x) -> layer(x)``, which
 :func:`oasr_core.route` binds as a routed module's forward, and ``torch_only``,
 ``(layer, dtype) -> bool``: True where every call of that module (at activation ``dtype``,
 no activation, any input) is torch's under the tiers in force, so :func:`oasr_core.route`
@@ -68,6 +71,16 @@ def takes_residual(linear: Linear) -> bool:
     except (TypeError, ValueError):  # a builtin or C callable without a signature
         return False
     return "residual" in params and "alpha" in params
+
+
+def takes_log_softmax(linear: Linear) -> bool:
+    """Whether a plugin's linear takes a ``log_softmax`` keyword argument (a CTC head's
+    linear and log-softmax over its output in one call)."""
+    try:
+        params = inspect.signature(linear).parameters
+    except (TypeError, ValueError):  # a builtin or C callable without a signature
+        return False
+    return "log_softmax" in params
 
 
 Quantize = Callable[["NormedRows"], tuple[Any, Any]]

@@ -44,7 +44,7 @@ from torch import nn
 from torch.nn import functional as F
 from torch.nn.functional import linear
 
-from oasr_core.layers import Layer, Linear, activate, dense, takes_residual
+from oasr_core.layers import Layer, Linear, activate, dense, takes_log_softmax, takes_residual
 
 
 class GemmOps:
@@ -60,6 +60,7 @@ class GemmOps:
                  layers: Mapping[str, Layer] | None = None) -> None:
         self.served = linear
         self.fuses_residual = linear is not None and takes_residual(linear)
+        self.fuses_log_softmax = linear is not None and takes_log_softmax(linear)
         self.layers = MappingProxyType(dict(layers or {}))
 
     def conv1d(self, x: torch.Tensor, layer: nn.Conv1d, activation: str | None = None,
@@ -113,6 +114,14 @@ class GemmOps:
             return self.served(x, layer, residual=residual, alpha=alpha)
         y = self.linear(x, layer)
         return residual + y if alpha == 1.0 else residual + alpha * y
+
+    def linear_log_softmax(self, x: Any, layer: nn.Linear) -> torch.Tensor:
+        """``log_softmax(layer(x), dim=-1)`` in ``x``'s dtype: one call to the plugin's linear
+        when it takes ``log_softmax`` (a CTC head op, e.g. ``oasr_gemm.gemm_log_softmax``),
+        else the layer then torch's log-softmax."""
+        if self.fuses_log_softmax:
+            return self.served(x, layer, log_softmax=True)
+        return F.log_softmax(self.linear(x, layer), dim=-1)
 
 
 _FOLDED = "_oasr_folded"
@@ -327,8 +336,9 @@ class ConformerLayer(nn.Module):
 
 class CtcHead(nn.Module):
     """A CTC output layer: hidden -> vocabulary (blank included), then log-softmax over the
-    vocabulary at every frame, in the encoder's dtype. The projection runs through the
-    model's linear (:class:`GemmOps`); the log-softmax is torch's."""
+    vocabulary at every frame, in the encoder's dtype: one call of the model's linear where
+    it fuses the log-softmax (:meth:`GemmOps.linear_log_softmax`), else the projection
+    through it and torch's log-softmax."""
 
     def __init__(self, d_model: int, vocab: int, ops: GemmOps) -> None:
         super().__init__()
@@ -338,7 +348,7 @@ class CtcHead(nn.Module):
         self.ops = ops
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
-        return F.log_softmax(self.ops.linear(x, self.proj), dim=-1)
+        return self.ops.linear_log_softmax(x, self.proj)
 
 
 class ConformerEncoder(nn.Module):

@@ -21,6 +21,14 @@ invisible (digest 6.2 item 12). Here:
 A recorded call inside another recorded call (the torch path of ``oasr_gemm.gemm`` calling
 ``F.linear``) is not counted twice: only the outermost is.
 
+An *epilogue* patch (``RecorderPatch(consumes=True)``) sees a call that consumes a recorded
+call's output: its record function takes the :class:`Call` counted for the call that produced
+its first argument (None when no recorded call did) before the target's arguments, and
+answers the call the two stand for together, which replaces the producer's count (a linear
+whose output goes straight into a log-softmax is the family's fused op). The recorder keeps,
+for that, the counted call of each live output tensor (weakly; only while some patch
+consumes).
+
 Every call a patch sees becomes a counted :class:`Call` or a counted skip, never an error that
 loses the census: a record function answers :class:`Skip` (with its reason) for a call of its
 kind that its family cannot key (string padding with no integer equivalent), a call that is
@@ -168,8 +176,14 @@ class RecorderPatch:
     target: str = attrs.field(validator=_check_target)
     """``module:qualname`` of the callable to observe."""
     record: Callable[..., Call | Iterable[Call] | None] = attrs.field(validator=_check_record)
-    """``record(*args, **kwargs)`` with the target's arguments."""
+    """``record(*args, **kwargs)`` with the target's arguments (``record(producer, *args,
+    **kwargs)`` for a :attr:`consumes` patch)."""
     description: str = ""
+    consumes: bool = False
+    """An epilogue patch: ``record(producer, *args, **kwargs)`` gets the :class:`Call` counted
+    for the call that produced the target's first argument (None: none did) and returns the
+    :class:`Call` replacing that count, or None (the call stays uncounted and the producer
+    keeps its count)."""
 
     def resolve(self) -> tuple[Any, str, Any]:
         """``(owner, attribute, original)``: imports the module and walks the qualname."""
@@ -263,6 +277,10 @@ class ShapeRecorder:
         self._rebound: list[tuple[Any, str, Any, Any]] = []
         self._warned: set[str] = set()
         self._active = False
+        self._consumed = any(p.consumes for p in self.patches)
+        self._produced: dict[int, tuple[Any, Call]] = {}
+        """``id(output) -> (weak reference, Call)`` of live outputs of counted calls (only
+        when some patch :attr:`~RecorderPatch.consumes`)."""
 
     def __enter__(self) -> ShapeRecorder:
         self.start()
@@ -313,13 +331,45 @@ class ShapeRecorder:
             if namespace.get(name) is wrapper:
                 namespace[name] = original
         self._rebound.clear()
+        self._produced.clear()
         self._active = False
 
-    def observe(self, patches: Sequence[RecorderPatch], args: tuple, kwargs: Mapping) -> None:
-        """Run ``patches``' record functions on one call's arguments and count the result."""
+    def produced(self, output: Any, counted: list[Call]) -> None:
+        """Remember that ``output`` is the result of the one call in ``counted`` (for an
+        epilogue patch; nothing when no patch consumes, or the call counted other than one)."""
+        if not self._consumed or len(counted) != 1:
+            return
+        import weakref
+
+        key = id(output)
+        try:
+            ref = weakref.ref(output, lambda _r, k=key, d=self._produced: d.pop(k, None))
+        except TypeError:  # not a tensor (a tuple of outputs): nothing consumes it as one
+            return
+        with self._lock:
+            self._produced[key] = (ref, counted[0])
+
+    def _producer(self, args: tuple, kwargs: Mapping) -> Call | None:
+        """The counted call whose output is this call's first argument, if it is still live."""
+        first = args[0] if args else kwargs.get("input")
+        entry = self._produced.get(id(first)) if first is not None else None
+        if entry is None or entry[0]() is not first:
+            return None
+        return entry[1]
+
+    def observe(self, patches: Sequence[RecorderPatch], args: tuple, kwargs: Mapping
+                ) -> list[Call]:
+        """Run ``patches``' record functions on one call's arguments and count the result;
+        the calls counted."""
+        counted: list[Call] = []
         for patch in patches:
+            producer = None
             try:
-                result = patch.record(*args, **kwargs)
+                if patch.consumes:
+                    producer = self._producer(args, kwargs)
+                    result = patch.record(producer, *args, **kwargs)
+                else:
+                    result = patch.record(*args, **kwargs)
                 items = [] if result is None else [result] if isinstance(result, (Call, Skip)) \
                     else list(result)
                 for item in items:
@@ -349,7 +399,15 @@ class ShapeRecorder:
                               call.label + f"|M={call.m}")
                     continue
                 with self._lock:
+                    if patch.consumes:
+                        if producer is None or not self.counts.get(producer):
+                            continue  # nothing to fuse with (already taken): not counted
+                        self.counts[producer] -= 1
+                        if not self.counts[producer]:
+                            del self.counts[producer]
                     self.counts[call] += 1
+                counted.append(call)
+        return counted
 
     def skipped_json(self) -> list[dict[str, Any]]:
         """:attr:`skipped` as JSON records (reason, calls, examples), most calls first: the
@@ -374,13 +432,15 @@ class ShapeRecorder:
         @functools.wraps(original)
         def wrapper(*args: Any, **kwargs: Any) -> Any:
             depth = _depth()
-            if depth == 0:
-                recorder.observe(patches, args, kwargs)
+            counted = recorder.observe(patches, args, kwargs) if depth == 0 else []
             _LOCAL.depth = depth + 1
             try:
-                return original(*args, **kwargs)
+                result = original(*args, **kwargs)
             finally:
                 _LOCAL.depth = depth
+            if counted:
+                recorder.produced(result, counted)
+            return result
 
         return wrapper
 
@@ -451,8 +511,12 @@ def _make_mode(recorder: ShapeRecorder, table: dict[Any, list[RecorderPatch]]) -
         def __torch_function__(self, func, types_, args=(), kwargs=None):
             kwargs = kwargs or {}
             patches = table.get(func)
+            counted = []
             if patches is not None and _depth() == 0:
-                recorder.observe(patches, args, kwargs)
-            return func(*args, **kwargs)
+                counted = recorder.observe(patches, args, kwargs)
+            result = func(*args, **kwargs)
+            if counted:
+                recorder.produced(result, counted)
+            return result
 
     return _RecorderMode()

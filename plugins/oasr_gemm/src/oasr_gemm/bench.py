@@ -19,6 +19,12 @@ kernel arms are the configs' fused-residual launchers, from :data:`FULL_RESIDUAL
 only those units, compiled on the build's first such signature) or from the signature's own
 module in a pruned build; its torch arm is ``addmm`` then ``add`` into the output, as the op's
 torch path runs it. The gate compares against an fp32 reference including the residual.
+
+``gemm_log_softmax`` (the CTC head) times each config as the op serves it: the config's GEMM
+with bias writing the logits, then the row log-softmax over them, launched as one call
+(:class:`oasr_gemm.log_softmax.LogSoftmaxCall`, from the same lane modules as ``gemm``'s
+arms); its torch arm is ``addmm`` then ``log_softmax`` into the output. The gate compares
+against the fp32 log-softmax of the fp32 logits.
 """
 
 from __future__ import annotations
@@ -30,7 +36,7 @@ from oasr_core.jit.libraries import Libraries
 from oasr_core.kit.serving import LaunchError
 from oasr_core.types import Config, Problem, Sentinel
 
-from oasr_gemm.config_space import RESIDUAL_OP
+from oasr_gemm.config_space import LOG_SOFTMAX_OP, RESIDUAL_OP
 
 BENCH_ACTIVATION = "silu"
 """The activation ``gemm_activation`` is measured with."""
@@ -146,6 +152,7 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
     n, k, m = problem.dim("N"), problem.dim("K"), problem.m
     act = BENCH_ACTIVATION if problem.op == "gemm_activation" else None
     fused_residual = problem.op == RESIDUAL_OP
+    log_softmax = problem.op == LOG_SOFTMAX_OP
     where = benching.bench_device(options, FULL_RESIDUAL if fused_residual else FULL)
     a, w, bias = device_operands(m, n, k, problem.dtype, where.device, options.seed)
     weight_bytes = n * k * a.element_size()
@@ -153,9 +160,10 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
     out = torch.empty(m, n, dtype=a.dtype, device=where.device)
     residual = (device_residual(m, n, problem.dtype, where.device, options.seed)
                 if fused_residual else None)
-    ref = numerics.reference(a, w, bias, act, residual, BENCH_ALPHA)
-    torch_out = numerics.torch_output(a, w, bias, act, residual, BENCH_ALPHA)
-    linear_out = torch.empty_like(out) if fused_residual else out
+    ref = numerics.reference(a, w, bias, act, residual, BENCH_ALPHA, log_softmax=log_softmax)
+    torch_out = numerics.torch_output(a, w, bias, act, residual, BENCH_ALPHA,
+                                      log_softmax=log_softmax)
+    linear_out = torch.empty_like(out) if fused_residual or log_softmax else out
 
     def torch_arm(i: int) -> Any:
         torch.addmm(bias, a, weights[i].t(), out=linear_out)
@@ -163,6 +171,8 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
             torch.nn.functional.silu(out, inplace=True)
         if residual is not None:
             torch.add(residual, linear_out, alpha=BENCH_ALPHA, out=out)
+        if log_softmax:
+            torch.log_softmax(linear_out, -1, out=out)
         return out
 
     def operands(wi: Any) -> tuple:
@@ -171,7 +181,8 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
         return (a.data_ptr(), wi.data_ptr(), bias.data_ptr(), residual.data_ptr(),
                 out.data_ptr(), BENCH_ALPHA)
 
-    what = "the fused residual " if fused_residual else ""
+    what = ("the fused residual " if fused_residual else
+            "the logits of the log-softmax " if log_softmax else "")
 
     def kernel_arm(cfg: Config) -> benching.Arm:
         kernel = where.kernels.get(cfg.id)
@@ -179,9 +190,18 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
             raise LaunchError(f"{cfg.id} has no fused-residual kernel compiled in the "
                               f"{options.lane} module" if fused_residual else
                               f"{cfg.id} is not compiled in the {options.lane} module")
-        return benching.kernel_arm(kernel.prepare(problem.dtype, m, n, k, act), where.index,
-                                   [operands(wi) for wi in weights], out,
-                                   f"{options.lane}/{cfg.id} refused {what}m={m} n={n} k={k}")
+        prepared = kernel.prepare(problem.dtype, m, n, k, act)
+        if log_softmax:
+            from oasr_core.runtime import device_arch_of
+
+            from oasr_gemm import codegen
+            from oasr_gemm import log_softmax as rows
+
+            prepared = rows.compose(prepared, device_arch_of(where.index),
+                                    codegen.DTYPE_CODES[problem.dtype], m, n)
+        return benching.kernel_arm(prepared, where.index, [operands(wi) for wi in weights],
+                                   out, f"{options.lane}/{cfg.id} refused {what}m={m} n={n} "
+                                   f"k={k}")
 
     arms, rejected = benching.choice_arms(problem, choices, options, family="gemm",
                                           torch_arm=lambda: torch_arm, kernel_arm=kernel_arm)

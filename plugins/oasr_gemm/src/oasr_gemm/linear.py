@@ -4,8 +4,10 @@
 full-precision model of a dtype the family serves, :func:`linear` runs each linear layer as
 :func:`oasr_gemm.ops.gemm`, a layer followed by an activation as one
 :func:`oasr_gemm.ops.gemm_activation` call (the activation fused in the epilogue), and a layer
-whose output is added to a residual as one :func:`oasr_gemm.ops.gemm_residual` call, so the
-census records them as ops ``gemm``, ``gemm_activation`` and ``gemm_residual``. The ops are
+whose output is added to a residual as one :func:`oasr_gemm.ops.gemm_residual` call, and a
+CTC head (``log_softmax=True``) as one :func:`oasr_gemm.ops.gemm_log_softmax` call, so the
+census records them as ops ``gemm``, ``gemm_activation``, ``gemm_residual`` and
+``gemm_log_softmax``. The ops are
 reached through their module at call time: the census recorder rebinds the module attributes.
 On a CPU or the meta device the ops take their torch path; importing this module imports
 neither torch nor the ops.
@@ -24,9 +26,11 @@ _OPS: Any = None
 
 
 def linear(x: Any, layer: Any, activation: str | None = None, *, residual: Any = None,
-           alpha: float = 1.0) -> Any:
+           alpha: float = 1.0, log_softmax: bool = False) -> Any:
     """``activation(layer(x))`` with the family's ops; with ``residual``,
-    ``residual + alpha * layer(x)`` in one call (no activation then: the op has none).
+    ``residual + alpha * layer(x)`` in one call (no activation then: the op has none); with
+    ``log_softmax``, ``log_softmax(layer(x), dim=-1)`` in one call (the CTC head; no
+    activation or residual then).
 
     A plain or activated call has a per-layer plan (the family's ``Serving.layers`` memo,
     keyed by the layer's ``id``, the activation and the input's shape and dtype, filled after
@@ -41,6 +45,11 @@ def linear(x: Any, layer: Any, activation: str | None = None, *, residual: Any =
     a kernel would serve, until the epoch ends.
     """
     ops = _OPS or _load_ops()
+    if log_softmax:
+        if activation is not None or residual is not None:
+            raise ValueError("linear: log_softmax takes no activation or residual "
+                             "(gemm_log_softmax is the linear then the log-softmax)")
+        return ops.gemm_log_softmax(x, layer.weight, layer.bias)
     if residual is not None:
         if activation is not None:
             raise ValueError(f"linear: a residual add after activation {activation!r} has no "

@@ -98,23 +98,29 @@ def apply_activation(x: Any, activation: str | None) -> Any:
 
 
 def reference(a: Any, w: Any, bias: Any = None, activation: str | None = None,
-              residual: Any = None, alpha: float = 1.0) -> Any:
+              residual: Any = None, alpha: float = 1.0, *, log_softmax: bool = False) -> Any:
     """The fp32 result ``act(a @ w.T + bias)`` computed from the same half-precision operands;
-    with ``residual``, ``residual + alpha * (a @ w.T + bias)`` (op ``gemm_residual``)."""
+    with ``residual``, ``residual + alpha * (a @ w.T + bias)`` (op ``gemm_residual``); with
+    ``log_softmax``, ``log_softmax(a @ w.T + bias, dim=-1)`` (op ``gemm_log_softmax``)."""
     import torch.nn.functional as F
 
     b32 = bias.float() if bias is not None else None
     y = apply_activation(F.linear(a.float(), w.float(), b32), activation)
+    if log_softmax:
+        y = F.log_softmax(y, dim=-1)
     return y if residual is None else residual.float().add(y, alpha=alpha)
 
 
 def torch_output(a: Any, w: Any, bias: Any = None, activation: str | None = None,
-                 residual: Any = None, alpha: float = 1.0) -> Any:
+                 residual: Any = None, alpha: float = 1.0, *, log_softmax: bool = False) -> Any:
     """What the torch path computes (cuBLAS through ``F.linear``), in the operands' dtype;
-    with ``residual``, the op's torch path: that output added to it, ``alpha``-scaled."""
+    with ``residual``, the op's torch path: that output added to it, ``alpha``-scaled; with
+    ``log_softmax``, torch's log-softmax of that output over its last dim."""
     import torch.nn.functional as F
 
     y = apply_activation(F.linear(a, w, bias), activation)
+    if log_softmax:
+        y = F.log_softmax(y, dim=-1)
     return y if residual is None else residual.add(y, alpha=alpha)
 
 

@@ -5,10 +5,15 @@ ops (``oasr_gemm.gemm``, ``oasr_gemm.gemm_activation``, ``oasr_gemm.gemm_residua
 plain torch calls they stand for in a model that does not use them yet:
 ``torch.nn.functional.linear`` and a matmul whose second operand is a 2-D weight
 (``torch.matmul``, ``Tensor.matmul`` i.e. ``x @ w``, ``torch.mm``, ``torch.addmm``). Each call
-is recorded as family ``gemm``, op ``gemm``, ``gemm_activation`` or ``gemm_residual``, dims
+is recorded as family ``gemm``, op ``gemm``, ``gemm_activation``, ``gemm_residual`` or
+``gemm_log_softmax``, dims
 ``(N, K)``, ``M = numel(A) / K``, batch 1 (a torch model's residual add is not a GEMM: its
 linears are recorded as ``gemm``). A batched matmul of two 3-D+ operands (attention) is
-counted as skipped, torch's. Only floating-point
+counted as skipped, torch's. A CTC head -- a linear (or the ``gemm`` op) whose output goes
+straight into a log-softmax over its last dim (``F.log_softmax``, ``torch.log_softmax``,
+``Tensor.log_softmax``, ``nn.LogSoftmax``), in the output's dtype -- is one
+``gemm_log_softmax`` call: the log-softmax patches are epilogue patches
+(``RecorderPatch.consumes``) that re-file the linear's count. Only floating-point
 operands are the family's (fp16, bf16; an fp32 CPU probe is recorded as the deployment dtype
 by the census); an int8 or fp8 operand belongs to a quantized family and is left to it.
 
@@ -94,17 +99,66 @@ def record_gemm_residual(a: Any, w: Any, bias: Any = None, residual: Any = None,
     return attrs.evolve(call, elements=call.elements + call.m * int(w.shape[0]))
 
 
+LOG_SOFTMAX_OP = "gemm_log_softmax"
+
+
+def _log_softmax_call(producer: Call | None, x: Any, dim: Any, dtype: Any) -> Call | None:
+    """The ``gemm_log_softmax`` call of a plain ``gemm`` ``producer`` whose output ``x`` goes
+    into a log-softmax over its last dim in its own dtype; None otherwise. The row pass reads
+    and writes the logits once more: ``2 * M * N`` elements on top of the GEMM's."""
+    if producer is None or producer.family != FAMILY or producer.op != "gemm":
+        return None
+    if not hasattr(x, "dim") or type(dim) is not int or dim not in (-1, x.dim() - 1):
+        return None
+    if dtype is not None and dtype != x.dtype:
+        return None
+    n = dict(producer.dims)["N"]
+    return attrs.evolve(producer, op=LOG_SOFTMAX_OP,
+                        elements=producer.elements + 2 * producer.m * n)
+
+
+def record_functional_log_softmax(producer: Call | None, input: Any, dim: Any = None,
+                                  _stacklevel: int = 3, dtype: Any = None) -> Call | None:
+    """``torch.nn.functional.log_softmax(input, dim, dtype=dtype)`` (``nn.LogSoftmax`` too)."""
+    return _log_softmax_call(producer, input, dim, dtype)
+
+
+def record_log_softmax(producer: Call | None, input: Any, dim: Any = None, dtype: Any = None,
+                       **_kwargs: Any) -> Call | None:
+    """``torch.log_softmax(input, dim, dtype)`` and ``input.log_softmax(dim, dtype)``."""
+    return _log_softmax_call(producer, input, dim, dtype)
+
+
+def record_gemm_log_softmax(a: Any, w: Any, bias: Any = None, out: Any = None) -> Call | None:
+    """``oasr_gemm.gemm_log_softmax(a, w, bias, out)``; the row pass counted in the call's
+    elements."""
+    call = _linear_call(LOG_SOFTMAX_OP, a, w)
+    if call is None:
+        return None
+    return attrs.evolve(call, elements=call.elements + 2 * call.m * int(w.shape[0]))
+
+
 def recorder_patches() -> list[RecorderPatch]:
     """The gemm family's patches (``Family.recorder_patches``)."""
     table = (
         ("oasr_gemm.ops:gemm", record_gemm, "the family op"),
         ("oasr_gemm.ops:gemm_activation", record_gemm_activation, "the fused-epilogue op"),
         ("oasr_gemm.ops:gemm_residual", record_gemm_residual, "the fused-residual op"),
+        ("oasr_gemm.ops:gemm_log_softmax", record_gemm_log_softmax, "the CTC head op"),
         ("torch.nn.functional:linear", record_linear, "nn.Linear and F.linear"),
         ("torch:matmul", record_matmul, "torch.matmul on a 2-D weight"),
         ("torch:Tensor.matmul", record_matmul, "x @ w and x.matmul(w) on a 2-D weight"),
         ("torch:mm", record_matmul, "torch.mm"),
         ("torch:addmm", record_addmm, "torch.addmm (bias + x @ w)"),
     )
-    return [RecorderPatch(family=FAMILY, target=target, record=fn, description=text)
-            for target, fn, text in table]
+    heads = (
+        ("torch.nn.functional:log_softmax", record_functional_log_softmax,
+         "a linear's output into F.log_softmax or nn.LogSoftmax: the CTC head"),
+        ("torch:log_softmax", record_log_softmax, "a linear's output into torch.log_softmax"),
+        ("torch:Tensor.log_softmax", record_log_softmax,
+         "a linear's output into Tensor.log_softmax"),
+    )
+    return [*(RecorderPatch(family=FAMILY, target=target, record=fn, description=text)
+              for target, fn, text in table),
+            *(RecorderPatch(family=FAMILY, target=target, record=fn, description=text,
+                            consumes=True) for target, fn, text in heads)]
