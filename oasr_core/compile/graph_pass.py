@@ -12,8 +12,11 @@ What it finds (:mod:`oasr_core.compile.patterns` says what families declare):
   row views around it; then, each step only where the previous value has no other user, the
   bias add Inductor split off (``add(mm, bias)``), an activation (``relu``; SiLU and GELU as
   Inductor decomposes them, ``x / (1 + exp(-x))`` or ``x * sigmoid(x)``, and
-  ``x * 0.5 * (1 + erf(x / sqrt(2)))``, with their fp32 casts), or a
-  residual add (``r + y``, ``r + alpha * y``); and, on the input side, a LayerNorm over the
+  ``x * 0.5 * (1 + erf(x / sqrt(2)))``, with their fp32 casts), a
+  residual add (``r + y``, ``r + alpha * y``), or a log-softmax over the last dim in the
+  linear's dtype (``aten._log_softmax``, or as Inductor decomposes it: ``x - amax``, ``exp``,
+  ``sum``, ``log`` and the subtraction, with their fp32 casts: a CTC head); and, on the input
+  side, a LayerNorm over the
   last dim that the rows are (views of), as Inductor decomposes it (offered as a normed
   site: a quantized family may quantize the rows in the norm, once per norm,
   :class:`~oasr_core.compile.patterns.Shared`);
@@ -196,6 +199,52 @@ def _match_residual(node: Any) -> tuple[Any, Any, float] | None:
             rv.dtype != yv.dtype:
         return None
     return user, residual, alpha
+
+
+def _last_dim(dims: Any, rank: int) -> bool:
+    """Whether a reduction's ``dims`` argument is the last dim alone (of a ``rank``-D value)."""
+    dims = list(dims) if isinstance(dims, (list, tuple)) else [dims]
+    return len(dims) == 1 and type(dims[0]) is int and dims[0] in (-1, rank - 1)
+
+
+def _match_log_softmax(node: Any) -> Any:
+    """The end of a log-softmax over the last dim of ``node`` in its own dtype, or None:
+    ``aten._log_softmax(y, dim, False)``, or as Inductor decomposes it,
+    ``s = x - amax(x, [dim], True); s - log(sum(exp(s), [dim], True))`` on ``x`` (``y``, or
+    its fp32 cast, the result cast back)."""
+    val = _val(node)
+    if val is None:
+        return None
+    rank, dtype = val.dim(), val.dtype
+    user = _sole_user(node)
+    if _is(user, aten._log_softmax.default):
+        return user if _last_dim(user.args[1], rank) and not user.args[2] else None
+    src = node
+    if _is(user, prims.convert_element_type.default) and user.args[1] == torch.float32:
+        src = user
+    users = set(src.users)
+    amax = next((u for u in users if _is(u, aten.amax.default)), None)
+    sub = next((u for u in users if _is(u, aten.sub.Tensor)), None)
+    if len(users) != 2 or amax is None or sub is None or amax.args[0] is not src or \
+            not _last_dim(amax.args[1], rank) or not (len(amax.args) > 2 and amax.args[2]) or \
+            tuple(sub.args) != (src, amax):
+        return None
+    shifted = set(sub.users)
+    exp = next((u for u in shifted if _is(u, aten.exp.default)), None)
+    out = next((u for u in shifted if _is(u, aten.sub.Tensor)), None)
+    total = _sole_user(exp) if exp is not None and len(shifted) == 2 else None
+    if not (_is(total, aten.sum.dim_IntList) and _last_dim(total.args[1], rank)
+            and len(total.args) > 2 and total.args[2]):
+        return None
+    log = _sole_user(total)
+    if not (_is(log, aten.log.default) and out is not None
+            and tuple(out.args) == (sub, log) and _sole_user(log) is out):
+        return None
+    if src is node:
+        return out
+    back = _sole_user(out)
+    return back if _is(back, prims.convert_element_type.default) and back.args[1] == dtype \
+        else None
 
 
 def _serve(pattern: Pattern, site: Site) -> Served | None:
@@ -403,6 +452,8 @@ def site_call(site: Site, family: str, op: str, dims: Sequence[int],
     if site.kind == LINEAR:
         n, k = d["N"], d["K"]
         elements, flops, weight = m * k + n * k + m * n, 2 * m * n * k, n * k
+        if site.log_softmax:  # the row pass reads and writes the output once more
+            elements += 2 * m * n
     elif site.kind == CONV2D:
         cin, cout, groups = d["Cin"], d["Cout"], d["groups"]
         batch, h_in = (int(v) for v in site.point.split("x"))
@@ -621,6 +672,10 @@ class _Rewriter:
         if act is not None:
             options.append((self.site(LINEAR, av.dtype, m, dims, bias=has_bias,
                                       activation=act[1]), act[0], {}))
+        lsm = _match_log_softmax(end)
+        if lsm is not None:
+            options.append((self.site(LINEAR, av.dtype, m, dims, bias=has_bias,
+                                      log_softmax=True), lsm, {}))
         res = _match_residual(end)
         if res is not None:
             options.append((self.site(LINEAR, av.dtype, m, dims, bias=has_bias, residual=True,

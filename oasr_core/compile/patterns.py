@@ -2,8 +2,8 @@
 call that serves a site.
 
 The core finds the *sites* in a post-grad FX graph (:mod:`oasr_core.compile.graph_pass`): a
-linear (``mm``/``addmm`` of a 2-D weight read transposed, with its bias, the activation and
-the residual add after it), or a 1-D or 2-D convolution (``aten.convolution`` with a 3-D or
+linear (``mm``/``addmm`` of a 2-D weight read transposed, with its bias, the activation, the
+residual add or the log-softmax after it), or a 1-D or 2-D convolution (``aten.convolution`` with a 3-D or
 4-D weight, and the activation after it). It names no family: a family answers
 ``oasr_compile_patterns`` with :class:`Pattern` records, each a ``kind`` of site and a
 ``serve`` callable that looks at a :class:`Site` (shape, dtype, epilogue) and returns a
@@ -113,6 +113,11 @@ class Site:
     """A convolution followed by an eval BatchNorm (the ``BN_*`` slots), which the served
     op applies (folded into its weight and bias); its ``activation`` is the one after the
     norm. Offered only to patterns that fold it (:attr:`Pattern.folds_batch_norm`)."""
+    log_softmax: bool = False
+    """A linear whose output (bias included) goes into a log-softmax over its last dim, in
+    its own dtype (a CTC head): the served op computes both, the site's value being the
+    log-softmax's output. A family that does not look at it must not serve such a site
+    (it would drop the log-softmax); the pass offers the bare linear after it."""
     norm: bool = False
     """A linear whose input is a LayerNorm's output over its last dim (the ``NORM_*`` slots
     then hold the norm's input and parameters): a quantized family may quantize the rows in

@@ -2,9 +2,11 @@
 
 One linear pattern: a site with an activation becomes ``oasr::gemm_activation`` (only an
 activation the family's entries were measured with, :data:`oasr_gemm.ops.MEASURED_ACTIVATIONS`),
-one with a residual add ``oasr::gemm_residual``, the rest ``oasr::gemm``; each only where the
-tiers choose a gemm config for that op and shape (``Site.serves``), so an untuned linear
-stays Inductor's.
+one with a residual add ``oasr::gemm_residual``, one with a log-softmax after it (a CTC head)
+``oasr::gemm_log_softmax``, the rest ``oasr::gemm``; each only where the tiers choose a gemm
+config for that op and shape (``Site.serves``), so an untuned linear stays Inductor's (and a
+CTC head the tiers leave to torch is offered as its bare linear next, its log-softmax
+Inductor's).
 """
 
 from __future__ import annotations
@@ -25,6 +27,11 @@ def serve_linear(site: Any) -> Any:
     from oasr_gemm import ops
 
     dims = (site.dim("N"), site.dim("K"))
+    if site.log_softmax:
+        if not site.serves("gemm", "gemm_log_softmax", dims):
+            return None
+        return Served(torch.ops.oasr.gemm_log_softmax.default, (Slot.X, Slot.WEIGHT, Slot.BIAS),
+                      family="gemm", op="gemm_log_softmax")
     if site.residual:
         if site.activation is not None or not site.serves("gemm", "gemm_residual", dims):
             return None
@@ -55,4 +62,5 @@ def patterns_for(quantization: str) -> list[Any]:
     from oasr_gemm import ops  # noqa: F401
 
     return [Pattern(name="gemm.linear", family="gemm", kind=LINEAR, serve=serve_linear,
-                    description="linear (+bias, +relu/silu, or + alpha * residual)")]
+                    description="linear (+bias, +relu/silu, + alpha * residual, or a "
+                                "log-softmax after it)")]
