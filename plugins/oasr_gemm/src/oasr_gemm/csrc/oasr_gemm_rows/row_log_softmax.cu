@@ -5,7 +5,8 @@
 //   int32_t oasr_gemm_row_log_softmax(void* x, int32_t dtype, int64_t rows, int64_t n,
 //                                     void* stream);
 //       dtype 0 = fp16, 1 = bf16; an oasr_kit::Status (kErrShape: n not a positive multiple of
-//       8 or above kMaxN, rows not positive, x not 16-byte aligned).
+//       8 or above kMaxN, rows not positive, x not 16-byte aligned; kErrDtype; kErrDevice: no
+//       current CUDA device; kErrLaunch).
 //
 // Numerics: every element is read once into fp32; each thread keeps an online (max, sum of
 // exp(x - max)) pair over its elements, the pairs are merged across the row's threads (warp
@@ -228,13 +229,13 @@ OASR_EXPORT int32_t oasr_gemm_row_log_softmax(void* x, int32_t dtype, int64_t ro
       reinterpret_cast<uintptr_t>(x) % 16) {
     return oasr_kit::kErrShape;
   }
-  cudaStream_t s = static_cast<cudaStream_t>(stream);
-  switch (dtype) {
-    case 0:
-      return oasr_gemm_rows::launch<__half>(x, rows, n, s);
-    case 1:
-      return oasr_gemm_rows::launch<__nv_bfloat16>(x, rows, n, s);
-    default:
-      return oasr_kit::kErrDtype;
+  if (dtype != 0 && dtype != 1) {
+    return oasr_kit::kErrDtype;
   }
+  if (oasr_kit::current_device() < 0) {
+    return oasr_kit::kErrDevice;
+  }
+  cudaStream_t s = static_cast<cudaStream_t>(stream);
+  return dtype == 0 ? oasr_gemm_rows::launch<__half>(x, rows, n, s)
+                    : oasr_gemm_rows::launch<__nv_bfloat16>(x, rows, n, s);
 }
