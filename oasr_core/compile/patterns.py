@@ -3,11 +3,12 @@ call that serves a site.
 
 The core finds the *sites* in a post-grad FX graph (:mod:`oasr_core.compile.graph_pass`): a
 linear (``mm``/``addmm`` of a 2-D weight read transposed, with its bias, the activation, the
-residual add or the log-softmax after it), or a 1-D or 2-D convolution (``aten.convolution`` with a 3-D or
-4-D weight, and the activation after it). It names no family: a family answers
-``oasr_compile_patterns`` with :class:`Pattern` records, each a ``kind`` of site and a
-``serve`` callable that looks at a :class:`Site` (shape, dtype, epilogue) and returns a
-:class:`Served` call of one of its custom ops, or None to leave the site to Inductor.
+residual add or the log-softmax after it), or a 1-D or 2-D convolution
+(``aten.convolution`` with a 3-D or 4-D weight, and the activation after it). It names no
+family: a family answers ``oasr_compile_patterns`` with :class:`Pattern` records, each a
+``kind`` of site and a ``serve`` callable that looks at a :class:`Site` (shape, dtype,
+epilogue) and returns a :class:`Served` call of one of its custom ops, or None to leave the
+site to Inductor.
 ``serve`` decides through :meth:`Site.tiers_serve`, which asks the tiers exactly as the op
 would at run time, so a site is rewritten only where oasr's kernel is the tiers' choice at
 that shape.

@@ -294,7 +294,8 @@ def test_the_reference_encoders_ctc_head_is_one_census_point(served):
     from oasr_gemm.linear import linear
 
     lin = linear if served else None
-    for model, x in ((ConformerEncoder(layers=1, ctc_vocab=257, linear=lin), torch.randn(2, 64, 80)),
+    for model, x in ((ConformerEncoder(layers=1, ctc_vocab=257, linear=lin),
+                      torch.randn(2, 64, 80)),
                      (WhisperEncoder(layers=1, window=64, ctc_vocab=29, linear=lin),
                       torch.randn(1, 80, 64))):
         with ShapeRecorder(recorder.recorder_patches()) as rec, torch.no_grad():
