@@ -16,6 +16,8 @@ each from an idle device.
         --quantization int8_w8a8 --out e2e_int8.md     # int8 against its fp16 self
     python benchmarks/e2e.py --workload conformer --batch 8 --frames 1024 --compile \\
         --profile --out e2e_compile.md   # + torch.compile and backend="oasr" arms
+    python benchmarks/e2e.py --workload conformer --batch 8 --frames 1024 --ctc-vocab 5008 \\
+        --out e2e_ctc.md                 # + a CTC head (linear + log-softmax, gemm_log_softmax)
 """
 
 from __future__ import annotations
@@ -35,6 +37,9 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                    help="--model input dims per positional argument (default B,T,80)")
     p.add_argument("--param", dest="params", action="append", default=[],
                    metavar="NAME=VALUE", help="factory keyword argument (JSON value)")
+    p.add_argument("--ctc-vocab", type=int, default=None, metavar="V",
+                   help="add the reference encoder's CTC head over V classes (blank "
+                        "included): --param ctc_vocab=V")
     p.add_argument("--batch", type=int, required=True)
     p.add_argument("--frames", type=int, default=None,
                    help="frames per utterance (default: a fixed-window workload's own)")
@@ -78,6 +83,12 @@ def main(argv: list[str] | None = None) -> int:
         rt = get_runtime()
         workload = find_workload(rt.pm, args.workload, args.model, tuple(args.inputs))
         check_scheme(rt.registry, args.dtype, args.quantization)
+        params = _params(tuple(args.params))
+        if args.ctc_vocab is not None:
+            if args.workload is None:
+                raise OasrError("--ctc-vocab: only a registered --workload has a CTC head "
+                                "option (give --model's factory its own parameter)")
+            params = {**params, "ctc_vocab": args.ctc_vocab}
         frames = args.frames if args.frames is not None else workload.fixed_frames
         if frames is None:
             raise OasrError(f"--frames: workload {workload.name!r} has no fixed window; give "
@@ -87,7 +98,7 @@ def main(argv: list[str] | None = None) -> int:
             graph=args.graph and not args.cpu, eager=args.eager or args.cpu,
             replays=args.replays, iters=args.iters, warmup=args.warmup,
             tolerance=args.tolerance, device="cpu" if args.cpu else "cuda",
-            params=_params(tuple(args.params)), seed=args.seed, compile=args.compile,
+            params=params, seed=args.seed, compile=args.compile,
             profile=args.profile)
         result = run_e2e(workload, options, name=args.workload or args.model)
     except MismatchError as exc:

@@ -168,3 +168,21 @@ def test_benchmarks_e2e_script_writes_markdown_and_json(tmp_path):
                          capture_output=True, text=True, env=env, timeout=120, check=False)
     assert bad.returncode == 2 and bad.stderr.count("\n") == 1
     assert bad.stderr.startswith("e2e: unknown workload 'nope'")
+
+
+def test_benchmarks_e2e_script_adds_the_ctc_head(capsys):
+    """``--ctc-vocab V`` gives the reference encoder its CTC head: one gemm_log_softmax call a
+    forward; a ``--model`` has no such option (one line)."""
+    import importlib.util
+
+    spec = importlib.util.spec_from_file_location("e2e_script", ROOT / "benchmarks" / "e2e.py")
+    script = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(script)
+    assert script.main(["--workload", "conformer", *TINY, "--cpu", "--ctc-vocab", "40"]) == 0
+    text = capsys.readouterr().out
+    assert "parameters ctc_vocab=40, d_model=32" in text
+    assert "gemm/gemm_log_softmax: torch (cpu) x1" in text
+    assert script.main(["--model", "tests.test_e2e_bench:tiny_factory", "--batch", "1",
+                        "--frames", "8", "--cpu", "--ctc-vocab", "40"]) == 2
+    (line,) = capsys.readouterr().err.splitlines()
+    assert line.startswith("e2e: --ctc-vocab: only a registered --workload")
