@@ -18,7 +18,8 @@ LABEL = "back to back (launch overlap credited)"
 @pytest.fixture(scope="module")
 def scripts():
     return {name: script(name) for name in
-            ("graph_timing", "gemm_vs_torch", "scaled_mm_vs_torch", "epilogue_variants")}
+            ("graph_timing", "gemm_vs_torch", "scaled_mm_vs_torch", "epilogue_variants",
+             "gemm_log_softmax_vs_torch")}
 
 
 def _timer():
@@ -80,6 +81,37 @@ def test_gemm_vs_torch_options_and_report_header(scripts):
     assert "separated (separator cost subtracted)" in plain and LABEL not in plain
 
 
+def test_gemm_log_softmax_vs_torch_shapes_rounds_and_report(scripts):
+    mod = scripts["gemm_log_softmax_vs_torch"]
+    args = mod._args([])
+    assert args.back_to_back is False
+    points = mod.shapes(args)
+    assert (5008, 256, 2040, "reference") in points
+    assert {p[3] for p in points} == {"reference", "sweep"}
+    assert all(v % 8 == 0 for v, *_ in points), "every vocabulary is one the kernels take"
+    assert {p[3] for p in mod.shapes(mod._args(["--no-sweep"]))} == {"reference"}
+    assert mod.shapes(mod._args(["--heads", "264x384", "--ms", "7,9"])) == [
+        (264, 384, 7, "given"), (264, 384, 9, "given")]
+    timer = ScriptedTimer({"torch": 0.010, "a": 0.006, "b": 0.007, "c": 0.012},
+                          separator_ms=0.002, launch_ms=0.0)
+    graphs = scripts["graph_timing"].GraphArms(4, timer=timer)
+    for name in ("torch", "a", "b", "c"):
+        graphs.add(name, lambda: None)
+    screen, per_call = mod.time_arms(graphs, "c", mod._args(["--top", "1", "--reps", "3"]),
+                                     random.Random(0))
+    assert set(screen) == {"torch", "a", "b", "c"}
+    assert per_call == pytest.approx({"torch": 10.0, "a": 6.0, "c": 12.0})
+    point = {"V": 5008, "K": 256, "M": 2040, "kind": "reference", "torch_us": 30.0,
+             "best": "a", "best_us": 20.0, "default_us": 40.0,
+             "split_us": {"gemm": 14.0, "rows": 6.0, "addmm": 15.0, "log_softmax": 12.0},
+             "failed": ["b: relative error 1 > 4 x torch's 0.001"]}
+    text = mod.report([point], [scripts["graph_timing"].mode_line(False)], "GPU")
+    assert "| 5008 | 256 | 2040 | 30.00 | a | 20.00 | 1.500 | 0.750 | 14.00 + 6.00 | " \
+        "15.00 + 12.00 |" in text
+    assert "## reference heads (us per call, median, separated" in text
+    assert "geomean torch/best 1.500" in text and "  - b: relative error" in text
+
+
 def test_scaled_mm_vs_torch_options(scripts):
     mod = scripts["scaled_mm_vs_torch"]
     sweep = mod.parse_args(["sweep", "--out", "x.md", "--rounds", "4"])
@@ -104,6 +136,7 @@ def test_run_sh_knows_the_e2e_phases():
     help_text = subprocess.run(["bash", str(run_sh), "--help"], capture_output=True,
                                text=True, check=True).stdout
     assert "e2e-tuned" in help_text and "--e2e-replays N" in help_text
+    assert "gpu-tests-logsoftmax" in help_text and "bench-logsoftmax" in help_text
     bad = subprocess.run(["bash", str(run_sh), "--e2e-replays", "0", "e2e"],
                          capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and "--e2e-replays 0 is not a positive count" in bad.stderr

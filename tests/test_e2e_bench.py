@@ -173,11 +173,9 @@ def test_benchmarks_e2e_script_writes_markdown_and_json(tmp_path):
 def test_benchmarks_e2e_script_adds_the_ctc_head(capsys):
     """``--ctc-vocab V`` gives the reference encoder its CTC head: one gemm_log_softmax call a
     forward; a ``--model`` has no such option (one line)."""
-    import importlib.util
+    from bench_scripts import script as bench_script
 
-    spec = importlib.util.spec_from_file_location("e2e_script", ROOT / "benchmarks" / "e2e.py")
-    script = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(script)
+    script = bench_script("e2e")
     assert script.main(["--workload", "conformer", *TINY, "--cpu", "--ctc-vocab", "40"]) == 0
     text = capsys.readouterr().out
     assert "parameters ctc_vocab=40, d_model=32" in text

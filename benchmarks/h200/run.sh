@@ -14,7 +14,8 @@
 #   gpu-tests        `pytest -m "gpu and not fp8"` of gemm and scaled_mm, the integration tests
 #                    and the build's peak-memory test, every sm90 config (OASR_*_COMPILE_SET=all:
 #                    the whole-space modules of the cache); gemm_residual's are
-#                    gpu-tests-residual, the W8A8 tests' fp8 rows gpu-tests-fp8
+#                    gpu-tests-residual, gemm_log_softmax's gpu-tests-logsoftmax, the W8A8
+#                    tests' fp8 rows gpu-tests-fp8
 #   bench-gemm       benchmarks/gemm_vs_torch.py (--pdl, --bias, --subset, --epilogue)
 #   ncu              Nsight Compute of cuBLAS and oasr kernels at --ncu-shape
 #   bench-scaled-mm  scaled_mm sweep of every tile vs torch, ladder fit, the scaled_mm table
@@ -70,6 +71,16 @@
 #   bench-fp8        the scaled_mm_fp8 table built from the fp8 Conformer censuses with its
 #                    measurement log (what db/sm90/scaled_mm_fp8.json ships), its offline replay
 #                    (--from-log --fresh) cmp'd, then benchmarks/fp8_vs_torch.py served from it
+#   gpu-tests-logsoftmax  `pytest -m gpu` of gemm's op gemm_log_softmax
+#                    (test_gemm_log_softmax_gpu.py): the row log-softmax on each of its paths,
+#                    12 configs (7 sm90_wgmma, 5 sm80_mma) composed with it at V
+#                    1024/5008/32/264 and K 256/512 vs fp32, in place, graphs, the op through
+#                    selection and torch.compile, the counted torch path (V 29/257, refused);
+#                    compiles those 12 units -> one line a test (gpu_tests_logsoftmax.log,
+#                    junit XML beside it; GPU_TESTS_LIMIT, default 400 s)
+#   bench-logsoftmax benchmarks/gemm_log_softmax_vs_torch.py: every sm90 config composed with
+#                    the row log-softmax vs F.linear + log_softmax, separated, at the reference
+#                    CTC heads and a sweep -> h200_gemm_log_softmax.md, .jsonl
 #   gpu-tests-quant  the activation quantizers (the kit's one-pass row quantizer): `pytest -m gpu`
 #                    of both families' quantizer tests, every kernel path against each torch
 #                    definition, and the fused layer norm (tests/test_integration_normed_gpu.py)
@@ -174,7 +185,7 @@ for phase in "${PHASES[@]}"; do
     setup|prebuild|gpu-tests|bench-gemm|ncu|bench-scaled-mm|build-table|build-speed|profile|served|engine|e2e|e2e-tuned) ;;
     gpu-tests-fp8|bench-fp8|gpu-tests-quant|e2e-fp8|conv1d|bench-conv1d|conv2d|e2e-conv2d) ;;
     gpu-tests-residual|distributed|e2e-compile|e2e-compile-tuned|e2e-compile-fp8) ;;
-    heldout-tuned|gpu-tests-families) ;;
+    heldout-tuned|gpu-tests-families|gpu-tests-logsoftmax|bench-logsoftmax) ;;
     *) die "unknown phase $phase (see --help)" ;;
   esac
 done
@@ -333,7 +344,8 @@ phase_gpu_tests() {
     timeout 540 python3 -m pytest -m "gpu and not fp8" plugins/oasr_gemm/tests \
     plugins/oasr_scaled_mm/tests \
     tests/test_integration_autotune_gpu.py tests/test_build_speed_memory_gpu.py -q -p no:cacheprovider \
-    --ignore=plugins/oasr_gemm/tests/test_gemm_residual_gpu.py 2>&1 \
+    --ignore=plugins/oasr_gemm/tests/test_gemm_residual_gpu.py \
+    --ignore=plugins/oasr_gemm/tests/test_gemm_log_softmax_gpu.py 2>&1 \
     | tee "$dir/gpu_tests.log" | tail -12
 }
 
@@ -343,6 +355,29 @@ phase_gpu_tests_residual() {
   OASR_TUNE_SYSTEM_DB=off timeout 540 python3 -m pytest -m gpu \
     plugins/oasr_gemm/tests/test_gemm_residual_gpu.py -q -rs -p no:cacheprovider 2>&1 \
     | tee "$dir/gpu_tests_residual.log" | tail -15
+}
+
+phase_gpu_tests_logsoftmax() {
+  local dir=$1 rc
+  el "GPU tests of gemm_log_softmax: the row log-softmax, both lanes' configs composed with it, the op"
+  OASR_TUNE_SYSTEM_DB=off timeout "${GPU_TESTS_LIMIT:-400}" python3 -m pytest -m gpu \
+    plugins/oasr_gemm/tests/test_gemm_log_softmax_gpu.py -v -rfE --tb=short -p no:cacheprovider \
+    --junitxml="$dir/gpu_tests_logsoftmax.xml" > "$dir/gpu_tests_logsoftmax.log" 2>&1
+  rc=$?
+  echo "  rc=$rc: $(grep -c ' PASSED' "$dir/gpu_tests_logsoftmax.log") passed," \
+    "$(grep -c ' FAILED' "$dir/gpu_tests_logsoftmax.log") failed," \
+    "$(grep -c ' SKIPPED' "$dir/gpu_tests_logsoftmax.log") skipped"
+  grep -E " FAILED|^(FAILED|ERROR) " "$dir/gpu_tests_logsoftmax.log" | head -10
+}
+
+phase_bench_logsoftmax() {
+  local dir=$1
+  el "gemm_log_softmax vs torch: the reference CTC heads and a sweep (separated)"
+  timeout 540 python3 benchmarks/gemm_log_softmax_vs_torch.py --jobs 16 \
+    --out "$dir/h200_gemm_log_softmax.md" > "$dir/bench_log_softmax.log" 2>&1
+  echo "  rc=$?"; grep -E "^- (reference|sweep):" "$dir/h200_gemm_log_softmax.md" 2>/dev/null
+  tail -3 "$dir/bench_log_softmax.log"
+  tidy "$dir"
 }
 
 phase_bench_gemm() {
@@ -674,7 +709,7 @@ phase_heldout_tuned() {
 
 phase_gpu_tests_families() {
   local dir=$1 family rc
-  local -A paths=([gemm]="plugins/oasr_gemm/tests --ignore=plugins/oasr_gemm/tests/test_gemm_residual_gpu.py"
+  local -A paths=([gemm]="plugins/oasr_gemm/tests --ignore=plugins/oasr_gemm/tests/test_gemm_residual_gpu.py --ignore=plugins/oasr_gemm/tests/test_gemm_log_softmax_gpu.py"
                   [conv1d]="plugins/oasr_conv1d/tests" [conv2d]="plugins/oasr_conv2d/tests"
                   [int8]="plugins/oasr_scaled_mm/tests -m 'gpu and not fp8'"
                   [fp8]="plugins/oasr_scaled_mm/tests plugins/oasr_scaled_mm_fp8/tests -m 'gpu and fp8'")
