@@ -13,7 +13,7 @@ from oasr_core.jit.bundles import members_of
 from oasr_core.plugins import make_plugin_manager
 from oasr_core.testing import ScriptedBench
 
-from oasr_gemm import codegen, hooks, jit
+from oasr_gemm import codegen, hooks, jit, log_softmax
 from oasr_gemm import config_space as cs
 
 ARCH = "sm90"
@@ -90,8 +90,11 @@ def test_the_build_compiles_the_production_module_of_its_table(scripted):
                               timer=scripted_timer(rt), options=build.BuildOptions(fill=False),
                               rankers=(), profile=ArchProfile.synthetic(ARCH),
                               compiler=compiler)
-    # The whole space first (what this build measures from), then the production module.
-    whole, production = specs
+    # The whole space first (what this build measures from), then the production module; each
+    # scope with the row log-softmax op gemm_log_softmax launches after a config's GEMM (the
+    # second a cache hit).
+    whole, rows, production, rows_again = specs
+    assert rows == rows_again == log_softmax.spec(ARCH)
     assert whole == jit.full_spec(cs.LANE_SM90, ARCH)
     names = {name for u in production.units for name in members_of(u)}
     assert winner in names, "the config the table names for gemm"
@@ -100,7 +103,7 @@ def test_the_build_compiles_the_production_module_of_its_table(scripted):
                for m in result.messages), result.messages
     # The next process's production spec is the one the build compiled: nothing new.
     runtime.reload()
-    assert lane.jit_specs(ARCH, "production") == [production]
+    assert lane.jit_specs(ARCH, "production") == [production, rows]
     assert f"{lane.default_config}+1" in {u.name for u in production.units}, \
         "the default and its fused-residual variant: one file"
 

@@ -6,7 +6,7 @@ import re
 
 import pytest
 
-from oasr_gemm import codegen, jit
+from oasr_gemm import codegen, jit, log_softmax
 from oasr_gemm import config_space as cs
 
 
@@ -150,9 +150,12 @@ def test_lane_jit_specs_for_oasr_tune_prebuild():
     import oasr_gemm.hooks
 
     lanes = {lane.name: lane for lane in oasr_gemm.hooks.oasr_register_lanes()}
-    (prod,) = lanes[cs.LANE_SM90].jit_specs("sm90", "production")
+    # Each lane's module, then the row log-softmax of op gemm_log_softmax (both scopes).
+    prod, rows = lanes[cs.LANE_SM90].jit_specs("sm90", "production")
     assert {u.name for u in prod.units} == set(jit.production_ids(cs.LANE_SM90, "sm90"))
-    (whole,) = lanes[cs.LANE_SM80].jit_specs("sm86", "all")
+    assert rows == log_softmax.spec("sm90")
+    whole, rows = lanes[cs.LANE_SM80].jit_specs("sm86", "all")
+    assert rows == log_softmax.spec("sm86") and rows.arch == "86"
     assert whole.arch == "86" and len(whole.units) == len(
         cs.units(jit.lane_configs(cs.LANE_SM80, "sm86")))
     assert lanes[cs.LANE_SM90].jit_specs("sm80", "production") == []
