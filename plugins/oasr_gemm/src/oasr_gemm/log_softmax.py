@@ -78,6 +78,18 @@ def _torch() -> Any:
     return torch
 
 
+_stream_of: Any = None
+"""``torch._C._cuda_getCurrentRawStream`` and ``torch._C._cuda_getDevice``, bound on the first
+launch (importing this module imports no torch; a launch then costs no import statement)."""
+_device_now: Any = None
+
+
+def _bind() -> None:
+    global _stream_of, _device_now
+    torch = _torch()
+    _stream_of, _device_now = torch._C._cuda_getCurrentRawStream, torch._C._cuda_getDevice
+
+
 @attrs.define(slots=True, eq=False)
 class LogSoftmaxCall:
     """A gemm config's prepared call (:class:`oasr_core.kit.calls.PreparedCall`, writing the
@@ -105,12 +117,12 @@ class LogSoftmaxCall:
 
     def __call__(self, device: int, a_ptr: int, w_ptr: int, b_ptr: int, d_ptr: int) -> int:
         """Launch both on ``device``'s current stream; the first non-zero status, else 0."""
-        torch = _torch()
-        if torch._C._cuda_getDevice() != device:
-            with torch.cuda.device(device):
+        if _stream_of is None:
+            _bind()
+        if _device_now() != device:
+            with _torch().cuda.device(device):
                 return self(device, a_ptr, w_ptr, b_ptr, d_ptr)
-        return self.launch(device, torch._C._cuda_getCurrentRawStream(device), a_ptr, w_ptr,
-                           b_ptr, d_ptr)
+        return self.launch(device, _stream_of(device), a_ptr, w_ptr, b_ptr, d_ptr)
 
     def launch(self, device: int, stream: int, a_ptr: int, w_ptr: int, b_ptr: int,
                d_ptr: int) -> int:

@@ -11,8 +11,10 @@
 // Numerics: every element is read once into fp32; each thread keeps an online (max, sum of
 // exp(x - max)) pair over its elements, the pairs are merged across the row's threads (warp
 // shuffles, then shared memory across warps), and the output is x - max - log(sum) in fp32,
-// rounded once to the input dtype. A NaN anywhere in a row makes the whole row NaN, as torch's
-// log_softmax does; -inf logits contribute nothing to the sum.
+// rounded once to the input dtype. As torch's log_softmax: a NaN or a +inf anywhere in a row
+// makes the whole row NaN (exp(inf - inf) is NaN), a row of -inf alone is NaN, and other -inf
+// logits contribute nothing to the sum and come out -inf. A NaN rides in the sums: a pair whose
+// max is -inf scales its sum by 0, never replaces it, so 0 * NaN keeps it.
 //
 // Layout: a row belongs to one group of threads -- one warp for n <= 1024 (several rows per
 // CTA), a CTA of 256 threads above. Each thread loads 16-byte vectors of 8 elements. When the
@@ -37,24 +39,27 @@ struct Online {
   float s;  // sum of exp(x - m)
 };
 
+// exp(from - to) for a running sum rescaled from max `from` to max `to` >= from: 0 when `from`
+// is -inf (the sum so far is 0, or NaN, which the product keeps).
+__device__ __forceinline__ float rescale(float from, float to) {
+  return from == -INFINITY ? 0.f : __expf(from - to);
+}
+
 __device__ __forceinline__ Online merge(Online a, Online b) {
-  float m = fmaxf(a.m, b.m);
+  float m = fmaxf(a.m, b.m);  // m is never NaN: push only raises it to a larger x
   if (m == -INFINITY) {
     return {m, a.s + b.s};
   }
-  float sa = a.m == -INFINITY ? 0.f : a.s * __expf(a.m - m);
-  float sb = b.m == -INFINITY ? 0.f : b.s * __expf(b.m - m);
-  return {m, sa + sb};  // a NaN is carried by a sum (push never makes m NaN)
+  return {m, a.s * rescale(a.m, m) + b.s * rescale(b.m, m)};
 }
 
 __device__ __forceinline__ Online push(Online acc, float x) {
   if (x > acc.m) {
-    acc.s = (acc.m == -INFINITY ? 0.f : acc.s * __expf(acc.m - x)) + 1.f;
+    // exp(x - x) is 1, or NaN for x = +inf (torch's inf - inf).
+    acc.s = acc.s * rescale(acc.m, x) + (x == INFINITY ? NAN : 1.f);
     acc.m = x;
-  } else if (x == -INFINITY && acc.m == -INFINITY) {
-    // nothing: exp(-inf) adds zero
-  } else {
-    acc.s += __expf(x - acc.m);  // NaN x (or NaN m) makes the sum NaN
+  } else if (!(x == -INFINITY && acc.m == -INFINITY)) {
+    acc.s += __expf(x - acc.m);  // a NaN x makes the sum NaN; exp(-inf) adds 0
   }
   return acc;
 }
