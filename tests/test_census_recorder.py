@@ -168,6 +168,45 @@ def test_conv1d_through_a_patch_records_exact_points():
     assert gemm_ms == {2 * 1500}
 
 
+def test_an_epilogue_patch_refiles_the_call_whose_output_it_consumes():
+    """A ``consumes`` patch gets the call counted for its input's producer and replaces that
+    count; a producer it declines, a value no recorded call produced, or a producer already
+    taken keep their counts."""
+    def record_linear(x, w, b=None):
+        return Call(family="gemm", op="gemm", dtype="fp32", dims={"N": w.shape[0],
+                                                                  "K": w.shape[1]},
+                    m=x.numel() // w.shape[1])
+
+    def record_relu(producer, x, inplace=False):
+        seen.append(producer)
+        if producer is None or producer.op != "gemm":
+            return None
+        return Call(family="gemm", op="gemm_relu", dtype=producer.dtype, dims=producer.dims,
+                    m=producer.m)
+
+    seen: list = []
+    patches = [RecorderPatch(family="gemm", target="torch.nn.functional:linear",
+                             record=record_linear),
+               RecorderPatch(family="gemm", target="torch.nn.functional:relu",
+                             record=record_relu, consumes=True)]
+    x, w = torch.randn(4, 8), torch.randn(16, 8)
+    with ShapeRecorder(patches) as rec:
+        F.relu(F.linear(x, w))          # one fused call
+        y = F.linear(x, w)
+        F.relu(y + 1)                   # not the linear's output
+        F.relu(torch.randn(3))          # no producer
+        F.relu(F.linear(x[:2], w))      # another M: its own call, fused
+        taken = F.linear(x, w)
+        counted = rec.take()
+        F.relu(taken)                   # its producer's count was taken: nothing to refile
+    assert {(c.op, c.m): n for c, n in counted.items()} == {("gemm_relu", 4): 1,
+                                                            ("gemm", 4): 2,
+                                                            ("gemm_relu", 2): 1}
+    assert not rec.counts
+    assert [c.op if c else None for c in seen] == ["gemm", None, None, "gemm", "gemm"]
+    assert not rec._produced, "the outputs' entries end with the recording"
+
+
 def test_a_broken_record_function_warns_once_or_raises_when_strict():
     def broken(input, weight, bias=None):
         raise RuntimeError("boom")

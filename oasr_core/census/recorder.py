@@ -48,6 +48,7 @@ import sys
 import threading
 import types
 import warnings
+import weakref
 from collections import Counter
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
@@ -339,8 +340,6 @@ class ShapeRecorder:
         epilogue patch; nothing when no patch consumes, or the call counted other than one)."""
         if not self._consumed or len(counted) != 1:
             return
-        import weakref
-
         key = id(output)
         try:
             ref = weakref.ref(output, lambda _r, k=key, d=self._produced: d.pop(k, None))
