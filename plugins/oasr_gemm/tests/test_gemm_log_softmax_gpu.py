@@ -76,6 +76,10 @@ DTYPES = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 @pytest.fixture(scope="session")
 def rows_fn():
+    """The row log-softmax for this GPU's arch (compiled here, seconds, or a cache hit)."""
+    from oasr_core import jit as core_jit
+
+    core_jit.prebuild([log_softmax.spec(_arch())], jobs=1)
     fn = log_softmax.KERNEL.get(_arch())
     if fn is None:
         pytest.fail(f"the row log-softmax did not build or load for {_arch()}")
@@ -245,8 +249,10 @@ def head_tier(tmp_path, monkeypatch, kernels):
     from oasr_core import jit as core_jit
 
     default = cs.config(lane_name, cs.DEFAULTS[lane_name])
-    module = core_jit.load(jit.module_spec(lane_name, arch, [default],
-                                           name=f"{jit.MODULE_PREFIX[lane_name]}_lsm_default"))
+    spec = jit.module_spec(lane_name, arch, [default],
+                           name=f"{jit.MODULE_PREFIX[lane_name]}_lsm_default")
+    core_jit.prebuild([spec], jobs=os.cpu_count())
+    module = core_jit.load(spec, build_missing=False)
     launch.install_library(lane_name, arch, {default.id: launch.Kernel.bind(module, default)})
     yield
     launch.forget_libraries()
