@@ -185,7 +185,7 @@ def _launcher(prepared, ptrs, out, dev):
     import torch
 
     return lambda p=prepared, q=ptrs, o=out: p.launch(
-        *q, dev, torch._C._cuda_getCurrentRawStream(dev))
+        dev, torch._C._cuda_getCurrentRawStream(dev), *q)
 
 
 def _eager(n, k, m, dtype, back_to_back, calls=200):

@@ -81,6 +81,23 @@ def test_gemm_vs_torch_options_and_report_header(scripts):
     assert "separated (separator cost subtracted)" in plain and LABEL not in plain
 
 
+def test_gemm_vs_torch_launches_a_prepared_call_with_device_and_stream_first(scripts,
+                                                                            monkeypatch):
+    import torch
+
+    calls = []
+
+    class Prepared:
+        def launch(self, device, stream, *operands):
+            calls.append((device, stream, operands))
+            return 0
+
+    monkeypatch.setattr(torch._C, "_cuda_getCurrentRawStream", lambda dev: 70 + dev,
+                        raising=False)
+    assert scripts["gemm_vs_torch"]._launcher(Prepared(), (16, 32, 0, 48), None, 1)() == 0
+    assert calls == [(1, 71, (16, 32, 0, 48))]
+
+
 def test_gemm_log_softmax_vs_torch_shapes_rounds_and_report(scripts):
     mod = scripts["gemm_log_softmax_vs_torch"]
     args = mod._args([])
