@@ -380,3 +380,15 @@ def test_a_compile_census_records_the_head_op():
     ((call, count),) = calls.items()
     assert (call.label, call.m, count) == (f"gemm|op={OP}|dt=bf16|N=1024|K=256", 120, 1)
     assert call.elements == 120 * 256 + 1024 * 256 + 3 * 120 * 1024
+
+
+def test_a_compile_census_of_the_reference_conformer_records_its_ctc_head():
+    from oasr_core.census.models import ConformerEncoder
+    from oasr_core.census.probe import compiled_calls
+
+    model = ConformerEncoder(layers=1, ctc_vocab=264).eval()
+    with torch.no_grad():
+        calls = compiled_calls(model, (torch.randn(2, 64, 80),), "bf16")
+    heads = {(c.label, c.m): n for c, n in calls.items() if c.op == OP}
+    assert heads == {(f"gemm|op={OP}|dt=bf16|N=264|K=256", 2 * 15): 1}
+    assert not any(dict(c.dims).get("N") == 264 for c in calls if c.op != OP)
