@@ -111,3 +111,44 @@ def test_the_build_compiles_the_production_module_of_its_table(scripted):
 def scripted_timer(rt):
     family = rt.registry.family(cs.FAMILY)
     return family.make_bench.__self__.timer
+
+
+def test_a_ctc_head_census_builds_an_entry_the_op_serves(scripted, monkeypatch):
+    """Census -> build -> table -> production set -> plan, for op gemm_log_softmax: the
+    build keys the head's signature under its op, the production module links the config it
+    names (the config's own GEMM unit: the op has none of its own), and after the reload the
+    op's plan is that config's GEMM composed with the row log-softmax."""
+    import torch
+    from oasr_core.testing import pretend_cuda_device
+
+    from oasr_gemm import launch, ops
+
+    rt, winner, out = scripted
+    family = rt.registry.family(cs.FAMILY)
+    lane = rt.registry.lane(cs.LANE_SM90)
+    census = build.census_from_widths(family, "5008,256", "64,512", op=cs.LOG_SOFTMAX_OP)
+    specs = []
+
+    def compiler(spec, priority, on_unit):
+        specs.append(spec)
+        units = {u.name: _Unit(BuildStatus.BUILT) for u in spec.units}
+        for name, unit in units.items():
+            on_unit(name, unit)
+        return _Report(units)
+
+    build.build_live(census, family=family, lane=lane, arch=ARCH, out=out,
+                     timer=scripted_timer(rt), options=build.BuildOptions(fill=False),
+                     rankers=(), profile=ArchProfile.synthetic(ARCH), compiler=compiler)
+    runtime.reload()
+    tiers = rt.tiers(family, ARCH)
+    ((key, entry),) = tiers.user.entries.items()
+    assert key == f"gemm|op={cs.LOG_SOFTMAX_OP}|dt=half|N=5008|K=256"
+    assert winner in entry.choices()
+    production = specs[2]
+    assert winner in {name for u in production.units for name in members_of(u)}
+    pretend_cuda_device()
+    launch.install_library(cs.LANE_SM90, ARCH, {
+        c.id: launch.Kernel(c, lambda *a: 0, lambda *a: 0) for c in cs.space(cs.LANE_SM90)})
+    monkeypatch.setattr(log_softmax.KERNEL, "get", lambda arch: lambda *args: 0)
+    plan = ops._plan((cs.LOG_SOFTMAX_OP, None, torch.float16, 5008, 256, 64, 0))
+    assert isinstance(plan, log_softmax.LogSoftmaxCall) and plan.config.id == winner
