@@ -1,0 +1,31 @@
+"""oasr_recurrent: the recurrent family of oasr (one LSTM step) and its lane.
+
+``oasr_recurrent.lstm_step(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None)`` is one step of one
+LSTM layer, exactly ``torch.lstm_cell``: ``x (B, I)``, ``h, c (B, H)`` in, ``(h1, c1)``
+out. On CUDA in fp16/bf16 one kernel launch computes the four gates of every hidden unit and
+the pointwise update (fp32 math). ``oasr_recurrent.lstm_layer_step(lstm, x_t, state)`` runs an
+``nn.LSTM`` one token step through it (the RNN-T prediction network while decoding). Each call
+shape resolves once per tuning epoch, through ``oasr_core.select``, to a config of the
+device's lane or to torch (every shape no tuning entry covers).
+
+Importing this package is cheap: it imports no torch and compiles nothing; the ops module
+loads on first attribute access.
+"""
+
+from __future__ import annotations
+
+from oasr_core.kit.lazy import lazy_attributes
+
+__version__ = "0.1.0"
+
+_OPS = {"lstm_step", "stats", "reset_stats"}
+_LAYER = {"lstm_layer_step"}
+
+__all__ = ["__version__", *sorted(_OPS | _LAYER)]
+
+_from_ops = lazy_attributes(__name__, "ops", _OPS)
+_from_layer = lazy_attributes(__name__, "layer", _LAYER)
+
+
+def __getattr__(name: str):
+    return (_from_layer if name in _LAYER else _from_ops)(name)

@@ -1,0 +1,171 @@
+"""The recurrent family's op, eager and as a torch custom op.
+
+``lstm_step(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None) -> (h1, c1)`` is one step of one LSTM
+layer, ``torch.lstm_cell``'s semantics: ``x (B, I)``, ``h, c (B, H)``, ``w_ih (4H, I)``,
+``w_hh (4H, H)``, biases ``(4H,)`` or None; gates ``x w_ih^T + b_ih + h w_hh^T + b_hh``
+chunked i, f, g, o; ``c1 = sigmoid(f) c + sigmoid(i) tanh(g)``, ``h1 = sigmoid(o) tanh(c1)``.
+Arguments whose sizes disagree raise one ``ValueError`` line naming the argument.
+
+A call shape resolves once per tuning epoch through ``oasr_core.select("recurrent",
+"lstm_step", dtype, (I, H), B)``; the plan (a prepared launcher, or the torch path) is
+memoised per (dtype, B, I, H, device) by the kit's :class:`~oasr_core.kit.Serving`
+(:data:`oasr_recurrent.launch.SERVING`). A served step is one kernel launch writing fresh
+``h1`` and ``c1``.
+
+The torch path is ``torch.lstm_cell``. It serves what the kernels do not take (CPU tensors,
+fp32, unbatched inputs, mixed dtypes or devices, non-contiguous or misaligned tensors, widths
+not a multiple of 8, autograd) and every shape no tuning entry covers (``Family.untuned`` is
+torch: never slower than not installing oasr), counted by reason (:func:`stats`); a module
+that cannot be built, or a launcher that refuses, is warned about once per epoch and torch
+serves: slower, never wrong.
+
+``torch.ops.oasr.lstm_step`` is the same op registered with ``torch.library`` (with a fake
+implementation), so it traces under ``torch.compile`` and runs in CUDA graphs; the Python
+function routes to it while compiling.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from oasr_core.kit import TORCH
+from oasr_core.kit.ops import HALF_DTYPES, custom_op, resolve, torch_path
+from oasr_core.runtime import device_arch_of
+
+from oasr_recurrent.launch import SERVING, status_text
+from oasr_recurrent.numerics import torch_step
+from oasr_recurrent.ops_names import FAMILY, GATES
+from oasr_recurrent.space import VECTOR
+
+__all__ = ["lstm_step", "stats", "reset_stats", "clear_memo", "check_arguments"]
+
+_compiling = torch.compiler.is_compiling
+_grad_enabled = torch.is_grad_enabled
+_PLANS = SERVING.plans
+stats, reset_stats, clear_memo = SERVING.stats, SERVING.reset_stats, SERVING.clear
+_torch_path = torch_path(SERVING, torch_step)
+"""``_torch_path(reason, x, h, c, w_ih, w_hh, b_ih, b_hh)``: ``torch.lstm_cell``, counted."""
+
+
+def lstm_step(x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w_ih: torch.Tensor,
+              w_hh: torch.Tensor, b_ih: torch.Tensor | None = None,
+              b_hh: torch.Tensor | None = None) -> tuple[torch.Tensor, torch.Tensor]:
+    """One LSTM step: ``(h1, c1)`` (see the module docstring)."""
+    if _compiling():
+        return torch.ops.oasr.lstm_step(x, h, c, w_ih, w_hh, b_ih, b_hh)
+    return _run(x, h, c, w_ih, w_hh, b_ih, b_hh)
+
+
+def _shape(t: Any) -> tuple[int, ...]:
+    return tuple(t.shape)
+
+
+def check_arguments(x: Any, h: Any, c: Any, w_ih: Any, w_hh: Any, b_ih: Any,
+                    b_hh: Any) -> None:
+    """Raise one ``ValueError`` line naming the first argument whose size disagrees with
+    ``x (B, I)`` / ``h (B, H)`` (or unbatched ``(I,)`` / ``(H,)``)."""
+    where = "oasr_recurrent.lstm_step"
+    for name, t in (("x", x), ("h", h), ("c", c), ("w_ih", w_ih), ("w_hh", w_hh)):
+        if not isinstance(t, torch.Tensor):
+            raise ValueError(f"{where}: {name} must be a tensor; got {type(t).__name__}")
+    if x.dim() not in (1, 2) or h.dim() != x.dim():
+        raise ValueError(f"{where}: x and h must both be (B, I) and (B, H), or unbatched (I,) "
+                         f"and (H,); got x {_shape(x)} and h {_shape(h)}")
+    hidden, input_size = h.shape[-1], x.shape[-1]
+    if x.dim() == 2 and x.shape[0] != h.shape[0]:
+        raise ValueError(f"{where}: x {_shape(x)} and h {_shape(h)} disagree on the batch")
+    expected = (("c", c, _shape(h)), ("w_ih", w_ih, (GATES * hidden, input_size)),
+                ("w_hh", w_hh, (GATES * hidden, hidden)),
+                ("b_ih", b_ih, (GATES * hidden,)), ("b_hh", b_hh, (GATES * hidden,)))
+    for name, t, shape in expected:
+        if t is not None and (not isinstance(t, torch.Tensor) or _shape(t) != shape):
+            got = _shape(t) if isinstance(t, torch.Tensor) else type(t).__name__
+            raise ValueError(f"{where}: {name} must be of shape {shape} for I={input_size} "
+                             f"H={hidden}; got {got}")
+
+
+def _unsupported(x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w_ih: torch.Tensor,
+                 w_hh: torch.Tensor, b_ih: torch.Tensor | None,
+                 b_hh: torch.Tensor | None) -> str | None:
+    """Why the kernels cannot take these operands (None: they can), as the torch path's
+    reason. ``x`` is on a CUDA device and 2-D (the caller checked)."""
+    dtype = x.dtype
+    if dtype not in HALF_DTYPES:
+        return "dtype"
+    operands = (h, c, w_ih, w_hh) + tuple(b for b in (b_ih, b_hh) if b is not None)
+    dev = x.get_device()
+    for t in operands:
+        if t.dtype != dtype:
+            return "dtype"
+        if t.get_device() != dev:
+            return "device"
+    if not all(t.is_contiguous() for t in (x, *operands)):
+        return "noncontiguous"
+    if x.shape[1] % VECTOR or h.shape[1] % VECTOR:
+        return "unaligned"
+    if (x.data_ptr() | h.data_ptr() | w_ih.data_ptr() | w_hh.data_ptr()) & 15:
+        return "misaligned"
+    if _grad_enabled() and any(t.requires_grad for t in (x, *operands)):
+        return "autograd"
+    return None
+
+
+def _run(x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w_ih: torch.Tensor,
+         w_hh: torch.Tensor, b_ih: torch.Tensor | None,
+         b_hh: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
+    check_arguments(x, h, c, w_ih, w_hh, b_ih, b_hh)
+    dev = x.get_device()
+    if dev < 0:
+        return _torch_path("cpu", x, h, c, w_ih, w_hh, b_ih, b_hh)
+    if x.dim() != 2:
+        return _torch_path("unbatched", x, h, c, w_ih, w_hh, b_ih, b_hh)
+    batch, input_size = x.shape
+    hidden = h.shape[1]
+    key = (x.dtype, batch, input_size, hidden, dev)
+    plan = _PLANS.table.get(key)
+    if plan is TORCH:
+        return _torch_path("selected", x, h, c, w_ih, w_hh, b_ih, b_hh)
+    reason = _unsupported(x, h, c, w_ih, w_hh, b_ih, b_hh)
+    if reason is not None:
+        return _torch_path(reason, x, h, c, w_ih, w_hh, b_ih, b_hh)
+    if plan is None:
+        plan = resolve(dev, _plan, key)
+        if plan is TORCH:
+            return _torch_path("selected", x, h, c, w_ih, w_hh, b_ih, b_hh)
+    h1, c1 = plan.output(x, hidden), plan.output(x, hidden)
+    status = plan(dev, x.data_ptr(), h.data_ptr(), c.data_ptr(), w_ih.data_ptr(),
+                  w_hh.data_ptr(), 0 if b_ih is None else b_ih.data_ptr(),
+                  0 if b_hh is None else b_hh.data_ptr(), h1.data_ptr(), c1.data_ptr())
+    if status:
+        return _torch_path.refused(key, plan.config, status_text(status),
+                                   f"op=lstm_step B={batch} I={input_size} H={hidden}",
+                                   x, h, c, w_ih, w_hh, b_ih, b_hh)
+    return h1, c1
+
+
+def _plan(key: tuple) -> Any:
+    """Resolve one call shape: select a config, bind its launcher, prepare the call (the
+    miss path, :func:`oasr_core.kit.ops.resolve`)."""
+    import oasr_core
+
+    tdtype, batch, input_size, hidden, dev = key
+    dtype, arch = HALF_DTYPES[tdtype], device_arch_of(dev)
+    return SERVING.plan(
+        key, arch,
+        select=lambda: oasr_core.select(FAMILY, "lstm_step", dtype, (input_size, hidden),
+                                        batch, arch).config,
+        kernel_key=lambda config: config.id,
+        prepare=lambda kernel: kernel.prepare(batch, input_size, hidden, dtype),
+        what=f"op=lstm_step {dtype} I={input_size} H={hidden}")
+
+
+def _fake(x, h, c, w_ih, w_hh, b_ih, b_hh):
+    return h.new_empty(h.shape), c.new_empty(c.shape)
+
+
+_lstm_step_op = custom_op(
+    "lstm_step",
+    "(Tensor x, Tensor h, Tensor c, Tensor w_ih, Tensor w_hh, Tensor? b_ih, Tensor? b_hh) "
+    "-> (Tensor, Tensor)",
+    _run, _fake)
