@@ -347,9 +347,9 @@ def oasr_layer(kind: str, dtype: str, quantization: str) -> Callable[..., Tensor
 
     **When:** the core calls this when ``oasr tune census`` (or the end-to-end benchmark)
     builds one of its reference workloads, once per layer kind and model build, before any
-    probe; and when :func:`oasr_core.route` routes a model's layers (``"Conv1d"``, and with
-    a scheme ``"LayerNorm"`` for a norm whose output only the routed quantized linears
-    read). ``kind`` is the class name of the torch module the model holds (``"Conv1d"``:
+    probe; and when :func:`oasr_core.route` routes a model's layers (``"Conv1d"``,
+    ``"LSTM"``, and with a scheme ``"LayerNorm"`` for a norm whose output only the routed
+    quantized linears read). ``kind`` is the class name of the torch module the model holds (``"Conv1d"``:
     the Conformer's depthwise convolution, the Whisper front end's two convolutions); linear
     layers are :func:`oasr_linear`'s. The core names no family here: a plugin whose family
     computes that kind of layer answers for it.
@@ -357,7 +357,8 @@ def oasr_layer(kind: str, dtype: str, quantization: str) -> Callable[..., Tensor
     :param kind: the torch module class name (``"Conv1d"``; ``"Conv2d"``: the Conformer's
         subsampling convs, on NHWC ``(B, H, W, C)`` data, when the model is built with
         ``conv2d_frontend``; ``"LayerNorm"``: a pre-norm block's norm, whose output the
-        model hands to linear layers only).
+        model hands to linear layers only; ``"LSTM"``: asked by :func:`oasr_core.route` only,
+        whose answer carries the routed module's ``forward``, :data:`oasr_core.layers.Layer`).
     :param dtype: the deployment's activation dtype as ``--dtype`` spells it (``"fp16"``).
     :param quantization: the model's scheme (``"none"``, ``"int8_w8a8"``, ...). A scheme
         quantizes only the layers its family lists; when no plugin answers for the scheme,

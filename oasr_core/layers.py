@@ -42,7 +42,10 @@ Layer = Callable[..., Any]
 """``(x, layer, activation=None) -> activation(layer(x))`` channels-last, for a layer kind
 other than linear (the answer of ``oasr_layer``). A ``Conv1d`` answer may also carry
 ``channels_first``, ``(layer, x) -> layer(x)`` on torch's layout ``[B, C, T]`` in and
-out: :func:`oasr_core.route` binds it as a routed module's forward."""
+out: :func:`oasr_core.route` binds it as a routed module's forward. An ``LSTM`` answer
+(``x`` and the output are the module's own input and output sequence) carries ``forward``,
+``(layer, input, hx=None) -> layer(input, hx)``, which :func:`oasr_core.route` binds as a
+routed ``nn.LSTM``'s forward, and may carry ``torch_only`` as a linear answer does."""
 
 ACTIVATIONS = ("relu", "gelu", "silu")
 """The activations a reference model puts after a layer, by name (torch's functions of the

@@ -142,7 +142,8 @@ def test_a_batched_exact_point_is_kept_and_a_bad_point_is_one_line(tmp_path):
 
 
 def test_the_census_keeps_exact_points_only_for_a_fixed_window_workload():
-    conformer, whisper = builtin_workloads()
+    workloads = {w.name: w for w in builtin_workloads()}
+    conformer, whisper = workloads["conformer"], workloads["whisper_encoder"]
     calls = {Call(family="conv1d", op="conv1d", dtype="fp16", dims={"C": 8}, m=128,
                   point="2x64"): 3,
              Call(family="conv1d", op="conv1d", dtype="fp16", dims={"C": 8}, m=128,

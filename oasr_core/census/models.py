@@ -1,4 +1,5 @@
-"""The census's reference encoders, in pure torch: a Conformer and a Whisper-style encoder.
+"""The census's reference models, in pure torch: a Conformer and a Whisper-style encoder, and
+an RNN-T prediction network (:class:`RnntPredictor`) as a transducer decoder steps it.
 
 Shapes, not numbers, are what the census needs, so weights are random (or absent: the census
 builds these on the meta device). Every linear layer of :class:`GemmOps` (projections,
@@ -452,3 +453,34 @@ class WhisperEncoder(nn.Module):
             x = block(x)
         x = self.ln_post(x)
         return x if self.head is None else self.head(x)
+
+
+class RnntPredictor(nn.Module):
+    """An RNN-T (transducer) prediction network as a decoder runs it: one token step of ``B``
+    hypotheses.
+
+    The last token of each hypothesis through an embedding (``vocab`` x ``embed_dim``), an
+    ``nn.LSTM`` (``embed_dim`` -> ``hidden``, ``layers``, batch first) over that one step from
+    a zero state, and the projection to the joint network's width (``joint_dim``; a served
+    linear, :class:`GemmOps`). The input is ``[B, T]`` (what the census feeds, placeholders):
+    each row's token is the integer part of its last column modulo the vocabulary, so any
+    ``T`` is one decoding step at batch ``B``. The LSTM is torch's module, called with a
+    sequence of one step (what :func:`oasr_core.route` serves through a recurrent family and
+    what its recorder keys as one LSTM step per layer); ``served`` is accepted for the
+    reference factory's protocol and not read.
+    """
+
+    def __init__(self, *, vocab: int = 1024, embed_dim: int = 640, hidden: int = 640,
+                 layers: int = 1, joint_dim: int = 640, linear: Linear | None = None,
+                 served: Mapping[str, Layer] | None = None) -> None:
+        super().__init__()
+        self.ops = GemmOps(linear, served)
+        self.vocab = vocab
+        self.embed = nn.Embedding(vocab, embed_dim)
+        self.lstm = nn.LSTM(embed_dim, hidden, layers, batch_first=True)
+        self.proj = nn.Linear(hidden, joint_dim)
+
+    def forward(self, labels: torch.Tensor) -> torch.Tensor:
+        tokens = labels[:, -1:].long().remainder(self.vocab)
+        y, _state = self.lstm(self.embed(tokens))
+        return self.ops.linear(y, self.proj)

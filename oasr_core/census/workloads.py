@@ -3,8 +3,8 @@
 A :class:`Workload` says how to build a torch module (a factory and its default keyword
 parameters), what its inputs look like (``"B,T,80"``: batch, frames, 80 features), whether
 its front end has a fixed window (Whisper's 3000 frames) and how many input frames a streaming
-chunk of ``C`` encoder frames takes. The core ships two reference workloads, ``conformer`` and
-``whisper_encoder`` (:mod:`oasr_core.census.models`); :func:`collect_workloads` adds them to
+chunk of ``C`` encoder frames takes. The core ships its reference workloads (``conformer``,
+``whisper_encoder`` and two RNN-T prediction networks, :mod:`oasr_core.census.models`); :func:`collect_workloads` adds them to
 whatever the installed plugins register (the core does not register a plugin of its own for
 them, so they are listed whatever plugins are blocked). A reference workload runs its linear
 layers through the linear a plugin serves for the census's dtype and quantization
@@ -187,8 +187,16 @@ def _conformer_chunk_frames(chunk: int) -> int:
     return 4 * chunk + 3
 
 
+def _one_step(_chunk: int) -> int:
+    return 1
+
+
 def builtin_workloads(pm: Any = None) -> tuple[Workload, ...]:
-    """The core's reference workloads: ``conformer`` and ``whisper_encoder``.
+    """The core's reference workloads: ``conformer``, ``whisper_encoder``, and the transducer
+    prediction networks ``rnnt_predictor`` (the reference Conformer's: vocabulary 1024, one
+    LSTM layer of 640) and ``rnnt_predictor_2x320`` (two layers of 320), one decoding step of
+    ``B`` hypotheses per probe (census them with ``--service-mode streaming`` and the
+    decoder's batch sizes as cohort widths, ``--ladder 1,4,16,64``).
 
     ``pm`` is the plugin manager their factories ask for the linear of a dtype and
     quantization (``oasr_linear``; without one, their linears are torch's and only
@@ -209,6 +217,20 @@ def builtin_workloads(pm: Any = None) -> tuple[Workload, ...]:
                  fixed_frames=3000, streaming=False, dtype_param="dtype",
                  description="Whisper base encoder: conv1d front end on 80 mel x 3000 frames, "
                              "d 512, 8 heads, FFN 2048, 6 layers"),
+        Workload(name="rnnt_predictor", factory=ReferenceFactory("RnntPredictor", pm),
+                 inputs=("B,T",),
+                 params={"vocab": 1024, "embed_dim": 640, "hidden": 640, "layers": 1,
+                         "joint_dim": 640},
+                 chunk_frames=_one_step, dtype_param="dtype",
+                 description="RNN-T prediction network of the reference Conformer: vocabulary "
+                             "1024, embedding 640, LSTM 1 x 640, joint 640; one decoding step"),
+        Workload(name="rnnt_predictor_2x320", factory=ReferenceFactory("RnntPredictor", pm),
+                 inputs=("B,T",),
+                 params={"vocab": 1024, "embed_dim": 320, "hidden": 320, "layers": 2,
+                         "joint_dim": 320},
+                 chunk_frames=_one_step, dtype_param="dtype",
+                 description="RNN-T prediction network: vocabulary 1024, embedding 320, LSTM "
+                             "2 x 320, joint 320; one decoding step"),
     )
 
 
