@@ -13,7 +13,7 @@ memoised per (dtype, B, I, H, device) by the kit's :class:`~oasr_core.kit.Servin
 ``h1`` and ``c1``.
 
 The torch path is ``torch.lstm_cell``. It serves what the kernels do not take (CPU tensors,
-fp32, unbatched inputs, mixed dtypes or devices, non-contiguous or misaligned tensors, widths
+fp32, mixed dtypes or devices, non-contiguous or misaligned tensors, widths
 not a multiple of 8, autograd) and every shape no tuning entry covers (``Family.untuned`` is
 torch: never slower than not installing oasr), counted by reason (:func:`stats`); a module
 that cannot be built, or a launcher that refuses, is warned about once per epoch and torch
@@ -64,16 +64,16 @@ def _shape(t: Any) -> tuple[int, ...]:
 def check_arguments(x: Any, h: Any, c: Any, w_ih: Any, w_hh: Any, b_ih: Any,
                     b_hh: Any) -> None:
     """Raise one ``ValueError`` line naming the first argument whose size disagrees with
-    ``x (B, I)`` / ``h (B, H)`` (or unbatched ``(I,)`` / ``(H,)``)."""
+    ``x (B, I)`` / ``h (B, H)`` (``torch.lstm_cell`` takes batched operands only)."""
     where = "oasr_recurrent.lstm_step"
     for name, t in (("x", x), ("h", h), ("c", c), ("w_ih", w_ih), ("w_hh", w_hh)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{where}: {name} must be a tensor; got {type(t).__name__}")
-    if x.dim() not in (1, 2) or h.dim() != x.dim():
-        raise ValueError(f"{where}: x and h must both be (B, I) and (B, H), or unbatched (I,) "
-                         f"and (H,); got x {_shape(x)} and h {_shape(h)}")
-    hidden, input_size = h.shape[-1], x.shape[-1]
-    if x.dim() == 2 and x.shape[0] != h.shape[0]:
+    if x.dim() != 2 or h.dim() != 2:
+        raise ValueError(f"{where}: x and h must be (B, I) and (B, H); got x {_shape(x)} and "
+                         f"h {_shape(h)}")
+    hidden, input_size = h.shape[1], x.shape[1]
+    if x.shape[0] != h.shape[0]:
         raise ValueError(f"{where}: x {_shape(x)} and h {_shape(h)} disagree on the batch")
     expected = (("c", c, _shape(h)), ("w_ih", w_ih, (GATES * hidden, input_size)),
                 ("w_hh", w_hh, (GATES * hidden, hidden)),
@@ -89,7 +89,7 @@ def _unsupported(x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w_ih: torch.
                  w_hh: torch.Tensor, b_ih: torch.Tensor | None,
                  b_hh: torch.Tensor | None) -> str | None:
     """Why the kernels cannot take these operands (None: they can), as the torch path's
-    reason. ``x`` is on a CUDA device and 2-D (the caller checked)."""
+    reason. ``x`` is on a CUDA device (the caller checked)."""
     dtype = x.dtype
     if dtype not in HALF_DTYPES:
         return "dtype"
@@ -118,8 +118,6 @@ def _run(x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w_ih: torch.Tensor,
     dev = x.get_device()
     if dev < 0:
         return _torch_path("cpu", x, h, c, w_ih, w_hh, b_ih, b_hh)
-    if x.dim() != 2:
-        return _torch_path("unbatched", x, h, c, w_ih, w_hh, b_ih, b_hh)
     batch, input_size = x.shape
     hidden = h.shape[1]
     key = (x.dtype, batch, input_size, hidden, dev)
