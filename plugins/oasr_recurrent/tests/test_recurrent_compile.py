@@ -1,0 +1,67 @@
+"""Real nvcc compiles of the lane's units on a machine without a GPU (opt-in: ``-m compile``;
+a few seconds per unit): configs of every kind (one row per CTA, a K split, many rows) link
+into a module exporting only their launchers, and the C ABI refuses what it must without a
+device."""
+
+from __future__ import annotations
+
+import ctypes
+
+import pytest
+from oasr_core import jit as core_jit
+from oasr_core.jit import BuildStatus
+from oasr_core.testing import exported_symbols, prebuilt_module
+
+from oasr_recurrent import jit, lanes
+from oasr_recurrent.launch import Kernel, call_args
+from oasr_recurrent.ops_names import LANE
+
+pytestmark = pytest.mark.compile
+
+KINDS = ("u4_r4_t128_s1", "u1_r1_t128_s4", "u8_r16_t256_s1")
+"""The lane default, a K split over all four warps, the widest batch tile."""
+
+
+@pytest.fixture(scope="module")
+def built(tmp_path_factory):
+    configs = [lanes.config(LANE, cid) for cid in KINDS]
+    for spec, report in prebuilt_module(tmp_path_factory, lambda: jit.MODULES.module_spec(
+            LANE, "sm90", configs, name="recurrent_compile_test", dtypes=("fp16",))):
+        yield configs, spec, report
+
+
+def test_the_units_compile_and_export_only_their_launchers(built):
+    configs, _spec, report = built
+    assert report.status is BuildStatus.BUILT, (report.error, dict(report.failed))
+    assert exported_symbols(report.path) == {
+        s for c in configs for s in (lanes.symbol(c), lanes.symbol(c) + "_workspace")}
+
+
+def test_the_c_abi_refuses_without_a_gpu(built):
+    import torch
+
+    configs, spec, _report = built
+    module = core_jit.load(spec, build_missing=False)
+    nulls = (0,) * 10
+    for config in configs:
+        kernel = Kernel.bind(module, config)
+        call = call_args(16, 640, 640, "fp16")
+        pointers = (16, 16, 16, 16, 16, 0, 0, 16, 16)  # aligned, never dereferenced
+        if not torch.cuda.is_available():
+            status = kernel.fn(ctypes.addressof(call), *pointers, 0)
+            assert core_jit.kit.STATUS[status] == "no CUDA device", config.id
+        assert kernel.fn(ctypes.addressof(call), *nulls) == 2, "null operands"
+        assert kernel.fn(0, *nulls) == 2, "no call record"
+        misaligned = (18, 16, 16, 16, 16, 0, 0, 16, 16)
+        assert kernel.fn(ctypes.addressof(call), *misaligned, 0) == 2
+        call.k = 644  # I not a multiple of 8
+        assert kernel.fn(ctypes.addressof(call), *pointers, 0) == 2
+        call = call_args(16, 640, 640, "bf16")  # not compiled into this module
+        assert kernel.fn(ctypes.addressof(call), *pointers, 0) == 1
+        assert kernel.workspace_fn(16, 640, 640, 0) == 0
+        assert kernel.workspace_fn(16, 640, 640, 1) == -1
+        assert kernel.workspace_fn(16, 644, 640, 0) == -1
+        assert kernel.workspace_fn(0, 640, 640, 0) == -1
+        rows = config.params["rows"]
+        wide = kernel.workspace_fn(64, 4096, 4096, 0)
+        assert wide == (0 if rows * 8192 * 2 <= 96 * 1024 else -1), config.id
