@@ -1,0 +1,177 @@
+"""GPU tests of the recurrent lane (run on the H200 with ``pytest -m gpu``).
+
+Every config that runs on this device (the lane's whole-space module) runs one LSTM step at
+the prediction networks' widths (I, H) in {(320, 320), (640, 640), (640, 1024), (256, 320)}
+and batches {1, 3, 16, 64}, both dtypes, with and without biases, against the fp32 step of
+the same operands. Then refusals, CUDA-graph capture, the op as served (torch untuned, the
+kernel a user-tier entry names, captured), and a routed ``nn.LSTM`` decoding token by token
+against its torch self.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+
+import pytest
+import torch
+
+from oasr_recurrent import jit, lanes, numerics, ops, space
+from oasr_recurrent.ops_names import LANE
+
+pytestmark = [pytest.mark.gpu,
+              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+
+
+def _arch() -> str | None:
+    if not torch.cuda.is_available():
+        return None
+    major, minor = torch.cuda.get_device_capability()
+    return f"sm{major}{minor}"
+
+
+CONFIGS = [] if _arch() is None else [c.id for c in jit.lane_configs(LANE, _arch())]
+WIDTHS = ((320, 320), (640, 640), (640, 1024), (256, 320))
+BATCHES = (1, 3, 16, 64)
+TOLERANCE = {"fp16": (2e-3, 2e-3), "bf16": (1.6e-2, 1e-2)}
+"""(atol, rtol): the fp32 step rounded once to the dtype, on outputs of magnitude up to 2."""
+
+
+@functools.cache
+def _kernels():
+    from oasr_core import jit as core_jit
+
+    from oasr_recurrent.launch import Kernel
+
+    module = core_jit.load(jit.MODULES.full_spec(LANE, _arch()))
+    return {cid: Kernel.bind(module, lanes.config(LANE, cid)) for cid in CONFIGS}
+
+
+@functools.cache
+def _operands(batch, input_size, hidden, dtype, bias):
+    return numerics.make_operands(batch, input_size, hidden, dtype, bias=bias, device="cuda",
+                                  seed=batch * 7919 + input_size * 31 + hidden)
+
+
+@pytest.mark.parametrize("cid", CONFIGS)
+def test_every_config_matches_the_fp32_reference(cid):
+    kernel = _kernels()[cid]
+    config = lanes.config(LANE, cid)
+    ran = 0
+    for input_size, hidden in WIDTHS:
+        for batch in BATCHES:
+            if not space.supports(config, space.make_problem(input_size, hidden, batch)):
+                continue
+            for dtype in ("fp16", "bf16"):
+                bias = (batch + len(dtype)) % 2 == 0
+                operands = _operands(batch, input_size, hidden, dtype, bias)
+                h1, c1 = kernel.run(*operands)
+                ref = numerics.reference(*operands)
+                atol, rtol = TOLERANCE[dtype]
+                where = f"{cid} B={batch} I={input_size} H={hidden} {dtype} bias={bias}"
+                torch.testing.assert_close(numerics.stacked(h1, c1).float(), ref, atol=atol,
+                                           rtol=rtol, msg=lambda m, w=where: f"{w}: {m}")
+                torch_out = numerics.stacked(*numerics.torch_step(*operands))
+                verdict = numerics.numerics_gate(numerics.stacked(h1, c1), torch_out, ref,
+                                                 dtype=dtype)
+                assert verdict, f"{where}: {verdict.reason}"
+                ran += 1
+    assert ran == len(WIDTHS) * len(BATCHES) * 2, f"{cid} ran {ran} cases"
+
+
+def test_refusals_and_graph_capture():
+    from oasr_core.kit import LaunchError
+
+    kernel = _kernels()[space.DEFAULT]
+    with pytest.raises(LaunchError):
+        kernel.prepare(4, 644, 640, "fp16")  # I not a multiple of 8
+    operands = _operands(16, 640, 640, "fp16", True)
+    h1, c1 = kernel.run(*operands)
+    plan = kernel.prepare(16, 640, 640, "fp16")
+    out = torch.empty((2, 16, 640), dtype=torch.float16, device="cuda")
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        plan(0, *(t.data_ptr() for t in operands), out[0].data_ptr(), out[1].data_ptr())
+    out.zero_()
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(out[0], h1) and torch.equal(out[1], c1)
+
+
+def _user_tier(tmp_path, signatures, config_id):
+    from oasr_recurrent import hooks
+
+    (family,) = hooks.oasr_register_families()
+    raw = {"schema_version": 2, "family": "recurrent", "family_schema_version": 1,
+           "arch": {"family": _arch(), "lane": LANE},
+           "validators": {"soft": dict(family.soft_validators())},
+           "configs": {config_id: lanes.config(LANE, config_id).to_json()},
+           "entries": {f"recurrent|op=lstm_step|dt=half|I={i}|H={h}":
+                       {"regions": [[None, config_id]]} for i, h in signatures}}
+    path = tmp_path / _arch() / "recurrent.json"
+    path.parent.mkdir(parents=True)
+    path.write_text(json.dumps(raw))
+
+
+def test_the_op_serves_torch_untuned_and_the_tiers_kernel_when_tuned(tmp_path, monkeypatch):
+    import oasr_core
+
+    operands = _operands(16, 640, 640, "fp16", True)
+    ops.reset_stats()
+    want = ops.lstm_step(*operands)
+    assert ops.stats() == {"torch:selected": 1}
+    _user_tier(tmp_path, [(640, 640)], "u4_r4_t128_s1")
+    monkeypatch.setenv("OASR_TUNE_USER_DB", str(tmp_path))
+    oasr_core.reload()
+    ops.reset_stats()
+    h1, c1 = ops.lstm_step(*operands)
+    assert ops.stats() == {}, "the tier's kernel served"
+    torch.testing.assert_close(numerics.stacked(h1, c1).float(),
+                               numerics.stacked(*want).float(), atol=4e-3, rtol=4e-3)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = ops.lstm_step(*operands)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured[0], h1) and torch.equal(captured[1], c1)
+    x, h, c, w_ih, w_hh, b_ih, b_hh = operands
+    ops.reset_stats()
+    ops.lstm_step(x.float(), h.float(), c.float(), w_ih.float(), w_hh.float(), b_ih.float(),
+                  b_hh.float())
+    ops.lstm_step(x, h.t().contiguous().t(), c, w_ih, w_hh, b_ih, b_hh)
+    assert ops.stats() == {"torch:dtype": 1, "torch:noncontiguous": 1}
+
+
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_routed_lstm_decodes_like_torch(tmp_path, monkeypatch, dtype):
+    import oasr_core
+    from oasr_core.routing import route, unroute
+
+    _user_tier(tmp_path, [(320, 640), (640, 640)], "u2_r1_t256_s2")
+    monkeypatch.setenv("OASR_TUNE_USER_DB", str(tmp_path))
+    oasr_core.reload()
+    torch.manual_seed(0)
+    plain = torch.nn.LSTM(320, 640, 2, batch_first=True).cuda().to(dtype).eval()
+    routed = torch.nn.Sequential(torch.nn.LSTM(320, 640, 2, batch_first=True)).cuda()
+    routed = routed.to(dtype).eval()
+    routed[0].load_state_dict(plain.state_dict())
+    name = "fp16" if dtype is torch.float16 else "bf16"
+    assert route(routed, dtype=name, linear=False, conv1d=False)["LSTM"] == 1
+    assert "forward" in routed[0].__dict__, "a tier serves its layers: routed"
+    embed = torch.randn(100, 320, device="cuda", dtype=dtype)
+    tokens = torch.zeros(4, 1, dtype=torch.long, device="cuda")
+    ours = theirs = None
+    ops.reset_stats()
+    atol = 2e-2 if dtype is torch.float16 else 6e-2
+    with torch.no_grad():
+        for step in range(12):
+            x = embed[tokens]
+            y, ours = routed[0](x, ours)
+            y2, theirs = plain(x, theirs)
+            torch.testing.assert_close(y, y2, atol=atol, rtol=atol,
+                                       msg=lambda m, s=step: f"step {s}: {m}")
+            tokens = (y2[:, 0, :100].argmax(-1, keepdim=True)) % 100
+        assert ops.stats() == {}, "every layer step launched the kernel"
+        seq = torch.randn(4, 9, 320, device="cuda", dtype=dtype)
+        assert torch.equal(routed[0](seq)[0], plain(seq)[0]), "a sequence is torch's own"
+    unroute(routed)
