@@ -1,0 +1,357 @@
+"""Every compiled lstm_step config and the served op against torch's LSTM step, in one run.
+
+The RNN-T prediction network decodes one token step at a time, B hypotheses together. Per
+point (an LSTM layer's widths ``I x H`` and a batch ``B``; ``--widths``, ``--batches``), fp16
+by default:
+
+- every config of the lane that supports the problem is first run once and checked by the
+  family's numerics gate (a failing config is reported and dropped);
+- arms timed as CUDA graphs of ``--graph-calls`` calls, in the same process: each config's
+  prepared launch, ``torch`` (``torch.lstm_cell``: the op's torch path), ``nn.LSTM`` (a
+  one-layer ``nn.LSTM`` of the same widths over one time step with its state: what a
+  decoder calls without oasr, cuDNN on the GPU) and ``served`` (``oasr_recurrent.lstm_step``
+  as the loaded tiers serve it: torch where no entry covers the shape). A screening round over
+  all arms, then ``--reps`` interleaved, shuffled rounds of the ``--top`` fastest configs and
+  the fixed arms; medians per call. Each call is followed by a tiny unrelated kernel whose
+  separately measured cost is subtracted (``graph_timing.py``; ``--back-to-back`` turns that
+  off). Ratios are torch / x (> 1: faster than torch).
+
+Then the eager host cost per decoding step (``--host-steps`` steps of the reference
+prediction networks' LSTMs, 1 x 640 and 2 x 320, at each batch): wall microseconds per step
+of an eager loop, synchronised once at the end, of ``nn.LSTM(x_t, state)`` against the routed
+module stepping through the op with a user tier naming ``--host-config`` for its widths (so
+every layer step launches the kernel), and the Python issue time of one step (the call's
+return, no synchronisation).
+
+Usage (H200)::
+
+    python benchmarks/recurrent_vs_torch.py --prebuild-only --arch sm90 --jobs 16   # no GPU
+    python benchmarks/recurrent_vs_torch.py --out $OUT/recurrent_vs_torch.md
+
+The report is markdown; every point is also a JSON line beside it (``.jsonl``).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import random
+import sys
+import tempfile
+import time
+from pathlib import Path
+
+from graph_timing import GraphArms, add_mode_argument, mode_line
+
+WIDTHS = "320x320,640x640,640x1024,256x320,512x1024,1024x1024"
+BATCHES = "1,4,16,64"
+PREDICTORS = (("rnnt_predictor 1x640", 640, 640, 1), ("rnnt_predictor_2x320", 320, 320, 2))
+
+
+def _args(argv):
+    p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    p.add_argument("--out", type=Path, help="markdown report path (JSONL beside it)")
+    p.add_argument("--jobs", type=int, default=None, help="nvcc processes (default: all CPUs)")
+    p.add_argument("--arch", default=None, help="arch family for --prebuild-only without a GPU")
+    p.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16")
+    p.add_argument("--widths", default=WIDTHS, help="comma list of IxH")
+    p.add_argument("--batches", default=BATCHES, help="comma list of B")
+    p.add_argument("--graph-calls", type=int, default=16)
+    p.add_argument("--reps", type=int, default=7)
+    p.add_argument("--top", type=int, default=4)
+    p.add_argument("--host-steps", type=int, default=2000)
+    p.add_argument("--host-config", default="u4_r4_t128_s1",
+                   help="the config a user tier names for the host-cost loop")
+    p.add_argument("--prebuild-only", action="store_true")
+    p.add_argument("--seed", type=int, default=0)
+    add_mode_argument(p)
+    return p.parse_args(argv)
+
+
+def _prebuild(spec, jobs):
+    from oasr_core import jit as core_jit
+
+    started = time.perf_counter()
+    lines = []
+    for r in core_jit.prebuild([spec], jobs=jobs):
+        counts = {s: sum(1 for u in r.units.values() if u.status.value == s)
+                  for s in ("built", "cached", "failed")}
+        lines.append(f"- module `{r.name}` ({r.arch}): {r.status.value}; units {counts}; "
+                     f"{r.seconds:.0f} s")
+        for name, err in r.failed.items():
+            lines.append(f"  - failed `{name}`: {(err.strip().splitlines() or ['?'])[-1][:160]}")
+    lines.append(f"- prebuild wall time {time.perf_counter() - started:.0f} s")
+    return lines
+
+
+def _kernels(spec, arch):
+    """Every compiled config; installed as the op's library so ``served`` runs from it."""
+    from oasr_core import jit as core_jit
+    from oasr_recurrent import jit, launch
+    from oasr_recurrent.lanes import symbol
+    from oasr_recurrent.ops_names import LANE
+
+    module = core_jit.load(spec, build_missing=False)
+    kernels = {c.id: launch.Kernel.bind(module, c) for c in jit.lane_configs(LANE, arch)
+               if symbol(c) in module.exports}
+    launch.LIBRARIES.install(LANE, arch, kernels)
+    return kernels
+
+
+def _point(kernels, input_size, hidden, batch, args, rng, timer):
+    import oasr_core
+    import torch
+    from oasr_recurrent import launch, numerics, ops, space
+
+    tdtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    problem = space.make_problem(input_size, hidden, batch, args.dtype)
+    operands = numerics.make_operands(batch, input_size, hidden, args.dtype, device="cuda",
+                                      seed=args.seed + batch * 31 + hidden)
+    x, h, c, w_ih, w_hh, b_ih, b_hh = operands
+    ref = numerics.reference(*operands)
+    base = numerics.stacked(*numerics.torch_step(*operands))
+    dev = torch.cuda.current_device()
+    out = torch.empty((2, batch, hidden), dtype=tdtype, device="cuda")
+    arms, failed = {}, []
+    for cid, kernel in kernels.items():
+        if not space.supports(kernel.config, problem):
+            continue
+        try:
+            verdict = numerics.numerics_gate(numerics.stacked(*kernel.run(*operands)), base,
+                                             ref, dtype=args.dtype)
+        except launch.LaunchError as exc:
+            failed.append(f"{cid}: {exc}")
+            continue
+        if not verdict:
+            failed.append(f"{cid}: {verdict.reason}")
+            continue
+        prepared = kernel.prepare(batch, input_size, hidden, args.dtype)
+        ptrs = launch.pointers(*operands, out[0], out[1])
+        arms[cid] = (lambda pc=prepared, q=ptrs: pc.launch(
+            dev, torch._C._cuda_getCurrentRawStream(dev), *q))
+    lstm = torch.nn.LSTM(input_size, hidden, 1).cuda().to(tdtype).eval()
+    with torch.no_grad():
+        lstm.weight_ih_l0.copy_(w_ih)
+        lstm.weight_hh_l0.copy_(w_hh)
+        lstm.bias_ih_l0.copy_(b_ih)
+        lstm.bias_hh_l0.copy_(b_hh)
+    x_seq, state = x.unsqueeze(0), (h.unsqueeze(0), c.unsqueeze(0))
+    ops.reset_stats()
+    served_gate = numerics.numerics_gate(numerics.stacked(*ops.lstm_step(*operands)), base, ref,
+                                         dtype=args.dtype)
+    served_on = "torch" if ops.stats() else oasr_core.select(
+        "recurrent", "lstm_step", args.dtype, (input_size, hidden), batch).choice_id
+    graphs = GraphArms(args.graph_calls, back_to_back=args.back_to_back, timer=timer)
+    graphs.add("torch", lambda: numerics.torch_step(*operands))
+    graphs.add("nn.LSTM", lambda: lstm(x_seq, state))
+    graphs.add("served", lambda: ops.lstm_step(*operands))
+    for cid, fn in arms.items():
+        graphs.add(cid, fn)
+    fixed = ("torch", "nn.LSTM", "served")
+    screen = graphs.rounds(graphs.names, 2, rng)
+    ranked = sorted((n for n in screen if n not in fixed), key=screen.get)
+    per_call = graphs.rounds([*fixed, *ranked[: args.top]], args.reps, rng)
+    graphs.release()
+    best = min((n for n in per_call if n not in fixed), key=per_call.get, default=None)
+    weight_bytes = (w_ih.numel() + w_hh.numel()) * w_ih.element_size()
+    return {
+        "I": input_size, "H": hidden, "B": batch, "dtype": args.dtype,
+        "torch_us": per_call["torch"], "lstm_us": per_call["nn.LSTM"],
+        "served_us": per_call["served"], "served": served_on, "served_gate": bool(served_gate),
+        "best": best, "best_us": per_call.get(best) if best else None,
+        "best_gbps": weight_bytes / (per_call[best] * 1e3) if best else None,
+        "candidates": len(arms), "failed": failed, "screen_us": screen,
+        "timing": "back_to_back" if args.back_to_back else "separated",
+    }
+
+
+def _user_tier(root, widths, config_id, arch):
+    """A user tier naming ``config_id`` at every batch for each ``(I, H)`` of ``widths``."""
+    from oasr_recurrent import hooks, lanes
+    from oasr_recurrent.ops_names import LANE
+
+    (family,) = hooks.oasr_register_families()
+    raw = {"schema_version": 2, "family": "recurrent", "family_schema_version": 1,
+           "arch": {"family": arch, "lane": LANE},
+           "validators": {"soft": dict(family.soft_validators())},
+           "configs": {config_id: lanes.config(LANE, config_id).to_json()},
+           "entries": {f"recurrent|op=lstm_step|dt=half|I={i}|H={h}":
+                       {"regions": [[None, config_id]]} for i, h in widths}}
+    path = Path(root) / arch / "recurrent.json"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(json.dumps(raw))
+
+
+def _host_cost(args, arch):
+    """Eager microseconds per decoding step: nn.LSTM against the routed module through the op
+    (wall per step of a synchronised-once loop, and issue time of one step)."""
+    import oasr_core
+    import torch
+    from oasr_core.routing import route, unroute
+    from oasr_recurrent import ops
+
+    tdtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
+    root = tempfile.mkdtemp(prefix="oasr-recurrent-host.")
+    widths = {(i if layer == 0 else h, h) for _n, i, h, layers in PREDICTORS
+              for layer in range(layers)}
+    _user_tier(root, widths, args.host_config, arch)
+    previous = os.environ.get("OASR_TUNE_USER_DB")
+    os.environ["OASR_TUNE_USER_DB"] = root
+    oasr_core.reload()
+    rows = []
+    try:
+        for name, input_size, hidden, layers in PREDICTORS:
+            torch.manual_seed(0)
+            plain = torch.nn.LSTM(input_size, hidden, layers, batch_first=True).cuda()
+            plain = plain.to(tdtype).eval()
+            routed = torch.nn.Sequential(torch.nn.LSTM(input_size, hidden, layers,
+                                                       batch_first=True))
+            routed = routed.cuda().to(tdtype).eval()
+            routed[0].load_state_dict(plain.state_dict())
+            route(routed, dtype=args.dtype, linear=False, conv1d=False)
+            for batch in (int(b) for b in args.batches.split(",")):
+                x = torch.randn(batch, 1, input_size, device="cuda", dtype=tdtype)
+                row = {"model": name, "B": batch}
+                for arm, module in (("nn.LSTM", plain), ("oasr", routed[0])):
+                    with torch.no_grad():
+                        state = None
+                        for _ in range(20):
+                            _y, state = module(x, state)
+                        torch.cuda.synchronize()
+                        ops.reset_stats()
+                        t0 = time.perf_counter()
+                        for _ in range(args.host_steps):
+                            _y, state = module(x, state)
+                        issued = time.perf_counter()
+                        torch.cuda.synchronize()
+                        done = time.perf_counter()
+                    row[f"{arm}_issue_us"] = (issued - t0) * 1e6 / args.host_steps
+                    row[f"{arm}_wall_us"] = (done - t0) * 1e6 / args.host_steps
+                    if arm == "oasr":
+                        row["oasr_fallbacks"] = ops.stats()
+                rows.append(row)
+                print(f"host {name} B={batch}: nn.LSTM {row['nn.LSTM_wall_us']:.1f} us/step, "
+                      f"oasr {row['oasr_wall_us']:.1f} us/step", flush=True)
+            unroute(routed)
+    finally:
+        if previous is None:
+            os.environ.pop("OASR_TUNE_USER_DB", None)
+        else:
+            os.environ["OASR_TUNE_USER_DB"] = previous
+        oasr_core.reload()
+    return rows
+
+
+def _geomean(values):
+    values = [v for v in values if v and v > 0 and math.isfinite(v)]
+    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
+
+
+def _ratio(a, b):
+    return a / b if a and b else float("nan")
+
+
+def _report(points, host, header, build_lines, gpu):
+    lines = [f"# lstm_step vs torch ({gpu})", "", *header, "", "## Eager host cost per "
+             "decoding step", "", "| model | B | nn.LSTM wall us | oasr wall us | nn.LSTM / oasr |"
+             " nn.LSTM issue us | oasr issue us | oasr fallbacks |", "|---|---|---|---|---|---|"
+             "---|---|"]
+    for r in host:
+        lines.append(f"| {r['model']} | {r['B']} | {r['nn.LSTM_wall_us']:.2f} | "
+                     f"{r['oasr_wall_us']:.2f} | "
+                     f"{_ratio(r['nn.LSTM_wall_us'], r['oasr_wall_us']):.2f}x | "
+                     f"{r['nn.LSTM_issue_us']:.2f} | {r['oasr_issue_us']:.2f} | "
+                     f"{r['oasr_fallbacks'] or 'none'} |")
+    best = [p["torch_us"] / p["best_us"] for p in points if p["best_us"]]
+    lstm = [p["lstm_us"] / p["best_us"] for p in points if p["best_us"]]
+    served = [p["torch_us"] / p["served_us"] for p in points]
+    lines += ["", "## Summary (GPU time per call, CUDA graphs)", "",
+              f"- best config / torch.lstm_cell: geomean {_geomean(best):.3f}x, min "
+              f"{min(best, default=float('nan')):.3f}x, max {max(best, default=float('nan')):.3f}x",
+              f"- best config / nn.LSTM one step: geomean {_geomean(lstm):.3f}x",
+              f"- served / torch.lstm_cell: geomean {_geomean(served):.3f}x", "",
+              "## Build", "", *build_lines, "", "## Points", "",
+              "| I x H | B | torch us | nn.LSTM us | best | best us | best/torch | best/nn.LSTM |"
+              " weights GB/s | served | served us | gated out |",
+              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+    for p in points:
+        lines.append(
+            f"| {p['I']}x{p['H']} | {p['B']} | {p['torch_us']:.2f} | {p['lstm_us']:.2f} | "
+            f"{p['best']} | {p['best_us'] or float('nan'):.2f} | "
+            f"{_ratio(p['torch_us'], p['best_us']):.3f}x | "
+            f"{_ratio(p['lstm_us'], p['best_us']):.3f}x | {p['best_gbps'] or float('nan'):.0f} | "
+            f"{p['served']}{'' if p['served_gate'] else ' (GATE FAILED)'} | "
+            f"{p['served_us']:.2f} | {len(p['failed'])} |")
+    failed = [(p, f) for p in points for f in p["failed"]]
+    if failed:
+        lines += ["", "## Gated out or refused", ""]
+        lines += [f"- {p['I']}x{p['H']} B={p['B']}: {f}" for p, f in failed[:200]]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv=None) -> int:
+    args = _args(argv)
+    import torch
+    from oasr_recurrent import jit
+    from oasr_recurrent.ops_names import LANE
+
+    have_gpu = torch.cuda.is_available()
+    if have_gpu:
+        major, minor = torch.cuda.get_device_capability()
+        arch = f"sm{major}{minor}"
+    elif args.arch:
+        arch = args.arch
+    else:
+        print("no CUDA device: pass --arch with --prebuild-only", file=sys.stderr)
+        return 2
+    spec = jit.MODULES.full_spec(LANE, arch)
+    build_lines = _prebuild(spec, args.jobs)
+    print("\n".join(build_lines), flush=True)
+    if args.prebuild_only or not have_gpu:
+        return 0
+    kernels = _kernels(spec, arch)
+    from oasr_core.bench import CudaGraphTimer
+
+    timer, rng = CudaGraphTimer(), random.Random(args.seed)
+    jsonl = args.out.with_suffix(".jsonl") if args.out else None
+    if jsonl and jsonl.exists():
+        jsonl.unlink()
+    points, started = [], time.perf_counter()
+    with torch.no_grad():
+        for width in args.widths.split(","):
+            input_size, hidden = (int(v) for v in width.split("x"))
+            for batch in (int(b) for b in args.batches.split(",")):
+                p = _point(kernels, input_size, hidden, batch, args, rng, timer)
+                points.append(p)
+                print(f"I={input_size} H={hidden} B={batch}: torch {p['torch_us']:.2f} us, "
+                      f"nn.LSTM {p['lstm_us']:.2f} us, best {p['best']} "
+                      f"{p['best_us'] or float('nan'):.2f} us, served {p['served']} "
+                      f"{p['served_us']:.2f} us", flush=True)
+                if jsonl:
+                    with jsonl.open("a") as f:
+                        f.write(json.dumps(p) + "\n")
+    host = _host_cost(args, arch)
+    if jsonl:
+        with jsonl.open("a") as f:
+            for row in host:
+                f.write(json.dumps({"host": row}) + "\n")
+    header = [mode_line(args.back_to_back),
+              f"- lane sm80_recurrent on {arch}; dtype {args.dtype}; graph of "
+              f"{args.graph_calls} calls, L2 warm (one weight copy); {args.reps} rounds for "
+              f"the top {args.top} + torch, nn.LSTM, served",
+              f"- eager host loop: {args.host_steps} steps per arm, synchronised once; the "
+              f"routed LSTM's tier names {args.host_config}",
+              f"- torch {torch.__version__} (CUDA {torch.version.cuda}, cuDNN "
+              f"{torch.backends.cudnn.version()}); wall {time.perf_counter() - started:.0f} s"]
+    text = _report(points, host, header, build_lines, torch.cuda.get_device_name())
+    print(text)
+    if args.out:
+        args.out.parent.mkdir(parents=True, exist_ok=True)
+        args.out.write_text(text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
