@@ -88,10 +88,11 @@ def _prebuild(spec, jobs):
 
 def _kernels(spec, arch):
     """Every compiled config; installed as the op's library so ``served`` runs from it."""
-    from oasr_core import jit as core_jit
     from oasr_recurrent import jit, launch
     from oasr_recurrent.lanes import symbol
     from oasr_recurrent.ops_names import LANE
+
+    from oasr_core import jit as core_jit
 
     module = core_jit.load(spec, build_missing=False)
     kernels = {c.id: launch.Kernel.bind(module, c) for c in jit.lane_configs(LANE, arch)
@@ -101,9 +102,10 @@ def _kernels(spec, arch):
 
 
 def _point(kernels, input_size, hidden, batch, args, rng, timer):
-    import oasr_core
     import torch
     from oasr_recurrent import launch, numerics, ops, space
+
+    import oasr_core
 
     tdtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
     problem = space.make_problem(input_size, hidden, batch, args.dtype)
@@ -187,10 +189,11 @@ def _user_tier(root, widths, config_id, arch):
 def _host_cost(args, arch):
     """Eager microseconds per decoding step: nn.LSTM against the routed module through the op
     (wall per step of a synchronised-once loop, and issue time of one step)."""
-    import oasr_core
     import torch
-    from oasr_core.routing import route, unroute
     from oasr_recurrent import ops
+
+    import oasr_core
+    from oasr_core.routing import route, unroute
 
     tdtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
     root = tempfile.mkdtemp(prefix="oasr-recurrent-host.")

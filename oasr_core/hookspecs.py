@@ -349,10 +349,10 @@ def oasr_layer(kind: str, dtype: str, quantization: str) -> Callable[..., Tensor
     builds one of its reference workloads, once per layer kind and model build, before any
     probe; and when :func:`oasr_core.route` routes a model's layers (``"Conv1d"``,
     ``"LSTM"``, and with a scheme ``"LayerNorm"`` for a norm whose output only the routed
-    quantized linears read). ``kind`` is the class name of the torch module the model holds (``"Conv1d"``:
-    the Conformer's depthwise convolution, the Whisper front end's two convolutions); linear
-    layers are :func:`oasr_linear`'s. The core names no family here: a plugin whose family
-    computes that kind of layer answers for it.
+    quantized linears read). ``kind`` is the class name of the torch module the model holds
+    (``"Conv1d"``: the Conformer's depthwise convolution, the Whisper front end's two
+    convolutions); linear layers are :func:`oasr_linear`'s. The core names no family here: a
+    plugin whose family computes that kind of layer answers for it.
 
     :param kind: the torch module class name (``"Conv1d"``; ``"Conv2d"``: the Conformer's
         subsampling convs, on NHWC ``(B, H, W, C)`` data, when the model is built with

@@ -4,9 +4,10 @@ A :class:`Workload` says how to build a torch module (a factory and its default 
 parameters), what its inputs look like (``"B,T,80"``: batch, frames, 80 features), whether
 its front end has a fixed window (Whisper's 3000 frames) and how many input frames a streaming
 chunk of ``C`` encoder frames takes. The core ships its reference workloads (``conformer``,
-``whisper_encoder`` and two RNN-T prediction networks, :mod:`oasr_core.census.models`); :func:`collect_workloads` adds them to
-whatever the installed plugins register (the core does not register a plugin of its own for
-them, so they are listed whatever plugins are blocked). A reference workload runs its linear
+``whisper_encoder`` and two RNN-T prediction networks, :mod:`oasr_core.census.models`);
+:func:`collect_workloads` adds them to whatever the installed plugins register (the core
+does not register a plugin of its own for them, so they are listed whatever plugins are
+blocked). A reference workload runs its linear
 layers through the linear a plugin serves for the census's dtype and quantization
 (``oasr_linear``, asked on the manager that collected the workload), or through torch when
 none answers a full-precision model; built with a ``quantization`` (``--quantization
