@@ -9,6 +9,7 @@ import re
 
 from oasr_core import jit
 from oasr_core.jit import kit
+from oasr_core.types import Config
 
 HEADER = (kit.INCLUDE_DIR / "oasr_kit" / "launcher.cuh").read_text()
 
@@ -103,3 +104,21 @@ def test_conv_bodies_undefine_every_macro_they_read_and_stay_out_of_headers():
         read = set(re.findall(r"\b(OASR_CONV_\w+)", code))
         undefined = set(re.findall(r"^#undef (OASR_CONV_\w+)$", code, re.M))
         assert read == undefined, body.name
+
+
+def test_impl_inputs_name_flags_units_and_headers_in_order(tmp_path):
+    (tmp_path / "fam").mkdir()
+    header = tmp_path / "fam" / "a.cuh"
+    header.write_bytes(b"// a")
+    items = kit.impl_inputs(flags=("-O3", "-g"), units=[("l1", "c1", "text 1"),
+                                                          ("l2", "c2", "text 2")],
+                            headers=[header], root=tmp_path)
+    assert items == (("flags", b"-O3 -g"), ("unit:l1:c1", b"text 1"), ("unit:l2:c2", b"text 2"),
+                     ("header:fam/a.cuh", b"// a"))
+
+
+def test_config_unit_exports_the_launcher_and_its_workspace_query():
+    config = Config(id="c", lane="l", params={"unit": "u7"})
+    (unit,) = kit.config_unit(config, "// source", "oasr_fam_u7")
+    assert (unit.name, unit.source, unit.exports) == ("u7", "// source",
+                                                      ("oasr_fam_u7", "oasr_fam_u7_workspace"))

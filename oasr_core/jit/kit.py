@@ -5,8 +5,10 @@ The headers under ``include/oasr_kit/`` (on every module's include path, see
 codes, launch flags, the per-kernel cache of prepared parameters, and the launch helpers of
 CUTLASS 2.x (``oasr_kit/sm80.cuh``) and 3.x (``oasr_kit/sm90.cuh``) kernels. This module holds
 their Python halves: the ctypes mirror of the call record, the status names, CUTLASS's 3.x
-schedule names, and :func:`c_abi_unit`, the text of one generated translation unit. A family's
-codegen supplies only its kernel types, its operand list and its header.
+schedule names, :func:`c_abi_unit`, the text of one generated translation unit,
+:func:`config_unit`, the unit of a one-unit config, and :func:`impl_inputs`, what a family's
+implementation hash digests. A family's codegen supplies only its kernel types, its operand
+list and its header.
 
 Importing it imports neither torch nor CUTLASS.
 """
@@ -17,6 +19,7 @@ import ctypes
 import hashlib
 from collections.abc import Iterable, Mapping
 from pathlib import Path
+from typing import Any
 
 from oasr_core.errors import PluginError
 
@@ -110,6 +113,28 @@ def canonical_impl_hash(digest: str, equivalents: Path) -> str:
         return digest if hit is None else str(hit["same_as"])
     except (ValueError, AttributeError, KeyError, TypeError) as exc:
         raise PluginError(f"{equivalents}: malformed implementation equivalences ({exc})") from None
+
+
+def config_unit(config: Any, source: str, symbol: str) -> list:
+    """The :class:`oasr_core.jit.TranslationUnit` list of a family with one unit per config:
+    the unit ``config.params["unit"]`` of text ``source``, exporting the launcher ``symbol``
+    and its workspace query ``symbol + "_workspace"``."""
+    from oasr_core.jit import TranslationUnit
+
+    return [TranslationUnit(name=config.params["unit"], source=source,
+                            exports=(symbol, symbol + "_workspace"))]
+
+
+def impl_inputs(*, flags: Iterable[str], units: Iterable[tuple[str, str, str]],
+                headers: Iterable[Path], root: Path) -> tuple[tuple[str, bytes], ...]:
+    """What defines a family's binaries, as ``(name, bytes)`` pairs in a fixed order: its
+    extra nvcc ``flags`` (named ``flags``), each ``(lane, config id, unit text)`` of ``units``
+    (``unit:<lane>:<id>``) and each of its ``headers`` (``header:<path below root>``); the
+    family's ``impl_hash`` digests them."""
+    items: list[tuple[str, bytes]] = [("flags", " ".join(flags).encode())]
+    items += [(f"unit:{lane}:{cid}", text.encode()) for lane, cid, text in units]
+    items += [(f"header:{h.relative_to(root)}", h.read_bytes()) for h in headers]
+    return tuple(items)
 
 
 def unit_dtypes(dtypes: Iterable[str], codes: Mapping[str, int]) -> tuple[str, ...]:

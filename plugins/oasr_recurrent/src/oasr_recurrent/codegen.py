@@ -60,24 +60,15 @@ def unit_source(config: Config, dtypes: Iterable[str] = DTYPES) -> str:
 
 def jit_units(config: Config, dtypes: Iterable[str] = DTYPES) -> list:
     """The :class:`oasr_core.jit.TranslationUnit` list compiling ``config`` (one unit)."""
-    from oasr_core.jit import TranslationUnit
-
-    name = symbol(config)
-    return [TranslationUnit(name=config.params["unit"], source=unit_source(config, dtypes),
-                            exports=(name, name + "_workspace"))]
+    return kit.config_unit(config, unit_source(config, dtypes), symbol(config))
 
 
 @functools.cache
 def impl_inputs() -> tuple[tuple[str, bytes], ...]:
-    """What defines the units' binaries, as ``(name, bytes)`` pairs in a fixed order: every
+    """What defines the units' binaries (:func:`oasr_core.jit.kit.impl_inputs`): every
     config's unit text (both dtypes), the flags and the family's headers."""
     from oasr_recurrent.lanes import space
     from oasr_recurrent.ops_names import LANES
 
-    items: list[tuple[str, bytes]] = [("flags", " ".join(EXTRA_FLAGS).encode())]
-    for lane in LANES:
-        for config in space(lane):
-            items.append((f"unit:{lane}:{config.id}", unit_source(config).encode()))
-    for header in headers():
-        items.append((f"header:{header.relative_to(CSRC)}", header.read_bytes()))
-    return tuple(items)
+    units = ((lane, c.id, unit_source(c)) for lane in LANES for c in space(lane))
+    return kit.impl_inputs(flags=EXTRA_FLAGS, units=units, headers=headers(), root=CSRC)
