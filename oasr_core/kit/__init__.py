@@ -25,6 +25,9 @@ serves its ops and keeps its per-epoch state:
 - :mod:`oasr_core.kit.production`: :class:`ProductionSet`, the production compile set of a
   family's lanes from the tiers, and the ``Lane.jit_specs`` / soft-stamp helpers;
 - :mod:`oasr_core.kit.lanes`: :class:`LaneSpaces`, :class:`LaneRules` and per-lane predicates;
+- :mod:`oasr_core.kit.registration`: a family's ``Family`` and ``Lane`` records built from its
+  sibling modules (:func:`~oasr_core.kit.registration.family_record`,
+  :func:`~oasr_core.kit.registration.lane_records`);
 - :mod:`oasr_core.kit.implicit_gemm`: CUTLASS 2.x implicit-GEMM convolution configs (ids,
   params, static and per-problem rules, the tile lists every convolution family lists);
 - :mod:`oasr_core.kit.convolution`: convolution geometry as torch defines it (output extents,

@@ -10,6 +10,7 @@ families are the hardware facts they use.
 
 from __future__ import annotations
 
+import functools
 import threading
 from collections.abc import Callable, Iterable, Mapping, Sequence
 
@@ -34,6 +35,15 @@ class LaneSpaces:
         self._full: dict[str, tuple[Config, ...]] = {}
         self._space: dict[str, tuple[Config, ...]] = {}
         self._lock = threading.Lock()
+
+    @classmethod
+    def from_listed(cls, family: str, lanes: Iterable[str],
+                    listed: Callable[[str], Iterable[Config]],
+                    is_feasible: Callable[[Config], bool]) -> LaneSpaces:
+        """The spaces of ``lanes`` from one lister, ``listed(lane)``, and the static predicate
+        ``is_feasible`` (a family whose space module lists every lane)."""
+        return cls(family, {lane: functools.partial(listed, lane) for lane in lanes},
+                   lambda: is_feasible)
 
     def full(self, lane: str) -> tuple[Config, ...]:
         """Every config listed for ``lane``, before feasibility (KeyError for another lane)."""

@@ -12,7 +12,7 @@ from oasr_recurrent.space import config, make_problem
 
 
 def test_the_space_is_a_dozen_feasible_configs_with_the_default_among_them():
-    configs = space.space()
+    configs = lanes.space(LANE)
     ids = [c.id for c in configs]
     assert 10 <= len(ids) <= 16 and len(set(ids)) == len(ids)
     assert configs == space.listed(), "every listed config is feasible"
@@ -60,7 +60,7 @@ def test_support_needs_16_byte_rows_and_the_staged_rows_within_shared_memory():
 
 def test_every_lane_arch_runs_every_config():
     for arch in ("sm80", "sm86", "sm89", "sm90"):
-        assert jit.lane_configs(LANE, arch) == space.space()
+        assert jit.lane_configs(LANE, arch) == lanes.space(LANE)
     assert jit.lane_configs(LANE, "sm75") == ()
 
 
@@ -69,7 +69,7 @@ def test_the_production_set_is_the_default_and_what_the_tiers_reference(monkeypa
     assert jit.PRODUCTION.ids(LANE, "sm90", {"u8_r8_t256_s1", "nonexistent"}) == (
         space.DEFAULT, "u8_r8_t256_s1")
     monkeypatch.setenv(jit.COMPILE_SET_ENV, "all")
-    assert [c.id for c in jit.PRODUCTION.configs(LANE, "sm90")] == [c.id for c in space.space()]
+    assert [c.id for c in jit.PRODUCTION.configs(LANE, "sm90")] == [c.id for c in lanes.space(LANE)]
 
 
 def test_a_unit_exports_its_launcher_and_workspace_query_for_both_dtypes():
@@ -90,7 +90,7 @@ def test_a_unit_exports_its_launcher_and_workspace_query_for_both_dtypes():
 
 def test_the_modules_link_one_unit_per_config():
     full = jit.MODULES.full_spec(LANE, "sm90")
-    assert full.name == "recurrent_sm80" and len(full.units) == len(space.space())
+    assert full.name == "recurrent_sm80" and len(full.units) == len(lanes.space(LANE))
     (prod,) = jit.MODULES.lane_specs(LANE, "sm90", "production")
     assert [u.name for u in prod.units] == [space.DEFAULT]
     one = jit.RecurrentKernelModule(lanes.config(LANE, "u2_r1_t256_s2"), "sm90").spec()
@@ -102,4 +102,4 @@ def test_the_implementation_hash_covers_the_header():
     assert len(first) == 16 and first == jit.soft_validators()["impl_hash"]
     names = [name for name, _data in codegen.impl_inputs()]
     assert "header:oasr_recurrent/lstm_step.cuh" in names
-    assert sum(n.startswith("unit:") for n in names) == len(space.space())
+    assert sum(n.startswith("unit:") for n in names) == len(lanes.space(LANE))

@@ -5,51 +5,42 @@ Only imports and returns records; the work lives in the sibling modules.
 
 from __future__ import annotations
 
-import functools
-
 from oasr_core import hookimpl
 from oasr_core.kit.lazy import lazy_layer_hooks
 
 
 @hookimpl
 def oasr_register_families():
-    from oasr_core.types import Family, Sentinel
+    from oasr_core.kit.registration import family_record
+    from oasr_core.types import Sentinel
 
-    from oasr_conv2d import bench, jit, lanes, numerics, recorder
+    from oasr_conv2d import lanes
     from oasr_conv2d.geometry import FAMILY
     from oasr_conv2d.ops_names import DIMS, OPS
 
     # Untuned shapes serve torch (cuDNN's NHWC kernels through the op's torch path): nothing
     # measured yet says where the heuristic's tile beats it, so an uncovered shape is never
     # slower than not installing oasr. Builds partition against the heuristic (fallback).
-    return [Family(
-        name=FAMILY, ops=OPS, dims=DIMS, zero_dims={"ph", "pw"},
+    return [family_record(
+        "oasr_conv2d", name=FAMILY, ops=OPS, dims=DIMS, zero_dims={"ph", "pw"},
         dtypes=("fp16", "bf16"),
         dtype_classes={"half": ("fp16", "bf16")}, dynamic_axis="M", exact_points=True,
         sentinels={Sentinel.DEFAULT, Sentinel.HEURISTIC, Sentinel.TORCH},
         fallback=Sentinel.HEURISTIC, sentinel_heuristic=lanes.heuristic,
-        untuned=Sentinel.TORCH, numerics_gate=numerics.numerics_gate,
-        soft_validators=jit.soft_validators, recorder_patches=recorder.recorder_patches,
-        make_bench=bench.make_bench,
+        untuned=Sentinel.TORCH,
         description="fp16/bf16 NHWC conv2d (the speech front end's subsampling; +bias, +act)")]
 
 
 @hookimpl
 def oasr_register_lanes():
-    from oasr_core.types import Lane
+    from oasr_core.kit.registration import lane_records
 
     from oasr_conv2d import jit, lanes, launch
     from oasr_conv2d.geometry import FAMILY, LANES
 
-    return [Lane(name=lane, family=FAMILY, arch_families=lanes.ARCHES[lane],
-                 default_on=lanes.DEFAULT_ON[lane], config_space=lanes.space(lane),
-                 default_config=lanes.DEFAULTS[lane], is_feasible=lanes.is_feasible,
-                 supports=lanes.supports, is_available=launch.is_available,
-                 jit_module=jit.Conv2dKernelModule,
-                 jit_specs=functools.partial(jit.MODULES.lane_specs, lane),
-                 production=functools.partial(jit.PRODUCTION.configs, lane),
-                 description="CUTLASS 2.x implicit GEMM, NHWC")
-            for lane in LANES]
+    return lane_records(FAMILY, LANES, lanes, jit_module=jit.Conv2dKernelModule,
+                        is_available=launch.is_available,
+                        description="CUTLASS 2.x implicit GEMM, NHWC")
 
 
 oasr_layer, oasr_compile_patterns = (hookimpl(hook)

@@ -20,8 +20,7 @@ DEFAULTS = dict(space_mod.DEFAULTS)
 ALWAYS = (space_mod.DEFAULT, space_mod.FEW_CHANNELS_DEFAULT, space_mod.ANY_WIDTH)
 """The configs the heuristic names, linked into every production module."""
 
-SPACES = LaneSpaces(FAMILY, {lane: (lambda lane=lane: space_mod.listed(lane)) for lane in LANES},
-                    lambda: space_mod.is_feasible)
+SPACES = LaneSpaces.from_listed(FAMILY, LANES, space_mod.listed, space_mod.is_feasible)
 """The lane's listed and feasible space (cached once per process)."""
 full_space = SPACES.full
 space = SPACES.space

@@ -12,17 +12,15 @@ from oasr_core import hookimpl
 
 @hookimpl
 def oasr_register_families():
-    from oasr_core.types import Family, Sentinel
+    from oasr_core.kit.registration import family_record
+    from oasr_core.types import Sentinel
 
-    from oasr_gemm import bench, jit, numerics, recorder
     from oasr_gemm.config_space import OPS
 
-    return [Family(
-        name="gemm", ops=OPS, dims=("N", "K"), dtypes=("fp16", "bf16"),
+    return [family_record(
+        "oasr_gemm", name="gemm", ops=OPS, dims=("N", "K"), dtypes=("fp16", "bf16"),
         dtype_classes={"half": ("fp16", "bf16")}, sentinels={Sentinel.DEFAULT, Sentinel.TORCH},
-        fallback=Sentinel.DEFAULT, untuned=Sentinel.TORCH, numerics_gate=numerics.numerics_gate,
-        soft_validators=jit.soft_validators, recorder_patches=recorder.recorder_patches,
-        make_bench=bench.make_bench,
+        fallback=Sentinel.DEFAULT, untuned=Sentinel.TORCH,
         description="fp16/bf16 A W^T (+bias, +act, + alpha-scaled residual, or a row "
                     "log-softmax)")]
 

@@ -11,24 +11,26 @@ from __future__ import annotations
 
 from oasr_core.kit.lanes import LaneSpaces
 
-from oasr_recurrent import space as space_mod
-from oasr_recurrent.ops_names import FAMILY, LANE, LANES
+from oasr_recurrent.ops_names import FAMILY, LANES
 
-ARCHES = {LANE: space_mod.ARCHES}
-DEFAULT_ON = {LANE: space_mod.DEFAULT_ON}
-DEFAULTS = dict(space_mod.DEFAULTS)
-ALWAYS = (space_mod.DEFAULT,)
+# The lane's data and predicates, as the kit's lane_records reads them from this module.
+from oasr_recurrent.space import (  # noqa: F401
+    ARCHES,
+    DEFAULT,
+    DEFAULT_ON,
+    DEFAULTS,
+    fits_arch,
+    is_feasible,
+    listed,
+    supports,
+)
+
+ALWAYS = (DEFAULT,)
 """The configs linked into every production module (the lane default)."""
-
-SPACES = LaneSpaces(FAMILY, {lane: (lambda lane=lane: space_mod.listed(lane)) for lane in LANES},
-                    lambda: space_mod.is_feasible)
+SPACES = LaneSpaces.from_listed(FAMILY, LANES, listed, is_feasible)
 """The lane's listed and feasible space (cached once per process)."""
-full_space = SPACES.full
 space = SPACES.space
 config = SPACES.config
-is_feasible = space_mod.is_feasible
-supports = space_mod.supports
-fits_arch = space_mod.fits_arch
 
 
 def symbol(config) -> str:

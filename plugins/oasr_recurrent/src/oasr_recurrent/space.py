@@ -32,8 +32,8 @@ from oasr_core.types import Config, Problem
 
 from oasr_recurrent.ops_names import FAMILY, GATES, LANE, LANES
 
-ARCHES = CUTLASS2_ARCHES
-"""sm80, sm86, sm89 and sm90: the kernels use only CUDA cores and 16-byte loads."""
+ARCHES = {LANE: CUTLASS2_ARCHES}
+"""Per lane: sm80, sm86, sm89 and sm90 (the kernels use only CUDA cores and 16-byte loads)."""
 DEFAULT_ON = ARCHES
 """The lane is the family's only one, so it is the default wherever it runs."""
 VECTOR = 8
@@ -85,7 +85,7 @@ def is_feasible(config: Config) -> bool:
 
 def fits_arch(config: Config, arch: str) -> bool:
     """Whether ``config`` runs on arch family ``arch`` (the lane's arches)."""
-    return arch in ARCHES and is_feasible(config)
+    return is_feasible(config) and arch in ARCHES[config.lane]
 
 
 def smem(config: Config, input_size: int, hidden: int) -> int:
@@ -108,19 +108,6 @@ def supports(config: Config, problem: Problem) -> bool:
     i, h = problem.dim("I"), problem.dim("H")
     return (problem.m >= 1 and shape_ok(i, h) and is_feasible(config)
             and smem(config, i, h) <= SMEM_CAP)
-
-
-def space(lane: str = LANE) -> tuple[Config, ...]:
-    """The config space of ``lane``: the listed configs that are feasible."""
-    return tuple(c for c in listed(lane) if is_feasible(c))
-
-
-def find(lane: str, config_id: str) -> Config:
-    """The config ``config_id`` of ``lane`` (KeyError when the space has none)."""
-    for c in space(lane):
-        if c.id == config_id:
-            return c
-    raise KeyError(f"lane {lane!r} has no {FAMILY} config {config_id!r}")
 
 
 def make_problem(input_size: int, hidden: int, batch: int, dtype: str = "fp16") -> Problem:
