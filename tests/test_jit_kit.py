@@ -5,6 +5,7 @@ unit's text."""
 from __future__ import annotations
 
 import ctypes
+import json
 import re
 
 from oasr_core import jit
@@ -122,3 +123,18 @@ def test_config_unit_exports_the_launcher_and_its_workspace_query():
     (unit,) = kit.config_unit(config, "// source", "oasr_fam_u7")
     assert (unit.name, unit.source, unit.exports) == ("u7", "// source",
                                                       ("oasr_fam_u7", "oasr_fam_u7_workspace"))
+
+
+def test_impl_hash_covers_inputs_and_headers_and_names_recorded_equivalents(tmp_path):
+    (tmp_path / "fam").mkdir()
+    (tmp_path / "fam" / "a.cuh").write_bytes(b"// a")
+    inputs = (("flags", b"-O3"), ("unit:l:c", b"text"))
+    first = kit.impl_hash(inputs, [tmp_path / "fam"])
+    assert len(first) == 16 and first == kit.impl_hash(inputs, [tmp_path / "fam"])
+    assert kit.impl_hash(inputs[:1], [tmp_path / "fam"]) != first
+    (tmp_path / "fam" / "a.cuh").write_bytes(b"// b")
+    changed = kit.impl_hash(inputs, [tmp_path / "fam"])
+    assert changed != first
+    table = tmp_path / "equivalent_impls.json"
+    table.write_text(json.dumps({changed: {"same_as": first, "checked": "same cubins"}}))
+    assert kit.impl_hash(inputs, [tmp_path / "fam"], table) == first

@@ -166,3 +166,31 @@ def test_a_device_is_asked_once_per_runtime(fake_rt, monkeypatch):
     fresh = runtime.Runtime(pm=make_plugin_manager(load_entrypoints=False))
     runtime.install_runtime(fresh)
     assert runtime.get_runtime().devices == {}, "a new runtime asks anew"
+
+
+def test_lane_modules_name_every_unit_text_the_flags_and_the_headers(tmp_path):
+    from oasr_core.jit import TranslationUnit
+    from oasr_core.kit.production import LaneModules
+
+    configs = {"a": [Config(id="c0", lane="a", params={}), Config(id="c1", lane="a", params={})],
+               "b": [Config(id="c2", lane="b", params={})]}
+    production = ProductionSet(family="fam", compile_set_env="OASR_FAM_COMPILE_SET",
+                               space=configs.__getitem__, fits_arch=lambda c, arch: True,
+                               always=lambda lane, arch: ())
+    (tmp_path / "fam").mkdir()
+    header = tmp_path / "fam" / "k.cuh"
+    header.write_bytes(b"// k")
+
+    def modules(flags):
+        return LaneModules(production=production, prefix={"a": "fam_a", "b": "fam_b"},
+                           units=lambda c, dtypes: [TranslationUnit(
+                               name=c.id, source=f"{c.id} {'/'.join(dtypes)}", exports=())],
+                           include_dir=str(tmp_path), flags=flags, dtypes=("fp16", "bf16"),
+                           default_arch=lambda lane: "sm80")
+
+    items = modules(lambda lane: ("-DX",)).impl_inputs([header])
+    assert items == (("flags", b"-DX"), ("unit:a:c0", b"c0 fp16/bf16"),
+                     ("unit:a:c1", b"c1 fp16/bf16"), ("unit:b:c2", b"c2 fp16/bf16"),
+                     ("header:fam/k.cuh", b"// k"))
+    with pytest.raises(ValueError, match="different flags"):
+        modules(lambda lane: (lane,)).impl_inputs([header])

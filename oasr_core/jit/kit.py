@@ -6,9 +6,9 @@ codes, launch flags, the per-kernel cache of prepared parameters, and the launch
 CUTLASS 2.x (``oasr_kit/sm80.cuh``) and 3.x (``oasr_kit/sm90.cuh``) kernels. This module holds
 their Python halves: the ctypes mirror of the call record, the status names, CUTLASS's 3.x
 schedule names, :func:`c_abi_unit`, the text of one generated translation unit,
-:func:`config_unit`, the unit of a one-unit config, and :func:`impl_inputs`, what a family's
-implementation hash digests. A family's codegen supplies only its kernel types, its operand
-list and its header.
+:func:`config_unit`, the unit of a one-unit config, and :func:`impl_inputs` /
+:func:`impl_hash`, a family's implementation hash. A family's codegen supplies only its kernel
+types, its operand list and its header.
 
 Importing it imports neither torch nor CUTLASS.
 """
@@ -135,6 +135,21 @@ def impl_inputs(*, flags: Iterable[str], units: Iterable[tuple[str, str, str]],
     items += [(f"unit:{lane}:{cid}", text.encode()) for lane, cid, text in units]
     items += [(f"header:{h.relative_to(root)}", h.read_bytes()) for h in headers]
     return tuple(items)
+
+
+def impl_hash(inputs: Iterable[tuple[str, bytes]], header_dirs: Iterable[Path],
+              equivalents: Path | None = None) -> str:
+    """A family's implementation hash: 16 hex digits of ``inputs`` (``(name, bytes)`` pairs,
+    :func:`impl_inputs`) and the headers under ``header_dirs`` and the kit's
+    (:func:`hash_headers`), named as ``equivalents`` records it (:func:`canonical_impl_hash`;
+    None: as it is). A tuning entry measured under another hash is stale."""
+    digest = hashlib.sha256()
+    for name, data in inputs:
+        digest.update(name.encode())
+        digest.update(data)
+    hash_headers(digest, header_dirs)
+    short = digest.hexdigest()[:16]
+    return short if equivalents is None else canonical_impl_hash(short, equivalents)
 
 
 def unit_dtypes(dtypes: Iterable[str], codes: Mapping[str, int]) -> tuple[str, ...]:

@@ -11,6 +11,7 @@ its launcher uses :meth:`ProductionSet.wanted` to refresh a loaded module after 
 from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
+from pathlib import Path
 from typing import Any
 
 import attrs
@@ -18,6 +19,7 @@ import attrs
 from oasr_core import jit as core_jit
 from oasr_core.errors import ToolchainError
 from oasr_core.jit import cutlass_version
+from oasr_core.jit import kit as jit_kit
 from oasr_core.jit.bundles import variant_bundles
 from oasr_core.runtime import get_runtime
 from oasr_core.types import Config
@@ -195,6 +197,21 @@ class LaneModules:
         (:func:`matching`)."""
         chosen = matching(self.production.lane_configs(lane, arch), patterns, lane, arch)
         return self.module_spec(lane, arch, chosen, name=f"{self.prefix[lane]}_subset")
+
+    def impl_inputs(self, headers: Iterable[Path]) -> tuple[tuple[str, bytes], ...]:
+        """What defines the binaries of a family whose lanes share their flags
+        (:func:`oasr_core.jit.kit.impl_inputs`): the flags, the text of each unit of every
+        config of each lane's space (every dtype of :attr:`dtypes`), and ``headers`` (named
+        below :attr:`include_dir`). ValueError where the lanes' flags differ."""
+        flags = {self.flags(lane) for lane in self.prefix}
+        if len(flags) != 1:
+            raise ValueError(f"the lanes {', '.join(self.prefix)} have different flags: name "
+                             f"each lane's flags in the implementation inputs")
+        units = ((lane, config.id, unit.source) for lane in self.prefix
+                 for config in self.production.space(lane)
+                 for unit in self.units(config, self.dtypes))
+        return jit_kit.impl_inputs(flags=flags.pop(), units=units, headers=headers,
+                                   root=Path(self.include_dir))
 
     def lane_specs(self, lane: str, arch: str, scope: str) -> list:
         """``Lane.jit_specs``: the production module or the whole space (:func:`lane_specs`)."""

@@ -12,7 +12,6 @@ Nothing here runs at import; building happens in :func:`oasr_core.jit.load` call
 from __future__ import annotations
 
 import functools
-import hashlib
 from pathlib import Path
 
 from oasr_core.jit import kit
@@ -50,16 +49,14 @@ class Conv2dKernelModule(KernelModule):
 
 @functools.cache
 def impl_hash() -> str:
-    """A short hash of what decides the family's binaries (:func:`codegen.impl_inputs`) and
-    the kit's headers (its ``conv/`` headers too), named as ``equivalent_impls.json`` records
-    it (:func:`oasr_core.jit.kit.canonical_impl_hash`). A tuning entry measured under another
-    hash is stale."""
-    digest = hashlib.sha256()
-    for name, data in codegen.impl_inputs():
-        digest.update(name.encode())
-        digest.update(data)
-    kit.hash_headers(digest, [CSRC / "oasr_conv2d", kit.CONV_DIR])
-    return kit.canonical_impl_hash(digest.hexdigest()[:16], EQUIVALENTS)
+    """A short hash of what decides the family's binaries (every config's unit text, the
+    flags and the family's headers: :meth:`MODULES.impl_inputs
+    <oasr_core.kit.production.LaneModules.impl_inputs>`) and the kit's headers (its
+    ``conv/`` headers too), named as ``equivalent_impls.json`` records it
+    (:func:`oasr_core.jit.kit.impl_hash`). A tuning entry measured under another hash is
+    stale."""
+    return kit.impl_hash(MODULES.impl_inputs(codegen.headers()),
+                         [CSRC / "oasr_conv2d", kit.CONV_DIR], EQUIVALENTS)
 
 
 def soft_validators() -> dict[str, str | None]:

@@ -12,7 +12,6 @@ The text is :func:`oasr_core.jit.kit.c_abi_unit`'s.
 
 from __future__ import annotations
 
-import functools
 from collections.abc import Iterable
 from pathlib import Path
 
@@ -62,13 +61,3 @@ def jit_units(config: Config, dtypes: Iterable[str] = DTYPES) -> list:
     """The :class:`oasr_core.jit.TranslationUnit` list compiling ``config`` (one unit)."""
     return kit.config_unit(config, unit_source(config, dtypes), symbol(config))
 
-
-@functools.cache
-def impl_inputs() -> tuple[tuple[str, bytes], ...]:
-    """What defines the units' binaries (:func:`oasr_core.jit.kit.impl_inputs`): every
-    config's unit text (both dtypes), the flags and the family's headers."""
-    from oasr_recurrent.lanes import space
-    from oasr_recurrent.ops_names import LANES
-
-    units = ((lane, c.id, unit_source(c)) for lane in LANES for c in space(lane))
-    return kit.impl_inputs(flags=EXTRA_FLAGS, units=units, headers=headers(), root=CSRC)

@@ -11,7 +11,6 @@ Nothing here runs at import; building happens in :func:`oasr_core.jit.load` call
 from __future__ import annotations
 
 import functools
-import hashlib
 
 from oasr_core.jit import kit
 from oasr_core.kit import ProductionSet
@@ -43,14 +42,12 @@ class RecurrentKernelModule(KernelModule):
 
 @functools.cache
 def impl_hash() -> str:
-    """A short hash of what decides the family's binaries (:func:`codegen.impl_inputs`) and
-    the kit's headers. A tuning entry measured under another hash is stale."""
-    digest = hashlib.sha256()
-    for name, data in codegen.impl_inputs():
-        digest.update(name.encode())
-        digest.update(data)
-    kit.hash_headers(digest, [codegen.CSRC / "oasr_recurrent"])
-    return digest.hexdigest()[:16]
+    """A short hash of what decides the family's binaries (every config's unit text, the
+    flags and the family's headers: :meth:`MODULES.impl_inputs
+    <oasr_core.kit.production.LaneModules.impl_inputs>`) and the kit's headers. A tuning
+    entry measured under another hash is stale."""
+    return kit.impl_hash(MODULES.impl_inputs(codegen.headers()),
+                         [codegen.CSRC / "oasr_recurrent"])
 
 
 def soft_validators() -> dict[str, str | None]:
