@@ -18,6 +18,10 @@ from typing import Any
 
 from oasr_core.types import Config, Family, Lane
 
+HALF_DTYPES = {"dtypes": ("fp16", "bf16"), "dtype_classes": {"half": ("fp16", "bf16")}}
+"""The dtype fields of an fp16/bf16 family: both dtypes, in one class ``half`` (a tuning entry
+keyed ``dt=half`` serves either)."""
+
 FAMILY_BEHAVIOUR = {"numerics_gate": ("numerics", "numerics_gate"),
                     "soft_validators": ("jit", "soft_validators"),
                     "recorder_patches": ("recorder", "recorder_patches"),

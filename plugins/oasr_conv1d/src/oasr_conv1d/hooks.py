@@ -11,7 +11,7 @@ from oasr_core.kit.lazy import lazy_layer_hooks
 
 @hookimpl
 def oasr_register_families():
-    from oasr_core.kit.registration import family_record
+    from oasr_core.kit.registration import HALF_DTYPES, family_record
     from oasr_core.types import Sentinel
 
     from oasr_conv1d import lanes, recorder
@@ -20,8 +20,7 @@ def oasr_register_families():
 
     return [family_record(
         "oasr_conv1d", name=FAMILY, ops=OPS, dims=recorder.DIMS, zero_dims={"pad"},
-        dtypes=("fp16", "bf16"),
-        dtype_classes={"half": ("fp16", "bf16")}, dynamic_axis="M", exact_points=True,
+        **HALF_DTYPES, dynamic_axis="M", exact_points=True,
         sentinels={Sentinel.DEFAULT, Sentinel.HEURISTIC, Sentinel.TORCH},
         fallback=Sentinel.HEURISTIC, sentinel_heuristic=lanes.heuristic,
         untuned=Sentinel.HEURISTIC, untuned_gate=lanes.untuned_gate,

@@ -11,7 +11,7 @@ from oasr_core.kit.lazy import lazy_layer_hooks
 
 @hookimpl
 def oasr_register_families():
-    from oasr_core.kit.registration import family_record
+    from oasr_core.kit.registration import HALF_DTYPES, family_record
     from oasr_core.types import Sentinel
 
     from oasr_conv2d import lanes
@@ -23,8 +23,7 @@ def oasr_register_families():
     # slower than not installing oasr. Builds partition against the heuristic (fallback).
     return [family_record(
         "oasr_conv2d", name=FAMILY, ops=OPS, dims=DIMS, zero_dims={"ph", "pw"},
-        dtypes=("fp16", "bf16"),
-        dtype_classes={"half": ("fp16", "bf16")}, dynamic_axis="M", exact_points=True,
+        **HALF_DTYPES, dynamic_axis="M", exact_points=True,
         sentinels={Sentinel.DEFAULT, Sentinel.HEURISTIC, Sentinel.TORCH},
         fallback=Sentinel.HEURISTIC, sentinel_heuristic=lanes.heuristic,
         untuned=Sentinel.TORCH,

@@ -12,14 +12,14 @@ from oasr_core import hookimpl
 
 @hookimpl
 def oasr_register_families():
-    from oasr_core.kit.registration import family_record
+    from oasr_core.kit.registration import HALF_DTYPES, family_record
     from oasr_core.types import Sentinel
 
     from oasr_gemm.config_space import OPS
 
     return [family_record(
-        "oasr_gemm", name="gemm", ops=OPS, dims=("N", "K"), dtypes=("fp16", "bf16"),
-        dtype_classes={"half": ("fp16", "bf16")}, sentinels={Sentinel.DEFAULT, Sentinel.TORCH},
+        "oasr_gemm", name="gemm", ops=OPS, dims=("N", "K"), **HALF_DTYPES,
+        sentinels={Sentinel.DEFAULT, Sentinel.TORCH},
         fallback=Sentinel.DEFAULT, untuned=Sentinel.TORCH,
         description="fp16/bf16 A W^T (+bias, +act, + alpha-scaled residual, or a row "
                     "log-softmax)")]

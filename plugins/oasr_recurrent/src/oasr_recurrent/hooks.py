@@ -10,24 +10,6 @@ from oasr_core import hookimpl
 
 
 @hookimpl
-def oasr_register_families():
-    from oasr_core.kit.registration import family_record
-    from oasr_core.types import Sentinel
-
-    from oasr_recurrent.ops_names import DIMS, FAMILY, OPS
-
-    # Untuned shapes serve torch (torch.lstm_cell through the op's torch path): nothing
-    # measured yet says where the lane default beats it, so an uncovered shape is never
-    # slower than not installing oasr. Builds partition against the lane default.
-    return [family_record(
-        "oasr_recurrent", name=FAMILY, ops=OPS, dims=DIMS, dtypes=("fp16", "bf16"),
-        dtype_classes={"half": ("fp16", "bf16")}, dynamic_axis="M",
-        sentinels={Sentinel.DEFAULT, Sentinel.TORCH}, fallback=Sentinel.DEFAULT,
-        untuned=Sentinel.TORCH,
-        description="fp16/bf16 LSTM step (the RNN-T prediction network while decoding)")]
-
-
-@hookimpl
 def oasr_register_lanes():
     from oasr_core.kit.registration import lane_records
 
@@ -37,6 +19,23 @@ def oasr_register_lanes():
     return lane_records(FAMILY, LANES, lanes, jit_module=jit.RecurrentKernelModule,
                         is_available=launch.is_available,
                         description="LSTM step: four gates and the update in one launch")
+
+
+@hookimpl
+def oasr_register_families():
+    from oasr_core.kit.registration import HALF_DTYPES, family_record
+    from oasr_core.types import Sentinel
+
+    from oasr_recurrent.ops_names import DIMS, FAMILY, OPS
+
+    # Untuned shapes serve torch (torch.lstm_cell through the op's torch path): nothing
+    # measured yet says where the lane default beats it, so an uncovered shape is never
+    # slower than not installing oasr. Builds partition against the lane default.
+    return [family_record(
+        "oasr_recurrent", name=FAMILY, ops=OPS, dims=DIMS, **HALF_DTYPES, dynamic_axis="M",
+        sentinels={Sentinel.DEFAULT, Sentinel.TORCH}, fallback=Sentinel.DEFAULT,
+        untuned=Sentinel.TORCH,
+        description="fp16/bf16 LSTM step (the RNN-T prediction network while decoding)")]
 
 
 @hookimpl
