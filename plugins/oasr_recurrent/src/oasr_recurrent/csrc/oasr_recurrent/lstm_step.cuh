@@ -38,6 +38,7 @@
 #include <cuda_fp16.h>
 
 #include <cstdint>
+#include <type_traits>
 
 #include "oasr_kit/launcher.cuh"
 
@@ -50,40 +51,36 @@ enum DType : int32_t { kFp16 = 0, kBf16 = 1 };
 constexpr int kVector = 8;                 // elements per 16-byte access
 constexpr int64_t kSmemCap = 96 * 1024;    // oasr_recurrent.space.SMEM_CAP
 
+// A dtype code's element: its scalar and pair types, and fp32 from and to them (widen: exact;
+// narrow: round to nearest even).
 template <int D>
-struct Element;
-template <>
-struct Element<kFp16> {
-  using T = __half;
-  using T2 = __half2;
+struct Element {
+  static_assert(D == kFp16 || D == kBf16, "a DType code");
+  static constexpr bool kHalf = D == kFp16;
+  using T = std::conditional_t<kHalf, __half, __nv_bfloat16>;
+  using T2 = std::conditional_t<kHalf, __half2, __nv_bfloat162>;
+
+  __device__ static float widen(T v) {
+    if constexpr (kHalf) return __half2float(v);
+    else return __bfloat162float(v);
+  }
+  __device__ static float2 widen(T2 v) {
+    if constexpr (kHalf) return __half22float2(v);
+    else return __bfloat1622float2(v);
+  }
+  __device__ static T narrow(float v) {
+    if constexpr (kHalf) return __float2half_rn(v);
+    else return __float2bfloat16_rn(v);
+  }
 };
-template <>
-struct Element<kBf16> {
-  using T = __nv_bfloat16;
-  using T2 = __nv_bfloat162;
-};
 
-__device__ __forceinline__ float2 to_float2(__half2 v) { return __half22float2(v); }
-__device__ __forceinline__ float2 to_float2(__nv_bfloat162 v) { return __bfloat1622float2(v); }
-__device__ __forceinline__ float to_float(__half v) { return __half2float(v); }
-__device__ __forceinline__ float to_float(__nv_bfloat16 v) { return __bfloat162float(v); }
-
-template <class T>
-__device__ __forceinline__ T from_float(float v);
-template <>
-__device__ __forceinline__ __half from_float<__half>(float v) { return __float2half_rn(v); }
-template <>
-__device__ __forceinline__ __nv_bfloat16 from_float<__nv_bfloat16>(float v) {
-  return __float2bfloat16_rn(v);
-}
-
-// The eight elements of a 16-byte vector, as fp32.
-template <class T2>
+// The eight elements of a 16-byte vector of E::T, as fp32.
+template <class E>
 __device__ __forceinline__ void unpack8(uint4 v, float (&f)[kVector]) {
-  const T2* p = reinterpret_cast<const T2*>(&v);
+  const typename E::T2* p = reinterpret_cast<const typename E::T2*>(&v);
 #pragma unroll
   for (int i = 0; i < kVector / 2; ++i) {
-    const float2 t = to_float2(p[i]);
+    const float2 t = E::widen(p[i]);
     f[2 * i] = t.x;
     f[2 * i + 1] = t.y;
   }
@@ -91,33 +88,20 @@ __device__ __forceinline__ void unpack8(uint4 v, float (&f)[kVector]) {
 
 __device__ __forceinline__ float sigmoid(float v) { return 1.f / (1.f + expf(-v)); }
 
-struct Operands {
-  const void* x;
-  const void* h;
-  const void* c0;
-  const void* w_ih;
-  const void* w_hh;
-  const void* b_ih;
-  const void* b_hh;
-  void* h1;
-  void* c1;
-  int32_t batch, input, hidden;
-};
-
 // acc[r] += w[k0 .. k0 + n) . staged row r [offset + k0 ..), over the vectors this warp owns.
-template <class T, class T2, int Rows, int KSplit>
-__device__ __forceinline__ void dot_rows(const T* __restrict__ w, int vectors,
-                                         const T* staged, int stride, int offset, int s,
-                                         int lane, float (&acc)[Rows]) {
+template <class E, int Rows, int KSplit>
+__device__ __forceinline__ void dot_rows(const typename E::T* __restrict__ w, int vectors,
+                                         const typename E::T* staged, int stride, int offset,
+                                         int s, int lane, float (&acc)[Rows]) {
   const uint4* wv = reinterpret_cast<const uint4*>(w);
   for (int v = s * 32 + lane; v < vectors; v += KSplit * 32) {
     float wf[kVector];
-    unpack8<T2>(__ldg(wv + v), wf);
+    unpack8<E>(__ldg(wv + v), wf);
 #pragma unroll
     for (int r = 0; r < Rows; ++r) {
       float xf[kVector];
-      unpack8<T2>(*reinterpret_cast<const uint4*>(staged + r * stride + offset + v * kVector),
-                  xf);
+      unpack8<E>(*reinterpret_cast<const uint4*>(staged + r * stride + offset + v * kVector),
+                 xf);
 #pragma unroll
       for (int e = 0; e < kVector; ++e) {
         acc[r] = fmaf(wf[e], xf[e], acc[r]);
@@ -126,16 +110,20 @@ __device__ __forceinline__ void dot_rows(const T* __restrict__ w, int vectors,
   }
 }
 
-template <int DType, int Units, int Rows, int Threads, int KSplit>
-__global__ void __launch_bounds__(Threads) lstm_step_kernel(Operands p) {
-  using T = typename Element<DType>::T;
-  using T2 = typename Element<DType>::T2;
+// x (batch, input); h, c0, h1, c1 (batch, hidden); w_ih (4 hidden, input), w_hh (4 hidden,
+// hidden); b_ih, b_hh (4 hidden) or null.
+template <int DType, int Units, int Rows, int Threads, int KSplit,
+          class E = Element<DType>, class T = typename E::T>
+__global__ void __launch_bounds__(Threads)
+    lstm_step_kernel(const T* __restrict__ x, const T* __restrict__ h, const T* __restrict__ c0,
+                     const T* __restrict__ w_ih, const T* __restrict__ w_hh, const T* b_ih,
+                     const T* b_hh, T* __restrict__ h1, T* __restrict__ c1, int batch,
+                     int input, int hidden) {
   constexpr int kWarps = Threads / 32;
   constexpr int kGroups = kWarps / KSplit;
   constexpr int kGateRows = 4 * Units;
   extern __shared__ __align__(16) unsigned char smem[];
 
-  const int input = p.input, hidden = p.hidden;
   const int stride = input + hidden;  // one staged row: [x | h]
   T* staged = reinterpret_cast<T*>(smem);
   float* partial = reinterpret_cast<float*>(smem + size_t(Rows) * stride * sizeof(T));
@@ -144,13 +132,11 @@ __global__ void __launch_bounds__(Threads) lstm_step_kernel(Operands p) {
   const int unit0 = blockIdx.x * Units;
 
   // 1. Stage [x | h] of this CTA's batch rows.
-  const T* x = static_cast<const T*>(p.x);
-  const T* h = static_cast<const T*>(p.h);
   const int row_vectors = stride / kVector, in_vectors = input / kVector;
   for (int i = tid; i < Rows * row_vectors; i += Threads) {
     const int r = i / row_vectors, v = i - r * row_vectors, b = row0 + r;
     uint4 val = make_uint4(0u, 0u, 0u, 0u);
-    if (b < p.batch) {
+    if (b < batch) {
       val = v < in_vectors
                 ? __ldg(reinterpret_cast<const uint4*>(x + size_t(b) * input) + v)
                 : __ldg(reinterpret_cast<const uint4*>(h + size_t(b) * hidden) +
@@ -161,8 +147,6 @@ __global__ void __launch_bounds__(Threads) lstm_step_kernel(Operands p) {
   __syncthreads();
 
   // 2. Gate rows: group `warp / KSplit` takes rows q = group, group + kGroups, ...
-  const T* w_ih = static_cast<const T*>(p.w_ih);
-  const T* w_hh = static_cast<const T*>(p.w_hh);
   const int group = warp / KSplit, s = warp - group * KSplit;
   for (int q = group; q < kGateRows; q += kGroups) {
     const int gate = q / Units, unit = unit0 + (q - gate * Units);
@@ -173,10 +157,10 @@ __global__ void __launch_bounds__(Threads) lstm_step_kernel(Operands p) {
     }
     if (unit < hidden) {
       const size_t row = size_t(gate) * hidden + unit;
-      dot_rows<T, T2, Rows, KSplit>(w_ih + row * input, in_vectors, staged, stride, 0, s, lane,
-                                    acc);
-      dot_rows<T, T2, Rows, KSplit>(w_hh + row * hidden, hidden / kVector, staged, stride,
-                                    input, s, lane, acc);
+      dot_rows<E, Rows, KSplit>(w_ih + row * input, in_vectors, staged, stride, 0, s, lane,
+                                acc);
+      dot_rows<E, Rows, KSplit>(w_hh + row * hidden, hidden / kVector, staged, stride, input,
+                                s, lane, acc);
     }
 #pragma unroll
     for (int r = 0; r < Rows; ++r) {
@@ -195,15 +179,10 @@ __global__ void __launch_bounds__(Threads) lstm_step_kernel(Operands p) {
   __syncthreads();
 
   // 3. The pointwise update of this CTA's units and rows.
-  const T* c0 = static_cast<const T*>(p.c0);
-  const T* b_ih = static_cast<const T*>(p.b_ih);
-  const T* b_hh = static_cast<const T*>(p.b_hh);
-  T* h1 = static_cast<T*>(p.h1);
-  T* c1 = static_cast<T*>(p.c1);
   for (int i = tid; i < Units * Rows; i += Threads) {
     const int r = i / Units, u = i - r * Units;
     const int unit = unit0 + u, b = row0 + r;
-    if (unit >= hidden || b >= p.batch) {
+    if (unit >= hidden || b >= batch) {
       continue;
     }
     float g[4];
@@ -216,17 +195,17 @@ __global__ void __launch_bounds__(Threads) lstm_step_kernel(Operands p) {
       }
       const int idx = gate * hidden + unit;
       if (b_ih != nullptr) {
-        sum += to_float(b_ih[idx]);
+        sum += E::widen(b_ih[idx]);
       }
       if (b_hh != nullptr) {
-        sum += to_float(b_hh[idx]);
+        sum += E::widen(b_hh[idx]);
       }
       g[gate] = sum;
     }
     const size_t at = size_t(b) * hidden + unit;
-    const float c_new = sigmoid(g[1]) * to_float(c0[at]) + sigmoid(g[0]) * tanhf(g[2]);
-    c1[at] = from_float<T>(c_new);
-    h1[at] = from_float<T>(sigmoid(g[3]) * tanhf(c_new));
+    const float c_new = sigmoid(g[1]) * E::widen(c0[at]) + sigmoid(g[0]) * tanhf(g[2]);
+    c1[at] = E::narrow(c_new);
+    h1[at] = E::narrow(sigmoid(g[3]) * tanhf(c_new));
   }
 }
 
@@ -286,10 +265,12 @@ struct LstmStep {
         !allow_smem<LstmStep>(reinterpret_cast<const void*>(kernel), int(kSmemCap), dev)) {
       return kErrInit;
     }
-    Operands ops{x, h, c0, w_ih, w_hh, b_ih, b_hh, h1, c1,
-                 int32_t(c->m), int32_t(c->k), int32_t(c->n)};
     const dim3 grid(unsigned((c->n + Units - 1) / Units), unsigned((c->m + Rows - 1) / Rows));
-    kernel<<<grid, Threads, size_t(smem), stream>>>(ops);
+    kernel<<<grid, Threads, size_t(smem), stream>>>(
+        static_cast<const T*>(x), static_cast<const T*>(h), static_cast<const T*>(c0),
+        static_cast<const T*>(w_ih), static_cast<const T*>(w_hh), static_cast<const T*>(b_ih),
+        static_cast<const T*>(b_hh), static_cast<T*>(h1), static_cast<T*>(c1), int(c->m),
+        int(c->k), int(c->n));
     return launch_status();
   }
 };
