@@ -49,7 +49,7 @@ import subprocess
 import sys
 import textwrap
 import types
-from collections.abc import Callable, Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from pathlib import Path
 from typing import Any, ClassVar
 
@@ -592,15 +592,26 @@ def write_system_table(root: Path, family: Family, lane: str, arch: str,
     return path
 
 
+def write_census(path: Path, points: Iterable[Mapping[str, Any]]) -> Path:
+    """Write a census file (schema 1) of ``points`` (``{"family", "op", "dtype", "dims", "M",
+    "calls", "weight"}`` rows, ``"point"`` optional) at ``path``; ``path``."""
+    path.write_text(json.dumps({"schema_version": 1, "points": list(points)}))
+    return path
+
+
 def replay_scripted_build(run: Callable[..., Any], root: Path, family: Family, lane: Lane,
-                          time_us: TimeModel, census: Path, arch: str = "sm90",
-                          max_points: int = 4) -> tuple[Path, Any]:
-    """Build ``family``'s live table for ``census`` on ``lane`` with a
-    :class:`ScriptedBench` timing arms by ``time_us`` (nothing compiled), then replay its
-    measurement log through ``oasr tune build --from-log`` (``run``, e.g. :func:`family_cli`)
-    and assert the replay is the same bytes; ``(log path, the replayed table)``."""
+                          time_us: TimeModel, census: Path | Sequence[Mapping[str, Any]],
+                          arch: str = "sm90", max_points: int = 4) -> tuple[Path, Any]:
+    """Build ``family``'s live table for ``census`` (a census file, or its points, written to
+    ``root/census.json``) on ``lane`` with a :class:`ScriptedBench` timing arms by ``time_us``
+    (nothing compiled), then replay its measurement log through ``oasr tune build
+    --from-log`` (``run``, e.g. :func:`family_cli`) and assert the replay is the same bytes;
+    ``(log path, the replayed table)``."""
     from oasr_core import build
     from oasr_core.database import read_tuning_file
+
+    if not isinstance(census, Path):
+        census = write_census(root / "census.json", census)
 
     lane = attrs.evolve(lane, jit_specs=None)  # a scripted build compiles nothing
     bench = ScriptedBench(time_us)

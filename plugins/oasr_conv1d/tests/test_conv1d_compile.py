@@ -4,12 +4,10 @@ without a GPU. The suite-wide background prebuild compiles it (``SMOKE_UNITS``).
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
 
 import pytest
 from oasr_core import jit as core_jit
-from oasr_core.jit import BuildStatus
+from oasr_core.kernel_testing import smoke_module
 
 from oasr_conv1d import lanes, launch
 from oasr_conv1d.depthwise import space as dw_space
@@ -28,26 +26,7 @@ def SMOKE_UNITS():
     return [Conv1dKernelModule(_config()).spec(("fp16",))]
 
 
-@pytest.fixture(scope="module")
-def built(smoke_builds):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("OASR_JIT_DIR", str(smoke_builds.jit_dir))
-    (spec,) = SMOKE_UNITS()
-    report = smoke_builds.wait()[spec.name]
-    yield spec, report
-    mp.undo()
-
-
-def test_the_unit_compiles_and_exports_only_its_abi(built):
-    spec, report = built
-    assert report.status is BuildStatus.BUILT, (report.error, dict(report.failed))
-    if shutil.which("nm") is None:
-        pytest.skip("binutils' nm is not installed")
-    out = subprocess.run(["nm", "-D", "--defined-only", "--format=posix", str(report.path)],
-                         capture_output=True, text=True, check=True).stdout
-    symbol = lanes.symbol(_config())
-    assert {line.split()[0] for line in out.splitlines() if line.strip()} == {
-        symbol, symbol + "_workspace"}
+built, test_the_unit_exports_only_its_abi = smoke_module()
 
 
 def test_the_abi_answers_without_a_gpu(built):
@@ -55,7 +34,7 @@ def test_the_abi_answers_without_a_gpu(built):
 
     if torch.cuda.is_available():
         pytest.skip("this checks the no-device answers; the GPU tests run the kernels")
-    spec, _ = built
+    ((spec, _),) = built
     kernel = launch.Kernel.bind(core_jit.load(spec, build_missing=False), _config())
     geo = geometry(2, 100, 256, 256, 31, 1, 15, 1, 256)
     plan = kernel.prepare(geo, "fp16", "silu")

@@ -19,31 +19,24 @@ import zlib
 
 import pytest
 import torch
+from oasr_core.kernel_testing import device_arch, gpu_marks
 from oasr_core.types import Problem
 
 from oasr_conv1d import dense
 from oasr_conv1d.dense import codegen
 from oasr_conv1d.geometry import out_length
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+pytestmark = gpu_marks()
 
 K_ERR_SHAPE = 2
 FLAG_PDL = 1
-
-
-def _arch() -> str | None:
-    if not torch.cuda.is_available():
-        return None
-    major, minor = torch.cuda.get_device_capability()
-    return f"sm{major}{minor}"
 
 
 def _lane_configs(lane: str, arch: str | None) -> list:
     return [] if arch is None else [c for c in dense.space(lane) if dense.fits_arch(c, arch)]
 
 
-CASES = [(lane, c.id) for lane in dense.LANES for c in _lane_configs(lane, _arch())]
+CASES = [(lane, c.id) for lane in dense.LANES for c in _lane_configs(lane, device_arch())]
 
 # (batch, t_in, c_in, c_out, kernel, stride, pad, dilation)
 SHAPES = {
@@ -97,7 +90,7 @@ def _reference(name: str, dtype: str, bias: bool, activation: str | None):
 def kernels() -> dict:
     from oasr_core import jit as core_jit
 
-    arch = _arch()
+    arch = device_arch()
     lanes = [lane for lane in dense.LANES if _lane_configs(lane, arch)]
     specs = [dense.module_spec(lane, arch, _lane_configs(lane, arch),
                                name=f"conv1d_dense_{lane}_all") for lane in lanes]

@@ -8,10 +8,9 @@ import ctypes
 
 import pytest
 from oasr_core import jit as core_jit
-from oasr_core.jit import BuildStatus
-from oasr_core.testing import exported_symbols, prebuilt_module
+from oasr_core.kernel_testing import compiled_module
 
-from oasr_conv2d import jit, lanes, space
+from oasr_conv2d import jit, space
 from oasr_conv2d.geometry import LANE, call_args, geometry
 from oasr_conv2d.launch import Kernel
 
@@ -22,19 +21,8 @@ EVERY_KIND = (space.DEFAULT, space.FEW_CHANNELS_DEFAULT, space.ANY_WIDTH, "dc_c8
 direct kernel."""
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    configs = [lanes.config(LANE, cid) for cid in EVERY_KIND]
-    for spec, report in prebuilt_module(tmp_path_factory, lambda: jit.MODULES.module_spec(
-            LANE, "sm90", configs, name="conv2d_compile_test", dtypes=("fp16",))):
-        yield configs, spec, report
-
-
-def test_every_iterator_kind_compiles_and_exports_only_its_launchers(built):
-    configs, _spec, report = built
-    assert report.status is BuildStatus.BUILT, (report.error, dict(report.failed))
-    assert exported_symbols(report.path) == {
-        s for c in configs for s in (lanes.symbol(c), lanes.symbol(c) + "_workspace")}
+built, test_every_iterator_kind_exports_only_its_launchers = compiled_module(
+    jit.MODULES, LANE, EVERY_KIND, name="conv2d_compile_test")
 
 
 def test_the_c_abi_refuses_without_a_gpu(built):

@@ -18,22 +18,13 @@ import zlib
 
 import pytest
 import torch
+from oasr_core.kernel_testing import device_arch, device_config_ids, gpu_marks
 
 from oasr_conv2d import jit, lanes, numerics, ops, space, weights
 from oasr_conv2d.geometry import LANE, geometry
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
-
-
-def _arch() -> str | None:
-    if not torch.cuda.is_available():
-        return None
-    major, minor = torch.cuda.get_device_capability()
-    return f"sm{major}{minor}"
-
-
-CONFIGS = [] if _arch() is None else [c.id for c in jit.lane_configs(LANE, _arch())]
+pytestmark = gpu_marks()
+CONFIGS = device_config_ids(jit.PRODUCTION, LANE)
 
 # (batch, h_in, w_in, c_in, c_out, (kh, kw), (sh, sw), (ph, pw), (dh, dw))
 SHAPES = {
@@ -62,7 +53,7 @@ def _kernels():
 
     from oasr_conv2d.launch import Kernel
 
-    module = core_jit.load(jit.MODULES.full_spec(LANE, _arch()))
+    module = core_jit.load(jit.MODULES.full_spec(LANE, device_arch()))
     return {cid: Kernel.bind(module, lanes.config(LANE, cid)) for cid in CONFIGS}
 
 
@@ -130,11 +121,11 @@ def _user_tier(tmp_path, key, config_id, point):
 
     (family,) = hooks.oasr_register_families()
     raw = {"schema_version": 2, "family": "conv2d", "family_schema_version": 1,
-           "arch": {"family": _arch(), "lane": LANE},
+           "arch": {"family": device_arch(), "lane": LANE},
            "validators": {"soft": dict(family.soft_validators())},
            "configs": {config_id: lanes.config(LANE, config_id).to_json()},
            "entries": {key: {"regions": [], "points": {point: config_id}}}}
-    path = tmp_path / _arch() / "conv2d.json"
+    path = tmp_path / device_arch() / "conv2d.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(raw))
 

@@ -6,7 +6,12 @@ from __future__ import annotations
 import json
 
 import pytest
-from oasr_core.testing import family_cli, replay_scripted_build, write_system_table
+from oasr_core.testing import (
+    family_cli,
+    replay_scripted_build,
+    write_census,
+    write_system_table,
+)
 
 from oasr_conv2d import hooks, lanes, space
 from oasr_conv2d.geometry import LANE
@@ -101,9 +106,7 @@ def _census(tmp_path):
                      "dims": {**second, **{k: int(v) for k, v in window.items()}},
                      "M": b * ((h1 - 3) // 2 + 1) * 19, "calls": 1.0, "weight": 1.0,
                      "point": f"{b}x{h1}"})
-    path = tmp_path / "census.json"
-    path.write_text(json.dumps({"schema_version": 1, "points": rows}))
-    return path
+    return write_census(tmp_path / "census.json", rows)
 
 
 def test_a_build_replayed_from_its_log_writes_the_table(run, tmp_path):

@@ -17,24 +17,17 @@ import os
 
 import pytest
 import torch
+from oasr_core.kernel_testing import device_arch, gpu_marks
 
 from oasr_gemm import codegen, jit, launch, numerics
 from oasr_gemm import config_space as cs
 from oasr_gemm.feasibility import supports
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+pytestmark = gpu_marks()
 
 SAMPLE = int(os.environ.get("OASR_GEMM_GPU_SAMPLE", "28"))
 SHAPES = ((1, 256, 512), (77, 768, 256), (1000, 512, 1024), (2152, 1024, 512))
 ACTS = (None, "relu", "gelu", "silu")
-
-
-def _arch() -> str | None:
-    if not torch.cuda.is_available():
-        return None
-    major, minor = torch.cuda.get_device_capability()
-    return f"sm{major}{minor}"
 
 
 def _lanes(arch: str) -> tuple[str, ...]:
@@ -70,7 +63,7 @@ def _prebuilt(lane: str, arch: str) -> bool:
 def _selection() -> dict[str, list[str]]:
     """Per lane: the default lane's production set plus a spread sample of the rest (every
     config of a lane whose whole-space module is prebuilt)."""
-    arch = _arch()
+    arch = device_arch()
     if arch is None:
         return {}
     chosen: dict[str, list[str]] = {}
@@ -102,7 +95,7 @@ def kernels() -> dict[str, launch.Kernel]:
     from oasr_core import jit as core_jit
     from oasr_core.errors import JitBuildError
 
-    arch = _arch()
+    arch = device_arch()
     modules = []
     for lane, ids in SELECTION.items():
         try:
@@ -214,7 +207,7 @@ def kernel_tier(tmp_path, monkeypatch):
     from oasr_core import database, reload, stamps
     from oasr_core.runtime import get_runtime
 
-    arch = _arch()
+    arch = device_arch()
     rt = get_runtime()
     family = rt.registry.family("gemm")
     lane = rt.registry.active_lane("gemm", arch)

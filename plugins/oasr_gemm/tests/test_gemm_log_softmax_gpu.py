@@ -20,13 +20,13 @@ import os
 import pytest
 import torch
 from oasr_core import stamps
+from oasr_core.kernel_testing import device_arch, gpu_marks
 from oasr_core.runtime import get_runtime
 
 from oasr_gemm import codegen, jit, launch, log_softmax, numerics
 from oasr_gemm import config_space as cs
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+pytestmark = gpu_marks()
 
 OP = cs.LOG_SOFTMAX_OP
 SUBSET = {
@@ -44,15 +44,8 @@ WIDTHS = (256, 512)
 ROWS = (1, 77, 1000)
 
 
-def _arch() -> str | None:
-    if not torch.cuda.is_available():
-        return None
-    major, minor = torch.cuda.get_device_capability()
-    return f"sm{major}{minor}"
-
-
 def _selection() -> dict[str, list[str]]:
-    arch = _arch()
+    arch = device_arch()
     if arch is None:
         return {}
     wanted = os.environ.get("OASR_GEMM_LOG_SOFTMAX_GPU_CONFIGS", "")
@@ -79,10 +72,10 @@ def rows_fn():
     """The row log-softmax for this GPU's arch (compiled here, seconds, or a cache hit)."""
     from oasr_core import jit as core_jit
 
-    core_jit.prebuild([log_softmax.spec(_arch())], jobs=1)
-    fn = log_softmax.KERNEL.get(_arch())
+    core_jit.prebuild([log_softmax.spec(device_arch())], jobs=1)
+    fn = log_softmax.KERNEL.get(device_arch())
     if fn is None:
-        pytest.fail(f"the row log-softmax did not build or load for {_arch()}")
+        pytest.fail(f"the row log-softmax did not build or load for {device_arch()}")
     return fn
 
 
@@ -91,7 +84,7 @@ def kernels() -> dict[str, launch.Kernel]:
     """The selection's GEMM kernels, one module per lane (compiled here, or cache hits)."""
     from oasr_core import jit as core_jit
 
-    arch = _arch()
+    arch = device_arch()
     if not SELECTION:
         pytest.skip(f"no gemm config runs on {arch}")
     found = {}
@@ -122,7 +115,7 @@ def _fits(config, m, n, k) -> bool:
 
 
 def _call(kernel, rows_fn, dtype, m, n, k) -> log_softmax.LogSoftmaxCall:
-    return log_softmax.compose(kernel.prepare(dtype, m, n, k, None), _arch(),
+    return log_softmax.compose(kernel.prepare(dtype, m, n, k, None), device_arch(),
                                codegen.DTYPE_CODES[dtype], m, n)
 
 
@@ -141,7 +134,7 @@ def test_row_kernel_matches_the_fp32_reference(rows_fn, dtype, n):
     for rows in (1, 5, 333):
         x = (torch.randn(rows, n, generator=gen, device="cuda") * 4).to(DTYPES[dtype])
         got = x.clone()
-        assert log_softmax.log_softmax_rows_(got, _arch())
+        assert log_softmax.log_softmax_rows_(got, device_arch())
         torch.cuda.synchronize()
         ref = torch.log_softmax(x.float(), dim=-1)
         verdict = numerics.numerics_gate(got, torch.log_softmax(x, dim=-1), ref)
@@ -157,7 +150,7 @@ def test_row_kernel_on_infinite_and_nan_logits(rows_fn):
     for n in (2048, 512):
         got = x[:, :n].contiguous()
         want = torch.log_softmax(got.float(), dim=-1).half()
-        assert log_softmax.log_softmax_rows_(got, _arch())
+        assert log_softmax.log_softmax_rows_(got, device_arch())
         torch.cuda.synchronize()
         finite = torch.isfinite(want)
         assert torch.equal(torch.isnan(got), torch.isnan(want)), n
@@ -232,7 +225,7 @@ def head_tier(tmp_path, monkeypatch, kernels):
     heads the op tests call, and a library holding that config's kernel."""
     from oasr_core import database, reload
 
-    arch = _arch()
+    arch = device_arch()
     lane_name = cs.LANE_SM90 if cs.LANE_SM90 in SELECTION else cs.LANE_SM80
     rt = get_runtime()
     family = rt.registry.family("gemm")

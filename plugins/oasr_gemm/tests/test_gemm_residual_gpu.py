@@ -22,13 +22,13 @@ import os
 import pytest
 import torch
 from oasr_core import stamps
+from oasr_core.kernel_testing import device_arch, gpu_marks
 from oasr_core.runtime import get_runtime
 
 from oasr_gemm import codegen, jit, launch, numerics
 from oasr_gemm import config_space as cs
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+pytestmark = gpu_marks()
 
 SUBSET = ("ws_64x32x64_c1x1", "ws_64x128x64_c1x1_s4", "pp_128x128x64_c1x1_e64x64",
           "co_128x128x64_c1x2", "co_256x128x64_c1x1_e128x64", "sk_128x64x64_c1x1",
@@ -40,15 +40,8 @@ SHAPES = ((1, 256, 512), (77, 768, 256), (1000, 512, 1024), (2152, 1024, 512))
 ALPHAS = (1.0, 0.5, -2.0)
 
 
-def _arch() -> str | None:
-    if not torch.cuda.is_available():
-        return None
-    major, minor = torch.cuda.get_device_capability()
-    return f"sm{major}{minor}"
-
-
 def _selection() -> list[str]:
-    arch = _arch()
+    arch = device_arch()
     if arch is None or not jit.lane_configs(cs.LANE_SM90, arch):
         return []
     wanted = os.environ.get("OASR_GEMM_RESIDUAL_GPU_CONFIGS", "")
@@ -68,7 +61,7 @@ def module():
     own unit, which the selection tests serve the op through)."""
     from oasr_core import jit as core_jit
 
-    arch = _arch()
+    arch = device_arch()
     if not SELECTION:
         pytest.skip(f"no sm90 config runs on {arch}")
     configs = [cs.config(cs.LANE_SM90, cid) for cid in SELECTION]
@@ -203,7 +196,7 @@ def residual_tier(tmp_path, monkeypatch, module):
     module would hold them)."""
     from oasr_core import database, reload
 
-    arch = _arch()
+    arch = device_arch()
     rt = get_runtime()
     family = rt.registry.family("gemm")
     lane = rt.registry.lane(cs.LANE_SM90)

@@ -9,10 +9,9 @@ import ctypes
 
 import pytest
 from oasr_core import jit as core_jit
-from oasr_core.jit import BuildStatus
-from oasr_core.testing import exported_symbols, prebuilt_module
+from oasr_core.kernel_testing import compiled_module
 
-from oasr_recurrent import jit, lanes
+from oasr_recurrent import jit
 from oasr_recurrent.launch import Kernel, call_args
 from oasr_recurrent.ops_names import LANE
 
@@ -22,19 +21,8 @@ KINDS = ("u4_r4_t128_s1", "u1_r1_t128_s4", "u8_r16_t256_s1")
 """The lane default, a K split over all four warps, the widest batch tile."""
 
 
-@pytest.fixture(scope="module")
-def built(tmp_path_factory):
-    configs = [lanes.config(LANE, cid) for cid in KINDS]
-    for spec, report in prebuilt_module(tmp_path_factory, lambda: jit.MODULES.module_spec(
-            LANE, "sm90", configs, name="recurrent_compile_test", dtypes=("fp16",))):
-        yield configs, spec, report
-
-
-def test_the_units_compile_and_export_only_their_launchers(built):
-    configs, _spec, report = built
-    assert report.status is BuildStatus.BUILT, (report.error, dict(report.failed))
-    assert exported_symbols(report.path) == {
-        s for c in configs for s in (lanes.symbol(c), lanes.symbol(c) + "_workspace")}
+built, test_the_units_export_only_their_launchers = compiled_module(
+    jit.MODULES, LANE, KINDS, name="recurrent_compile_test")
 
 
 def test_the_c_abi_refuses_without_a_gpu(built):

@@ -15,22 +15,13 @@ import json
 
 import pytest
 import torch
+from oasr_core.kernel_testing import device_arch, device_config_ids, gpu_marks
 
 from oasr_recurrent import jit, lanes, numerics, ops, space
 from oasr_recurrent.ops_names import LANE
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
-
-
-def _arch() -> str | None:
-    if not torch.cuda.is_available():
-        return None
-    major, minor = torch.cuda.get_device_capability()
-    return f"sm{major}{minor}"
-
-
-CONFIGS = [] if _arch() is None else [c.id for c in jit.lane_configs(LANE, _arch())]
+pytestmark = gpu_marks()
+CONFIGS = device_config_ids(jit.PRODUCTION, LANE)
 WIDTHS = ((320, 320), (640, 640), (640, 1024), (256, 320))
 BATCHES = (1, 3, 16, 64)
 TOLERANCE = {"fp16": (2e-3, 2e-3), "bf16": (1.6e-2, 1e-2)}
@@ -43,7 +34,7 @@ def _kernels():
 
     from oasr_recurrent.launch import Kernel
 
-    module = core_jit.load(jit.MODULES.full_spec(LANE, _arch()))
+    module = core_jit.load(jit.MODULES.full_spec(LANE, device_arch()))
     return {cid: Kernel.bind(module, lanes.config(LANE, cid)) for cid in CONFIGS}
 
 
@@ -103,12 +94,12 @@ def _user_tier(tmp_path, signatures, config_id):
 
     (family,) = hooks.oasr_register_families()
     raw = {"schema_version": 2, "family": "recurrent", "family_schema_version": 1,
-           "arch": {"family": _arch(), "lane": LANE},
+           "arch": {"family": device_arch(), "lane": LANE},
            "validators": {"soft": dict(family.soft_validators())},
            "configs": {config_id: lanes.config(LANE, config_id).to_json()},
            "entries": {f"recurrent|op=lstm_step|dt=half|I={i}|H={h}":
                        {"regions": [[None, config_id]]} for i, h in signatures}}
-    path = tmp_path / _arch() / "recurrent.json"
+    path = tmp_path / device_arch() / "recurrent.json"
     path.parent.mkdir(parents=True)
     path.write_text(json.dumps(raw))
 

@@ -8,9 +8,8 @@ import ctypes
 
 import pytest
 from oasr_core import jit as core_jit
-from oasr_core.jit import BuildStatus
+from oasr_core.kernel_testing import smoke_module
 from oasr_core.kit import LaunchError
-from oasr_core.testing import exported_symbols
 
 from oasr_recurrent import lanes, space
 from oasr_recurrent.jit import RecurrentKernelModule
@@ -29,27 +28,13 @@ def SMOKE_UNITS():
     return [RecurrentKernelModule(_config(), "sm90").spec(("fp16",))]
 
 
-@pytest.fixture(scope="module")
-def built(smoke_builds):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("OASR_JIT_DIR", str(smoke_builds.jit_dir))
-    (spec,) = SMOKE_UNITS()
-    report = smoke_builds.wait()[spec.name]
-    yield spec, report
-    mp.undo()
-
-
-def test_the_unit_compiles_and_exports_only_its_abi(built):
-    spec, report = built
-    assert report.status is BuildStatus.BUILT, (report.error, dict(report.failed))
-    symbol = lanes.symbol(_config())
-    assert exported_symbols(report.path) == {symbol, symbol + "_workspace"}
+built, test_the_unit_exports_only_its_abi = smoke_module()
 
 
 def test_a_prepared_call_holds_the_step_and_the_abi_answers_without_a_gpu(built):
     import torch
 
-    spec, _ = built
+    ((spec, _),) = built
     kernel = Kernel.bind(core_jit.load(spec, build_missing=False), _config())
     prepared = kernel.prepare(64, 640, 1024, "fp16")
     args = prepared.args

@@ -100,20 +100,14 @@ def _time_us(name, config, problem):
     return 6.5 if rows == 16 else 14.0
 
 
-def _census(tmp_path):
-    rows = [{"family": "recurrent", "op": "lstm_step", "dtype": "fp16",
-             "dims": {"I": 640, "H": 640}, "M": b, "calls": 1.0, "weight": 1.0}
-            for b in (1, 4, 16, 64)]
-    path = tmp_path / "census.json"
-    path.write_text(json.dumps({"schema_version": 1, "points": rows}))
-    return path
+CENSUS = [{"family": "recurrent", "op": "lstm_step", "dtype": "fp16", "dims": {"I": 640, "H": 640},
+           "M": b, "calls": 1.0, "weight": 1.0} for b in (1, 4, 16, 64)]
+"""One decoder's steps at four beam widths."""
 
 
 def test_a_build_replayed_from_its_log_writes_the_table(run, tmp_path):
-    (family,) = hooks.oasr_register_families()
-    (lane,) = hooks.oasr_register_lanes()
-    _log, table = replay_scripted_build(run, tmp_path, family, lane, _time_us,
-                                        _census(tmp_path))
+    (family,), (lane,) = hooks.oasr_register_families(), hooks.oasr_register_lanes()
+    _log, table = replay_scripted_build(run, tmp_path, family, lane, _time_us, CENSUS)
     entry = table.entries[KEY]
     small = entry.lookup(1, None)
     assert lanes.config(LANE, small).params["rows"] == 1, small

@@ -34,21 +34,14 @@ import os
 
 import pytest
 import torch
+from oasr_core.kernel_testing import device_arch, gpu_marks
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+pytestmark = gpu_marks()
 
 SHAPES = ((1, 768, 256), (16, 784, 512), (100, 1536, 1024), (2152, 784, 256), (64, 256, 8192))
 """(M, N, K); 784 = 16 x 49 is a multiple of no tile width; K = 8192 for Stream-K and deep
 accumulation."""
 E4M3_DTYPE = torch.float8_e4m3fn
-
-
-def _arch() -> str | None:
-    if not torch.cuda.is_available():
-        return None
-    major, minor = torch.cuda.get_device_capability()
-    return f"sm{major}{minor}"
 
 
 class UnderTest:
@@ -180,7 +173,7 @@ def _param(name: str, *values):
 
 def _cases() -> list:
     """``(format, lane, config id)`` of every config each installed format runs here."""
-    arch = _arch()
+    arch = device_arch()
     if arch is None:
         return []
     out = []
@@ -239,7 +232,7 @@ def _kernels(name: str) -> dict:
     from oasr_core import jit as core_jit
 
     tested = FORMATS[name]()
-    arch = _arch()
+    arch = device_arch()
     lanes = [lane for lane in tested.cs.LANES if tested.jit.lane_configs(lane, arch)]
     specs = [tested.jit.full_spec(lane, arch) for lane in lanes]
     core_jit.prebuild(specs, jobs=os.cpu_count())
@@ -471,7 +464,7 @@ def test_fp8_quantizer_kernel_is_bitwise_the_torch_definition(fp8, dtype, k):
     x = torch.randn(300, k, device="cuda").to(dtype) * 3
     x[7] = 0
     x[11, 5] = math.nan
-    got = quantize_kernel.quantize_rows_cuda(x, _arch())
+    got = quantize_kernel.quantize_rows_cuda(x, device_arch())
     assert got is not None, "the quantizer kernel did not load"
     q, scale = got
     want_q, want_scale = fp8.numerics.quantize_rows(x)
@@ -493,11 +486,11 @@ def test_fp8_quantized_linear_serves_f_linear_where_the_table_says_unquantized(f
     quantize = importlib.import_module(f"{fp8.package}.quantize")
     rt = runtime.get_runtime()
     family = rt.registry.family(fp8.cs.FAMILY)
-    lane = rt.registry.active_lane(fp8.cs.FAMILY, _arch())
+    lane = rt.registry.active_lane(fp8.cs.FAMILY, device_arch())
     entry = database.Entry(regions=((256, Sentinel.UNQUANTIZED.value), (None, "heuristic")))
     key = database.signature_key(family, fp8.cs.OP_MM, None, (512, 768))
-    database.write_entries(database.tier_path(tmp_path, _arch(), family), family=family,
-                           arch=_arch(), lane=lane.name, entries={key: entry}, configs={},
+    database.write_entries(database.tier_path(tmp_path, device_arch(), family), family=family,
+                           arch=device_arch(), lane=lane.name, entries={key: entry}, configs={},
                            soft={})
     monkeypatch.setenv("OASR_TUNE_USER_DB", str(tmp_path))
     rt.reload()
@@ -522,7 +515,7 @@ def test_bench_arms_pass_the_gate(fmt, op_index):
     op = fmt.cs.OPS[op_index]
     rt = get_runtime()
     family = rt.registry.family(fmt.cs.FAMILY)
-    lane = rt.registry.active_lane(fmt.cs.FAMILY, _arch())
+    lane = rt.registry.active_lane(fmt.cs.FAMILY, device_arch())
     options = BenchOptions(lane=lane.name, resolve=functools.partial(resolve_choice, family,
                                                                      lane))
     sentinels = [Sentinel[s] for s in fmt.sentinels]
