@@ -36,14 +36,11 @@ also a JSON line beside it (``.jsonl``).
 from __future__ import annotations
 
 import argparse
-import json
-import math
-import random
 import sys
 import time
-from pathlib import Path
 
-from graph_timing import GraphArms, add_mode_argument, mode_line
+import vs_torch
+from graph_timing import GraphArms, mode_line
 
 
 def _conformer():
@@ -85,35 +82,9 @@ SETS = {"conformer": _conformer, "whisper": _whisper, "wav2vec2": _wav2vec2, "sw
 
 def _args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, help="markdown report path (JSONL beside it)")
-    p.add_argument("--jobs", type=int, default=None, help="nvcc processes (default: all CPUs)")
-    p.add_argument("--lanes", default=None, help="comma list (default: the device's lane)")
-    p.add_argument("--arch", default=None, help="arch family for --prebuild-only without a GPU")
-    p.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16")
+    vs_torch.add_run_arguments(p, lanes=True, top=6)
     p.add_argument("--sets", default="conformer,whisper,wav2vec2,sweep")
-    p.add_argument("--graph-calls", type=int, default=8)
-    p.add_argument("--reps", type=int, default=7)
-    p.add_argument("--top", type=int, default=6)
-    p.add_argument("--prebuild-only", action="store_true")
-    p.add_argument("--seed", type=int, default=0)
-    add_mode_argument(p)
     return p.parse_args(argv)
-
-
-def _prebuild(specs, jobs):
-    from oasr_core import jit as core_jit
-
-    started = time.perf_counter()
-    lines = []
-    for r in core_jit.prebuild(specs, jobs=jobs):
-        counts = {s: sum(1 for u in r.units.values() if u.status.value == s)
-                  for s in ("built", "cached", "failed")}
-        lines.append(f"- module `{r.name}` ({r.arch}): {r.status.value}; units {counts}; "
-                     f"{r.seconds:.0f} s")
-        for name, err in r.failed.items():
-            lines.append(f"  - failed `{name}`: {(err.strip().splitlines() or ['?'])[-1][:160]}")
-    lines.append(f"- prebuild wall time {time.perf_counter() - started:.0f} s")
-    return lines
 
 
 def _kernels(specs, lanes, arch):
@@ -122,13 +93,10 @@ def _kernels(specs, lanes, arch):
     from oasr_conv1d import jit, launch
     from oasr_conv1d.lanes import symbol
 
-    from oasr_core import jit as core_jit
-
     out = {}
     for spec, lane in zip(specs, lanes, strict=True):
-        module = core_jit.load(spec, build_missing=False)
-        kernels = {c.id: launch.Kernel.bind(module, c) for c in jit.lane_configs(lane, arch)
-                   if symbol(c) in module.exports}
+        kernels = vs_torch.bind_compiled(spec, jit.lane_configs(lane, arch), launch.Kernel.bind,
+                                         symbol)
         launch.LIBRARIES.install(lane, arch, kernels)
         out[lane] = kernels
     return out
@@ -194,12 +162,9 @@ def _point(kernels, lane, shape, args, rng, timer):
     graphs.add("served", lambda: oasr_conv1d.conv1d_activation(x, w, bias, act, s, p, d, g))
     for cid, fn in arms.items():
         graphs.add(cid, fn)
-    fixed = ("torch", "torch_bct", "served")
-    screen = graphs.rounds(graphs.names, 2, rng)
-    ranked = sorted((c for c in screen if c not in fixed), key=screen.get)
-    per_call = graphs.rounds([*fixed, *ranked[: args.top]], args.reps, rng)
+    screen, per_call, best = graphs.screened(("torch", "torch_bct", "served"), args.top,
+                                             args.reps, rng)
     graphs.release()
-    best = min((c for c in per_call if c not in fixed), key=per_call.get, default=None)
     return {
         "set": sset, "op": op, "Cin": cin, "Cout": cout, "k": k, "stride": s, "pad": p,
         "dil": d, "groups": g, "B": b, "T": t, "dtype": args.dtype, "lane": lane,
@@ -218,11 +183,6 @@ def _served_choice(op, problem, lane):
                             problem.m, point=problem.point).choice_id
 
 
-def _geomean(values):
-    values = [v for v in values if v and v > 0 and math.isfinite(v)]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
-
-
 def _report(points, header, build_lines, gpu):
     lines = [f"# conv1d vs torch ({gpu})", "", *header, "", "## Build", "", *build_lines, ""]
     lines += ["## Summary", "", "| set | points | best / torch (geomean, min) | served / torch "
@@ -232,9 +192,9 @@ def _report(points, header, build_lines, gpu):
         best = [p["torch_us"] / p["best_us"] for p in rows if p["best_us"]]
         served = [p["torch_us"] / p["served_us"] for p in rows]
         bct = [p["torch_bct_us"] / p["best_us"] for p in rows if p["best_us"]]
-        lines.append(f"| {sset} | {len(rows)} | {_geomean(best):.3f}x, "
-                     f"{min(best, default=float('nan')):.3f}x | {_geomean(served):.3f}x, "
-                     f"{min(served, default=float('nan')):.3f}x | {_geomean(bct):.3f}x |")
+        lines.append(f"| {sset} | {len(rows)} | {vs_torch.geomean(best):.3f}x, "
+                     f"{min(best, default=float('nan')):.3f}x | {vs_torch.geomean(served):.3f}x, "
+                     f"{min(served, default=float('nan')):.3f}x | {vs_torch.geomean(bct):.3f}x |")
     lines += ["", "## Points", "", "| set | op | Cin->Cout k s p d g | B x T | torch us | "
               "torch_bct us | best | best us | best/torch | served | served us | "
               "served/torch | gated out |", "|---|---|---|---|---|---|---|---|---|---|---|---|---|"]
@@ -247,11 +207,8 @@ def _report(points, header, build_lines, gpu):
             f"{p['torch_us'] / best_us:.3f}x | {p['served']}"
             f"{'' if p['served_gate'] else ' (GATE FAILED)'} | "
             f"{p['served_us']:.2f} | {p['torch_us'] / p['served_us']:.3f}x | {len(p['failed'])} |")
-    failed = [(p, f) for p in points for f in p["failed"]]
-    if failed:
-        lines += ["", "## Gated out or refused", ""]
-        lines += [f"- {p['set']} {p['Cin']}->{p['Cout']} k{p['k']} {p['B']}x{p['T']}: {f}"
-                  for p, f in failed[:200]]
+    lines += vs_torch.refused_section(
+        points, lambda p: f"{p['set']} {p['Cin']}->{p['Cout']} k{p['k']} {p['B']}x{p['T']}")
     return "\n".join(lines) + "\n"
 
 
@@ -261,50 +218,30 @@ def main(argv=None) -> int:
     from oasr_conv1d import jit
     from oasr_conv1d.geometry import LANE_SM80, LANE_SM90
 
-    have_gpu = torch.cuda.is_available()
-    if have_gpu:
-        major, minor = torch.cuda.get_device_capability()
-        arch = f"sm{major}{minor}"
-    elif args.arch:
-        arch = args.arch
-    else:
-        print("no CUDA device: pass --arch with --prebuild-only", file=sys.stderr)
-        return 2
-    lanes = args.lanes.split(",") if args.lanes else [LANE_SM90 if arch == "sm90" else LANE_SM80]
-    specs = [jit.full_spec(lane, arch) for lane in lanes]
-    build_lines = _prebuild(specs, args.jobs)
-    print("\n".join(build_lines), flush=True)
-    if args.prebuild_only or not have_gpu:
-        return 0
-    kernels = _kernels(specs, lanes, arch)
-    from oasr_core.bench import CudaGraphTimer
+    def lanes_of(arch):
+        return vs_torch.lanes_for(args.lanes, arch, LANE_SM80, LANE_SM90)
 
-    timer, rng = CudaGraphTimer(), random.Random(args.seed)
-    jsonl = args.out.with_suffix(".jsonl") if args.out else None
-    if jsonl and jsonl.exists():
-        jsonl.unlink()
-    points, started = [], time.perf_counter()
+    run = vs_torch.start(args, lambda arch: [jit.full_spec(lane, arch) for lane in lanes_of(arch)],
+                         lambda specs, arch: _kernels(specs, lanes_of(arch), arch))
+    if isinstance(run, int):
+        return run
+    lanes, points = lanes_of(run.arch), []
     with torch.no_grad():
         for lane in lanes:
             for name in args.sets.split(","):
                 for shape in SETS[name]():
-                    p = _point(kernels[lane], lane, shape, args, rng, timer)
+                    p = _point(run.kernels[lane], lane, shape, args, run.rng, run.timer)
                     points.append(p)
                     print(f"{lane} {shape}: torch {p['torch_us']:.2f} us, best {p['best']} "
                           f"{p['best_us'] or float('nan'):.2f} us, served {p['served']} "
                           f"{p['served_us']:.2f} us", flush=True)
-                    if jsonl:
-                        with jsonl.open("a") as f:
-                            f.write(json.dumps(p) + "\n")
+                    run.jsonl.add(p)
     header = [mode_line(args.back_to_back),
               f"- lanes {', '.join(lanes)}; dtype {args.dtype}; graph of {args.graph_calls} "
               f"calls; {args.reps} rounds for the top {args.top} + torch, torch_bct, served",
-              f"- torch {torch.__version__}; timing wall {time.perf_counter() - started:.0f} s"]
-    text = _report(points, header, build_lines, torch.cuda.get_device_name())
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+              f"- torch {torch.__version__}; timing wall {time.perf_counter() - run.started:.0f} s"]
+    text = _report(points, header, run.build_lines, torch.cuda.get_device_name())
+    vs_torch.write_report(text, args.out)
     return 0
 
 

@@ -32,14 +32,11 @@ The report is markdown; every point is also a JSON line beside it (``.jsonl``).
 from __future__ import annotations
 
 import argparse
-import json
-import math
-import random
 import sys
 import time
-from pathlib import Path
 
-from graph_timing import GraphArms, add_mode_argument, mode_line
+import vs_torch
+from graph_timing import GraphArms, mode_line
 
 BATCHES = ((1, 256), (8, 1024), (16, 1024), (32, 512))
 
@@ -76,34 +73,9 @@ SETS = {"conformer": _conformer, "fastconformer": _fastconformer, "sweep": _swee
 
 def _args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, help="markdown report path (JSONL beside it)")
-    p.add_argument("--jobs", type=int, default=None, help="nvcc processes (default: all CPUs)")
-    p.add_argument("--arch", default=None, help="arch family for --prebuild-only without a GPU")
-    p.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16")
+    vs_torch.add_run_arguments(p, reps=5)
     p.add_argument("--sets", default="conformer,fastconformer,sweep")
-    p.add_argument("--graph-calls", type=int, default=8)
-    p.add_argument("--reps", type=int, default=5)
-    p.add_argument("--top", type=int, default=4)
-    p.add_argument("--prebuild-only", action="store_true")
-    p.add_argument("--seed", type=int, default=0)
-    add_mode_argument(p)
     return p.parse_args(argv)
-
-
-def _prebuild(spec, jobs):
-    from oasr_core import jit as core_jit
-
-    started = time.perf_counter()
-    lines = []
-    for r in core_jit.prebuild([spec], jobs=jobs):
-        counts = {s: sum(1 for u in r.units.values() if u.status.value == s)
-                  for s in ("built", "cached", "failed")}
-        lines.append(f"- module `{r.name}` ({r.arch}): {r.status.value}; units {counts}; "
-                     f"{r.seconds:.0f} s")
-        for name, err in r.failed.items():
-            lines.append(f"  - failed `{name}`: {(err.strip().splitlines() or ['?'])[-1][:160]}")
-    lines.append(f"- prebuild wall time {time.perf_counter() - started:.0f} s")
-    return lines
 
 
 def _kernels(spec, arch):
@@ -112,11 +84,7 @@ def _kernels(spec, arch):
     from oasr_conv2d.geometry import LANE
     from oasr_conv2d.lanes import symbol
 
-    from oasr_core import jit as core_jit
-
-    module = core_jit.load(spec, build_missing=False)
-    kernels = {c.id: launch.Kernel.bind(module, c) for c in jit.lane_configs(LANE, arch)
-               if symbol(c) in module.exports}
+    kernels = vs_torch.bind_compiled(spec, jit.lane_configs(LANE, arch), launch.Kernel.bind, symbol)
     launch.LIBRARIES.install(LANE, arch, kernels)
     return kernels
 
@@ -176,12 +144,9 @@ def _point(kernels, shape, args, rng, timer):
     graphs.add("served", lambda: oasr_conv2d.conv2d_activation(x, w, bias, act, s, p, 1, g))
     for cid, fn in arms.items():
         graphs.add(cid, fn)
-    fixed = ("torch", "torch_nchw", "served")
-    screen = graphs.rounds(graphs.names, 2, rng)
-    ranked = sorted((c for c in screen if c not in fixed), key=screen.get)
-    per_call = graphs.rounds([*fixed, *ranked[: args.top]], args.reps, rng)
+    screen, per_call, best = graphs.screened(("torch", "torch_nchw", "served"), args.top,
+                                             args.reps, rng)
     graphs.release()
-    best = min((c for c in per_call if c not in fixed), key=per_call.get, default=None)
     return {
         "set": sset, "op": op, "Cin": cin, "Cout": cout, "W": width, "B": b, "H": h,
         "k": list(k), "stride": list(s), "pad": list(p), "groups": g, "dtype": args.dtype,
@@ -191,15 +156,6 @@ def _point(kernels, shape, args, rng, timer):
         "candidates": len(arms), "failed": failed, "screen_us": screen,
         "timing": "back_to_back" if args.back_to_back else "separated",
     }
-
-
-def _geomean(values):
-    values = [v for v in values if v and v > 0 and math.isfinite(v)]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
-
-
-def _ratio(a, b):
-    return a / b if a and b else float("nan")
 
 
 def _report(points, header, build_lines, gpu):
@@ -212,10 +168,10 @@ def _report(points, header, build_lines, gpu):
         best = [p["torch_us"] / p["best_us"] for p in rows if p["best_us"]]
         served = [p["torch_us"] / p["served_us"] for p in rows]
         nchw = [p["torch_us"] / p["torch_nchw_us"] for p in rows]
-        lines.append(f"| {sset} | {len(rows)} | {_geomean(best):.3f}x, "
+        lines.append(f"| {sset} | {len(rows)} | {vs_torch.geomean(best):.3f}x, "
                      f"{min(best, default=float('nan')):.3f}x, "
-                     f"{max(best, default=float('nan')):.3f}x | {_geomean(served):.3f}x, "
-                     f"{min(served, default=float('nan')):.3f}x | {_geomean(nchw):.3f}x |")
+                     f"{max(best, default=float('nan')):.3f}x | {vs_torch.geomean(served):.3f}x, "
+                     f"{min(served, default=float('nan')):.3f}x | {vs_torch.geomean(nchw):.3f}x |")
     lines += ["", "## Points", "", "| set | op | Cin->Cout W k s p g | B x H | M | torch us | "
               "torch_nchw us | best | best us | best/torch | served | served us | "
               "served/torch | gated out |",
@@ -227,14 +183,11 @@ def _report(points, header, build_lines, gpu):
             f"| {p['set']} | {p['op']} | {p['Cin']}->{p['Cout']} W{p['W']} k{k} s{s} p{pad} "
             f"g{p['groups']} | {p['B']}x{p['H']} | {p['M']} | {p['torch_us']:.2f} | "
             f"{p['torch_nchw_us']:.2f} | {p['best']} | {best_us:.2f} | "
-            f"{_ratio(p['torch_us'], p['best_us']):.3f}x | {p['served']}"
+            f"{vs_torch.ratio(p['torch_us'], p['best_us']):.3f}x | {p['served']}"
             f"{'' if p['served_gate'] else ' (GATE FAILED)'} | {p['served_us']:.2f} | "
             f"{p['torch_us'] / p['served_us']:.3f}x | {len(p['failed'])} |")
-    failed = [(p, f) for p in points for f in p["failed"]]
-    if failed:
-        lines += ["", "## Gated out or refused", ""]
-        lines += [f"- {p['set']} {p['Cin']}->{p['Cout']} {p['B']}x{p['H']}: {f}"
-                  for p, f in failed[:200]]
+    lines += vs_torch.refused_section(
+        points, lambda p: f"{p['set']} {p['Cin']}->{p['Cout']} {p['B']}x{p['H']}")
     return "\n".join(lines) + "\n"
 
 
@@ -244,48 +197,26 @@ def main(argv=None) -> int:
     from oasr_conv2d import jit
     from oasr_conv2d.geometry import LANE
 
-    have_gpu = torch.cuda.is_available()
-    if have_gpu:
-        major, minor = torch.cuda.get_device_capability()
-        arch = f"sm{major}{minor}"
-    elif args.arch:
-        arch = args.arch
-    else:
-        print("no CUDA device: pass --arch with --prebuild-only", file=sys.stderr)
-        return 2
-    spec = jit.MODULES.full_spec(LANE, arch)
-    build_lines = _prebuild(spec, args.jobs)
-    print("\n".join(build_lines), flush=True)
-    if args.prebuild_only or not have_gpu:
-        return 0
-    kernels = _kernels(spec, arch)
-    from oasr_core.bench import CudaGraphTimer
-
-    timer, rng = CudaGraphTimer(), random.Random(args.seed)
-    jsonl = args.out.with_suffix(".jsonl") if args.out else None
-    if jsonl and jsonl.exists():
-        jsonl.unlink()
-    points, started = [], time.perf_counter()
+    run = vs_torch.start(args, lambda arch: [jit.MODULES.full_spec(LANE, arch)],
+                         lambda specs, arch: _kernels(specs[0], arch))
+    if isinstance(run, int):
+        return run
+    points = []
     with torch.no_grad():
         for name in args.sets.split(","):
             for shape in SETS[name]():
-                p = _point(kernels, shape, args, rng, timer)
+                p = _point(run.kernels, shape, args, run.rng, run.timer)
                 points.append(p)
                 print(f"{shape}: torch {p['torch_us']:.2f} us, best {p['best']} "
                       f"{p['best_us'] or float('nan'):.2f} us, served {p['served']} "
                       f"{p['served_us']:.2f} us", flush=True)
-                if jsonl:
-                    with jsonl.open("a") as f:
-                        f.write(json.dumps(p) + "\n")
+                run.jsonl.add(p)
     header = [mode_line(args.back_to_back),
-              f"- lane sm80_conv2d on {arch}; dtype {args.dtype}; graph of {args.graph_calls} "
+              f"- lane sm80_conv2d on {run.arch}; dtype {args.dtype}; graph of {args.graph_calls} "
               f"calls; {args.reps} rounds for the top {args.top} + torch, torch_nchw, served",
-              f"- torch {torch.__version__}; timing wall {time.perf_counter() - started:.0f} s"]
-    text = _report(points, header, build_lines, torch.cuda.get_device_name())
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+              f"- torch {torch.__version__}; timing wall {time.perf_counter() - run.started:.0f} s"]
+    text = _report(points, header, run.build_lines, torch.cuda.get_device_name())
+    vs_torch.write_report(text, args.out)
     return 0
 
 

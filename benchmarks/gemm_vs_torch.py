@@ -26,14 +26,12 @@ the ``OASR_JIT_DIR`` folder).
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import random
 import sys
 import time
-from pathlib import Path
 
-from graph_timing import GraphArms, add_mode_argument, mode_line
+import vs_torch
+from graph_timing import GraphArms, mode_line
 
 WIDTHS = ((256, 256), (1024, 256), (256, 1024), (768, 256), (512, 512), (2048, 512), (512, 2048))
 M_LADDER = (16, 32, 64, 128, 256, 416, 512, 1000, 1500, 2152, 4096, 8192, 16384, 32768)
@@ -42,20 +40,11 @@ EAGER_MS = (16, 64, 256, 1000)
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, help="markdown report path (JSONL beside it)")
-    p.add_argument("--jobs", type=int, default=None, help="nvcc processes (default: all CPUs)")
-    p.add_argument("--lanes", default=None, help="comma list (default: the device's lane)")
-    p.add_argument("--arch", default=None, help="arch family for --prebuild-only without a GPU")
-    p.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16")
+    vs_torch.add_run_arguments(p, lanes=True, top=8)
     p.add_argument("--bias", action="store_true", help="time gemm with a bias")
     p.add_argument("--widths", default=None, help="e.g. 256x256,2048x512 (default: seven)")
     p.add_argument("--ms", default=None, help="M ladder, comma list (default 16..32768)")
-    p.add_argument("--graph-calls", type=int, default=8)
-    p.add_argument("--reps", type=int, default=7)
-    p.add_argument("--top", type=int, default=8)
-    p.add_argument("--prebuild-only", action="store_true")
     p.add_argument("--no-eager", action="store_true")
-    p.add_argument("--seed", type=int, default=0)
     p.add_argument("--no-pdl", dest="pdl", action="store_false",
                    help="launch without programmatic dependent launch (default: with, as the "
                         "ops do; the best config is then also timed without)")
@@ -64,7 +53,6 @@ def _args(argv: list[str] | None) -> argparse.Namespace:
                         "(default: the plain epilogue the ops take for such calls)")
     p.add_argument("--configs", default=None,
                    help="comma list of config-id globs to compile and time (default: all)")
-    add_mode_argument(p)
     return p.parse_args(argv)
 
 
@@ -82,33 +70,13 @@ def _specs(lanes, arch, patterns=None):
         raise SystemExit(f"--configs: {exc}") from None
 
 
-def _prebuild(specs, jobs):
-    from oasr_core import jit as core_jit
-
-    started = time.perf_counter()
-    reports = core_jit.prebuild(specs, jobs=jobs)
-    lines = []
-    for r in reports:
-        counts = {s: sum(1 for u in r.units.values() if u.status.value == s)
-                  for s in ("built", "cached", "failed")}
-        lines.append(f"- module `{r.name}` ({r.arch}): {r.status.value}; units {counts}; "
-                     f"{r.seconds:.0f} s")
-        for name, err in r.failed.items():
-            lines.append(f"  - failed `{name}`: {(err.strip().splitlines() or ['?'])[-1][:160]}")
-    lines.append(f"- prebuild wall time {time.perf_counter() - started:.0f} s")
-    return reports, lines
-
-
 def _kernels(specs, lanes, arch):
     from oasr_gemm import codegen, jit, launch
 
-    from oasr_core import jit as core_jit
-
     out = {}
     for spec, lane in zip(specs, lanes, strict=True):
-        module = core_jit.load(spec, build_missing=False)
-        kernels = {c.id: launch.Kernel.bind(module, c) for c in jit.lane_configs(lane, arch)
-                   if codegen.symbol(c) in module.exports}
+        kernels = vs_torch.bind_compiled(spec, jit.lane_configs(lane, arch), launch.Kernel.bind,
+                                codegen.symbol)
         launch.install_library(lane, arch, kernels)
         out[lane] = kernels
     return out
@@ -155,14 +123,9 @@ def _point(kernels, lane, n, k, m, args, rng, timer):
     graphs.add("torch", lambda: F.linear(a, w, b))
     for cid, fn in arms.items():
         graphs.add(cid, fn)
-    screen = graphs.rounds(graphs.names, 2, rng)
-    ranked = sorted((c for c in screen if c != "torch"), key=screen.get)
-    keep = ["torch", *ranked[: args.top]]
     default = DEFAULTS[lane]
-    if default in screen and default not in keep:
-        keep.append(default)
-    per_call = graphs.rounds(keep, args.reps, rng)
-    best = min((c for c in per_call if c != "torch"), key=per_call.get, default=None)
+    screen, per_call, best = graphs.screened(("torch",), args.top, args.reps, rng,
+                                             also=(default,))
     best_no_pdl = None
     if best in no_pdl:
         # The same kernel launched without programmatic dependent launch, next to the PDL
@@ -224,11 +187,6 @@ def _eager(n, k, m, dtype, back_to_back, calls=200):
     return {name: (issue - si, wall - sw) for name, (issue, wall) in rows.items()}
 
 
-def _geomean(values):
-    values = [v for v in values if v and v > 0]
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
-
-
 def _report(points, eager, header, build_lines, gpu, back_to_back=False):
     """The markdown report; its graph and eager sections name the timing mode."""
     mode = ", back to back (launch overlap credited)" if back_to_back else \
@@ -255,13 +213,14 @@ def _report(points, eager, header, build_lines, gpu, back_to_back=False):
     lines += ["", "## Summary", "",
               f"- points: {len(points)}; faster than torch: {sum(r > 1 for r in ok)}; "
               f">= 5% faster: {sum(r >= 1.05 for r in ok)}",
-              f"- geomean torch/best: {_geomean(ok):.3f}; with torch as an arm (max(1, r)): "
-              f"{_geomean([max(1.0, r) for r in ok]):.3f}",
+              f"- geomean torch/best: {vs_torch.geomean(ok):.3f}; with torch as an arm "
+              f"(max(1, r)): "
+              f"{vs_torch.geomean([max(1.0, r) for r in ok]):.3f}",
               f"- best: {max(ok, default=math.nan):.3f}; worst: {min(ok, default=math.nan):.3f}",
               f"- points below 0.98: {sum(r < 0.98 for r in ok)}"]
     if ok_plain:
         lines.append(f"- the same best configs launched without PDL: geomean "
-                     f"{_geomean(ok_plain):.3f}, worst {min(ok_plain):.3f}, below 0.98: "
+                     f"{vs_torch.geomean(ok_plain):.3f}, worst {min(ok_plain):.3f}, below 0.98: "
                      f"{sum(r < 0.98 for r in ok_plain)}")
     failed = sorted({f for p in points for f in p["failed"]})
     lines.append(f"- configs failing the numerics gate or refusing somewhere: {len(failed)}")
@@ -284,42 +243,26 @@ def main(argv: list[str] | None = None) -> int:
     import torch
     from oasr_gemm.config_space import LANE_SM80, LANE_SM90
 
-    have_gpu = torch.cuda.is_available()
-    if have_gpu:
-        major, minor = torch.cuda.get_device_capability()
-        arch = f"sm{major}{minor}"
-    elif args.arch:
-        arch = args.arch
-    else:
-        print("no CUDA device: pass --arch with --prebuild-only", file=sys.stderr)
-        return 2
-    lanes = args.lanes.split(",") if args.lanes else [LANE_SM90 if arch == "sm90" else LANE_SM80]
-    specs = _specs(lanes, arch, args.configs.split(",") if args.configs else None)
-    _, build_lines = _prebuild(specs, args.jobs)
-    print("\n".join(build_lines), flush=True)
-    if args.prebuild_only or not have_gpu:
-        return 0
+    def lanes_of(arch):
+        return vs_torch.lanes_for(args.lanes, arch, LANE_SM80, LANE_SM90)
+
+    patterns = args.configs.split(",") if args.configs else None
+    run = vs_torch.start(args, lambda arch: _specs(lanes_of(arch), arch, patterns),
+                         lambda specs, arch: _kernels(specs, lanes_of(arch), arch))
+    if isinstance(run, int):
+        return run
     widths = [tuple(map(int, w.split("x"))) for w in args.widths.split(",")] \
         if args.widths else WIDTHS
     ms = [int(m) for m in args.ms.split(",")] if args.ms else M_LADDER
-    kernels = _kernels(specs, lanes, arch)
-    gpu = torch.cuda.get_device_name()
-    rng = random.Random(args.seed)
-    from oasr_core.bench import CudaGraphTimer
-
-    timer = CudaGraphTimer()
-    jsonl = args.out.with_suffix(".jsonl") if args.out else None
-    points, started = [], time.perf_counter()
+    lanes, gpu, points = lanes_of(run.arch), torch.cuda.get_device_name(), []
     for lane in lanes:
         for n, k in widths:
             for m in ms:
-                p = _point(kernels[lane], lane, n, k, m, args, rng, timer)
+                p = _point(run.kernels[lane], lane, n, k, m, args, run.rng, run.timer)
                 points.append(p)
                 print(f"{lane} N={n} K={k} M={m}: torch {p['torch_us']:.2f} us, best "
                       f"{p['best']} {p['best_us'] or float('nan'):.2f} us", flush=True)
-                if jsonl:
-                    with jsonl.open("a") as f:
-                        f.write(json.dumps({k2: v for k2, v in p.items()}) + "\n")
+                run.jsonl.add(p)
     eager = []
     if not args.no_eager:
         with torch.no_grad():
@@ -334,12 +277,10 @@ def main(argv: list[str] | None = None) -> int:
               f"{args.graph_calls} calls; {args.reps} rounds for the top {args.top} + torch",
               f"- PDL {'on' if args.pdl else 'off'}; 3.x epilogue {epilogue}; configs "
               f"{args.configs or 'all'}",
-              f"- torch {torch.__version__}; timing wall {time.perf_counter() - started:.0f} s",
+              f"- torch {torch.__version__}; timing wall {time.perf_counter() - run.started:.0f} s",
               f"- torch-path counts in the eager section: {oasr_gemm.stats() or 'none'}"]
-    text = _report(points, eager, header, build_lines, gpu, args.back_to_back)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+    text = _report(points, eager, header, run.build_lines, gpu, args.back_to_back)
+    vs_torch.write_report(text, args.out)
     return 0
 
 

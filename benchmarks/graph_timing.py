@@ -9,8 +9,9 @@ separator) and the separator's own cost, timed in the same rounds, is subtracted
 (:func:`mode_line`).
 
 :class:`GraphArms` is the scripts' "graphs of N calls, interleaved shuffled rounds" on that
-timer; :class:`BackToBackTimer` makes the protocol (:func:`oasr_core.bench.measure`) time
-back to back, for the scripts built on it.
+timer (:meth:`GraphArms.screened`: their screening and timed rounds);
+:class:`BackToBackTimer` makes the protocol (:func:`oasr_core.bench.measure`) time back to
+back, for the scripts built on it.
 """
 
 from __future__ import annotations
@@ -87,6 +88,20 @@ class GraphArms:
                 samples[name].append(ms * 1000.0 / self.calls)
         sep = statistics.median(samples.pop(self.SEPARATOR)) if not self.back_to_back else 0.0
         return {n: statistics.median(v) - sep for n, v in samples.items()}
+
+    def screened(self, fixed: Sequence[str], top: int, reps: int, rng: random.Random,
+                 also: Sequence[str] = ()) -> tuple[dict[str, float], dict[str, float], str | None]:
+        """The kernel scripts' protocol: two screening rounds of every arm, then ``reps``
+        rounds of the ``fixed`` arms (torch, the served op), the ``top`` fastest others and
+        any of ``also`` (a lane default) that was screened. ``(screen, per_call, best)``:
+        median microseconds per call of each round, and the fastest arm of ``per_call`` not
+        in ``fixed`` (None without one)."""
+        screen = self.rounds(self.names, 2, rng)
+        ranked = sorted((n for n in screen if n not in fixed), key=screen.get)
+        keep = dict.fromkeys([*fixed, *ranked[:top], *(n for n in also if n in screen)])
+        per_call = self.rounds(list(keep), reps, rng)
+        best = min((n for n in per_call if n not in fixed), key=per_call.get, default=None)
+        return screen, per_call, best
 
     def release(self) -> None:
         """Free every graph."""

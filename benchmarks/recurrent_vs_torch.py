@@ -35,15 +35,14 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import os
-import random
 import sys
 import tempfile
 import time
 from pathlib import Path
 
-from graph_timing import GraphArms, add_mode_argument, mode_line
+import vs_torch
+from graph_timing import GraphArms, mode_line
 
 WIDTHS = "320x320,640x640,640x1024,256x320,512x1024,1024x1024"
 BATCHES = "1,4,16,64"
@@ -52,53 +51,54 @@ PREDICTORS = (("rnnt_predictor 1x640", 640, 640, 1), ("rnnt_predictor_2x320", 32
 
 def _args(argv):
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, help="markdown report path (JSONL beside it)")
-    p.add_argument("--jobs", type=int, default=None, help="nvcc processes (default: all CPUs)")
-    p.add_argument("--arch", default=None, help="arch family for --prebuild-only without a GPU")
-    p.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16")
+    vs_torch.add_run_arguments(p, graph_calls=16)
     p.add_argument("--widths", default=WIDTHS, help="comma list of IxH")
     p.add_argument("--batches", default=BATCHES, help="comma list of B")
-    p.add_argument("--graph-calls", type=int, default=16)
-    p.add_argument("--reps", type=int, default=7)
-    p.add_argument("--top", type=int, default=4)
     p.add_argument("--host-steps", type=int, default=2000)
     p.add_argument("--host-config", default="u4_r4_t128_s1",
                    help="the config a user tier names for the host-cost loop")
-    p.add_argument("--prebuild-only", action="store_true")
-    p.add_argument("--seed", type=int, default=0)
-    add_mode_argument(p)
     return p.parse_args(argv)
 
 
-def _prebuild(spec, jobs):
-    from oasr_core import jit as core_jit
+def _specs(arch):
+    """The lane's whole space on ``arch``, one module."""
+    from oasr_recurrent import jit
+    from oasr_recurrent.ops_names import LANE
 
-    started = time.perf_counter()
-    lines = []
-    for r in core_jit.prebuild([spec], jobs=jobs):
-        counts = {s: sum(1 for u in r.units.values() if u.status.value == s)
-                  for s in ("built", "cached", "failed")}
-        lines.append(f"- module `{r.name}` ({r.arch}): {r.status.value}; units {counts}; "
-                     f"{r.seconds:.0f} s")
-        for name, err in r.failed.items():
-            lines.append(f"  - failed `{name}`: {(err.strip().splitlines() or ['?'])[-1][:160]}")
-    lines.append(f"- prebuild wall time {time.perf_counter() - started:.0f} s")
-    return lines
+    return [jit.MODULES.full_spec(LANE, arch)]
 
 
-def _kernels(spec, arch):
+def _kernels(specs, arch):
     """Every compiled config; installed as the op's library so ``served`` runs from it."""
     from oasr_recurrent import jit, launch
     from oasr_recurrent.lanes import symbol
     from oasr_recurrent.ops_names import LANE
 
-    from oasr_core import jit as core_jit
-
-    module = core_jit.load(spec, build_missing=False)
-    kernels = {c.id: launch.Kernel.bind(module, c) for c in jit.lane_configs(LANE, arch)
-               if symbol(c) in module.exports}
+    (spec,) = specs
+    kernels = vs_torch.bind_compiled(spec, jit.lane_configs(LANE, arch), launch.Kernel.bind,
+                                     symbol)
     launch.LIBRARIES.install(LANE, arch, kernels)
     return kernels
+
+
+def _points(run, args):
+    """Each point of ``--widths`` x ``--batches`` timed (:func:`_point`), printed and added
+    to the JSONL as it is measured."""
+    import torch
+
+    points = []
+    with torch.no_grad():
+        for width in args.widths.split(","):
+            input_size, hidden = (int(v) for v in width.split("x"))
+            for batch in (int(b) for b in args.batches.split(",")):
+                p = _point(run.kernels, input_size, hidden, batch, args, run.rng, run.timer)
+                points.append(p)
+                print(f"I={input_size} H={hidden} B={batch}: torch {p['torch_us']:.2f} us, "
+                      f"nn.LSTM {p['lstm_us']:.2f} us, best {p['best']} "
+                      f"{p['best_us'] or float('nan'):.2f} us, served {p['served']} "
+                      f"{p['served_us']:.2f} us", flush=True)
+                run.jsonl.add(p)
+    return points
 
 
 def _point(kernels, input_size, hidden, batch, args, rng, timer):
@@ -151,12 +151,9 @@ def _point(kernels, input_size, hidden, batch, args, rng, timer):
     graphs.add("served", lambda: ops.lstm_step(*operands))
     for cid, fn in arms.items():
         graphs.add(cid, fn)
-    fixed = ("torch", "nn.LSTM", "served")
-    screen = graphs.rounds(graphs.names, 2, rng)
-    ranked = sorted((n for n in screen if n not in fixed), key=screen.get)
-    per_call = graphs.rounds([*fixed, *ranked[: args.top]], args.reps, rng)
+    screen, per_call, best = graphs.screened(("torch", "nn.LSTM", "served"), args.top,
+                                             args.reps, rng)
     graphs.release()
-    best = min((n for n in per_call if n not in fixed), key=per_call.get, default=None)
     weight_bytes = (w_ih.numel() + w_hh.numel()) * w_ih.element_size()
     return {
         "I": input_size, "H": hidden, "B": batch, "dtype": args.dtype,
@@ -247,15 +244,6 @@ def _host_cost(args, arch):
     return rows
 
 
-def _geomean(values):
-    values = [v for v in values if v and v > 0 and math.isfinite(v)]
-    return math.exp(sum(math.log(v) for v in values) / len(values)) if values else float("nan")
-
-
-def _ratio(a, b):
-    return a / b if a and b else float("nan")
-
-
 def _report(points, host, header, build_lines, gpu):
     lines = [f"# lstm_step vs torch ({gpu})", "", *header, "", "## Eager host cost per "
              "decoding step", "", "| model | B | nn.LSTM wall us | oasr wall us | nn.LSTM / oasr |"
@@ -264,17 +252,17 @@ def _report(points, host, header, build_lines, gpu):
     for r in host:
         lines.append(f"| {r['model']} | {r['B']} | {r['nn.LSTM_wall_us']:.2f} | "
                      f"{r['oasr_wall_us']:.2f} | "
-                     f"{_ratio(r['nn.LSTM_wall_us'], r['oasr_wall_us']):.2f}x | "
+                     f"{vs_torch.ratio(r['nn.LSTM_wall_us'], r['oasr_wall_us']):.2f}x | "
                      f"{r['nn.LSTM_issue_us']:.2f} | {r['oasr_issue_us']:.2f} | "
                      f"{r['oasr_fallbacks'] or 'none'} |")
     best = [p["torch_us"] / p["best_us"] for p in points if p["best_us"]]
     lstm = [p["lstm_us"] / p["best_us"] for p in points if p["best_us"]]
     served = [p["torch_us"] / p["served_us"] for p in points]
     lines += ["", "## Summary (GPU time per call, CUDA graphs)", "",
-              f"- best config / torch.lstm_cell: geomean {_geomean(best):.3f}x, min "
+              f"- best config / torch.lstm_cell: geomean {vs_torch.geomean(best):.3f}x, min "
               f"{min(best, default=float('nan')):.3f}x, max {max(best, default=float('nan')):.3f}x",
-              f"- best config / nn.LSTM one step: geomean {_geomean(lstm):.3f}x",
-              f"- served / torch.lstm_cell: geomean {_geomean(served):.3f}x", "",
+              f"- best config / nn.LSTM one step: geomean {vs_torch.geomean(lstm):.3f}x",
+              f"- served / torch.lstm_cell: geomean {vs_torch.geomean(served):.3f}x", "",
               "## Build", "", *build_lines, "", "## Points", "",
               "| I x H | B | torch us | nn.LSTM us | best | best us | best/torch | best/nn.LSTM |"
               " weights GB/s | served | served us | gated out |",
@@ -283,76 +271,36 @@ def _report(points, host, header, build_lines, gpu):
         lines.append(
             f"| {p['I']}x{p['H']} | {p['B']} | {p['torch_us']:.2f} | {p['lstm_us']:.2f} | "
             f"{p['best']} | {p['best_us'] or float('nan'):.2f} | "
-            f"{_ratio(p['torch_us'], p['best_us']):.3f}x | "
-            f"{_ratio(p['lstm_us'], p['best_us']):.3f}x | {p['best_gbps'] or float('nan'):.0f} | "
+            f"{vs_torch.ratio(p['torch_us'], p['best_us']):.3f}x | "
+            f"{vs_torch.ratio(p['lstm_us'], p['best_us']):.3f}x | "
+            f"{p['best_gbps'] or float('nan'):.0f} | "
             f"{p['served']}{'' if p['served_gate'] else ' (GATE FAILED)'} | "
             f"{p['served_us']:.2f} | {len(p['failed'])} |")
-    failed = [(p, f) for p in points for f in p["failed"]]
-    if failed:
-        lines += ["", "## Gated out or refused", ""]
-        lines += [f"- {p['I']}x{p['H']} B={p['B']}: {f}" for p, f in failed[:200]]
+    lines += vs_torch.refused_section(points, lambda p: f"{p['I']}x{p['H']} B={p['B']}")
     return "\n".join(lines) + "\n"
 
 
 def main(argv=None) -> int:
     args = _args(argv)
     import torch
-    from oasr_recurrent import jit
-    from oasr_recurrent.ops_names import LANE
 
-    have_gpu = torch.cuda.is_available()
-    if have_gpu:
-        major, minor = torch.cuda.get_device_capability()
-        arch = f"sm{major}{minor}"
-    elif args.arch:
-        arch = args.arch
-    else:
-        print("no CUDA device: pass --arch with --prebuild-only", file=sys.stderr)
-        return 2
-    spec = jit.MODULES.full_spec(LANE, arch)
-    build_lines = _prebuild(spec, args.jobs)
-    print("\n".join(build_lines), flush=True)
-    if args.prebuild_only or not have_gpu:
-        return 0
-    kernels = _kernels(spec, arch)
-    from oasr_core.bench import CudaGraphTimer
-
-    timer, rng = CudaGraphTimer(), random.Random(args.seed)
-    jsonl = args.out.with_suffix(".jsonl") if args.out else None
-    if jsonl and jsonl.exists():
-        jsonl.unlink()
-    points, started = [], time.perf_counter()
-    with torch.no_grad():
-        for width in args.widths.split(","):
-            input_size, hidden = (int(v) for v in width.split("x"))
-            for batch in (int(b) for b in args.batches.split(",")):
-                p = _point(kernels, input_size, hidden, batch, args, rng, timer)
-                points.append(p)
-                print(f"I={input_size} H={hidden} B={batch}: torch {p['torch_us']:.2f} us, "
-                      f"nn.LSTM {p['lstm_us']:.2f} us, best {p['best']} "
-                      f"{p['best_us'] or float('nan'):.2f} us, served {p['served']} "
-                      f"{p['served_us']:.2f} us", flush=True)
-                if jsonl:
-                    with jsonl.open("a") as f:
-                        f.write(json.dumps(p) + "\n")
-    host = _host_cost(args, arch)
-    if jsonl:
-        with jsonl.open("a") as f:
-            for row in host:
-                f.write(json.dumps({"host": row}) + "\n")
+    run = vs_torch.start(args, _specs, _kernels)
+    if isinstance(run, int):
+        return run
+    points = _points(run, args)
+    host = _host_cost(args, run.arch)
+    for row in host:
+        run.jsonl.add({"host": row})
     header = [mode_line(args.back_to_back),
-              f"- lane sm80_recurrent on {arch}; dtype {args.dtype}; graph of "
+              f"- lane sm80_recurrent on {run.arch}; dtype {args.dtype}; graph of "
               f"{args.graph_calls} calls, L2 warm (one weight copy); {args.reps} rounds for "
               f"the top {args.top} + torch, nn.LSTM, served",
               f"- eager host loop: {args.host_steps} steps per arm, synchronised once; the "
               f"routed LSTM's tier names {args.host_config}",
               f"- torch {torch.__version__} (CUDA {torch.version.cuda}, cuDNN "
-              f"{torch.backends.cudnn.version()}); wall {time.perf_counter() - started:.0f} s"]
-    text = _report(points, host, header, build_lines, torch.cuda.get_device_name())
-    print(text)
-    if args.out:
-        args.out.parent.mkdir(parents=True, exist_ok=True)
-        args.out.write_text(text)
+              f"{torch.backends.cudnn.version()}); wall {time.perf_counter() - run.started:.0f} s"]
+    text = _report(points, host, header, run.build_lines, torch.cuda.get_device_name())
+    vs_torch.write_report(text, args.out)
     return 0
 
 
