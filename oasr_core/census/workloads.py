@@ -192,6 +192,15 @@ def _one_step(_chunk: int) -> int:
     return 1
 
 
+def _rnnt_predictor(name: str, width: int, layers: int, pm: Any, description: str) -> Workload:
+    """A transducer prediction network of vocabulary 1024 whose embedding, LSTM layers and
+    joint projection are ``width`` wide: one decoding step of ``B`` hypotheses per probe."""
+    return Workload(name=name, factory=ReferenceFactory("RnntPredictor", pm), inputs=("B,T",),
+                    params={"vocab": 1024, "embed_dim": width, "hidden": width,
+                            "layers": layers, "joint_dim": width},
+                    chunk_frames=_one_step, dtype_param="dtype", description=description)
+
+
 def builtin_workloads(pm: Any = None) -> tuple[Workload, ...]:
     """The core's reference workloads: ``conformer``, ``whisper_encoder``, and the transducer
     prediction networks ``rnnt_predictor`` (the reference Conformer's: vocabulary 1024, one
@@ -218,20 +227,12 @@ def builtin_workloads(pm: Any = None) -> tuple[Workload, ...]:
                  fixed_frames=3000, streaming=False, dtype_param="dtype",
                  description="Whisper base encoder: conv1d front end on 80 mel x 3000 frames, "
                              "d 512, 8 heads, FFN 2048, 6 layers"),
-        Workload(name="rnnt_predictor", factory=ReferenceFactory("RnntPredictor", pm),
-                 inputs=("B,T",),
-                 params={"vocab": 1024, "embed_dim": 640, "hidden": 640, "layers": 1,
-                         "joint_dim": 640},
-                 chunk_frames=_one_step, dtype_param="dtype",
-                 description="RNN-T prediction network of the reference Conformer: vocabulary "
-                             "1024, embedding 640, LSTM 1 x 640, joint 640; one decoding step"),
-        Workload(name="rnnt_predictor_2x320", factory=ReferenceFactory("RnntPredictor", pm),
-                 inputs=("B,T",),
-                 params={"vocab": 1024, "embed_dim": 320, "hidden": 320, "layers": 2,
-                         "joint_dim": 320},
-                 chunk_frames=_one_step, dtype_param="dtype",
-                 description="RNN-T prediction network: vocabulary 1024, embedding 320, LSTM "
-                             "2 x 320, joint 320; one decoding step"),
+        _rnnt_predictor("rnnt_predictor", 640, 1, pm, "RNN-T prediction network of the "
+                        "reference Conformer: vocabulary 1024, embedding 640, LSTM 1 x 640, "
+                        "joint 640; one decoding step"),
+        _rnnt_predictor("rnnt_predictor_2x320", 320, 2, pm, "RNN-T prediction network: "
+                        "vocabulary 1024, embedding 320, LSTM 2 x 320, joint 320; one decoding "
+                        "step"),
     )
 
 
