@@ -25,6 +25,13 @@ with bias writing the logits, then the row log-softmax over them, launched as on
 (:class:`oasr_gemm.log_softmax.LogSoftmaxCall`, from the same lane modules as ``gemm``'s
 arms); its torch arm is ``addmm`` then ``log_softmax`` into the output. The gate compares
 against the fp32 log-softmax of the fp32 logits.
+
+``bmm_tn`` / ``bmm_nn`` (op ``bmm``) time each split-free config's batched launcher of the
+signature's layout (:data:`FULL_BMM`, a module of only those units, compiled on the build's
+first signature of the layout; in a pruned build the signature's own module) against
+``torch.bmm``, on ``L`` batches of ``M`` rows (:func:`bmm_batches`: the tiers key the op by
+``L * M``); the second operand takes the weight's place in the L2 rotation. The gate compares
+against the fp32 ``bmm``.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from oasr_core.jit.libraries import Libraries
 from oasr_core.kit.serving import LaunchError
 from oasr_core.types import Config, Problem, Sentinel
 
-from oasr_gemm.config_space import LOG_SOFTMAX_OP, RESIDUAL_OP
+from oasr_gemm.config_space import BMM_LAYOUTS, BMM_OPS, LOG_SOFTMAX_OP, RESIDUAL_OP
 
 BENCH_ACTIVATION = "silu"
 """The activation ``gemm_activation`` is measured with."""
@@ -79,6 +86,41 @@ FULL_RESIDUAL = Libraries(load=_load_full_residual)
 (empty for a lane without any: its ``gemm_residual`` arms are rejected, torch is timed)."""
 
 
+def _load_full_bmm(lane: str, arch: str, layout: str) -> Mapping[str, Any]:
+    from oasr_core import jit as core_jit
+
+    from oasr_gemm import codegen, jit
+    from oasr_gemm.config_space import has_bmm
+    from oasr_gemm.launch import BmmKernel
+
+    configs = [c for c in jit.lane_configs(lane, arch) if has_bmm(c)]
+    if not configs:
+        return {}
+    module = core_jit.load(jit.bmm_full_spec(lane, arch, layout))
+    return {c.id: BmmKernel.bind(module, c, layout) for c in configs
+            if codegen.bmm_symbol(c, layout) in module.exports}
+
+
+FULL_BMM = {layout: Libraries(load=lambda lane, arch, layout=layout: _load_full_bmm(
+    lane, arch, layout)) for layout in BMM_LAYOUTS}
+"""Per layout, every compiled batched launcher of a lane by config id, loaded once per
+(lane, arch)."""
+BMM_LAYOUT_OF = {op: layout for layout, op in BMM_OPS.items()}
+"""The layout of each of op ``bmm``'s keyed ops."""
+
+
+def bmm_batches(n: int, k: int, rows: int) -> tuple[int, int]:
+    """``(L, M)``: how a bench lays out ``rows = L * M`` rows of a bmm signature ``(N, K)``.
+
+    The tiers key the op by the rows across the batch, not by the batch count, so a bench
+    picks a batch: attention's products have M = T, the key length, which is N of the scores
+    (``q @ k^T``: N = T, K = d_head) and K of the context (``probs @ v``: K = T, N = d_head),
+    so M is the largest divisor of ``rows`` not above ``max(N, K)``."""
+    top = max(1, min(rows, max(n, k)))
+    m = next(d for d in range(top, 0, -1) if rows % d == 0)
+    return rows // m, m
+
+
 def bench_modules(lane: str):
     """``Lane.bench_modules`` of ``lane``: a pruned build compiles and installs into
     :data:`FULL` a module of only the configs it times (:mod:`oasr_core.kit.bench_modules`);
@@ -95,7 +137,28 @@ def bench_modules(lane: str):
     return BenchModules(lane=lane, libraries=FULL, bind=bind,
                         spec_of=lambda arch, configs, dtypes, groups=None: jit.bench_spec(
                             lane, arch, configs, dtypes, groups),
-                        variants={RESIDUAL_OP: residual_bench_modules(lane)})
+                        variants={RESIDUAL_OP: residual_bench_modules(lane),
+                                  **{BMM_OPS[layout]: bmm_bench_modules(lane, layout)
+                                     for layout in BMM_LAYOUTS}})
+
+
+def bmm_bench_modules(lane: str, layout: str):
+    """The bench modules of ``lane``'s signatures of op ``bmm`` in ``layout``: a module of the
+    timed configs' batched units, installed into :data:`FULL_BMM` (no bundles: a batched unit
+    shares no object with the others)."""
+    from oasr_core.kit.bench_modules import BenchModules
+
+    from oasr_gemm import codegen, jit
+    from oasr_gemm.config_space import has_bmm
+    from oasr_gemm.launch import BmmKernel
+
+    def bind(module: Any, configs: Sequence[Config]) -> Mapping[str, Any]:
+        return {c.id: BmmKernel.bind(module, c, layout) for c in configs
+                if has_bmm(c) and codegen.bmm_symbol(c, layout) in module.exports}
+
+    return BenchModules(lane=lane, libraries=FULL_BMM[layout], bind=bind,
+                        spec_of=lambda arch, configs, dtypes, groups=None:
+                        jit.bmm_bench_spec(lane, arch, layout, configs, dtypes))
 
 
 def residual_bench_modules(lane: str):
@@ -149,6 +212,8 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
 
     from oasr_gemm import numerics
 
+    if problem.op in BMM_LAYOUT_OF:
+        return _make_bmm_bench(problem, choices, options)
     n, k, m = problem.dim("N"), problem.dim("K"), problem.m
     act = BENCH_ACTIVATION if problem.op == "gemm_activation" else None
     fused_residual = problem.op == RESIDUAL_OP
@@ -206,5 +271,53 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
     arms, rejected = benching.choice_arms(problem, choices, options, family="gemm",
                                           torch_arm=lambda: torch_arm, kernel_arm=kernel_arm)
     return BenchCase(arms=arms, copies=copies, weight_bytes=weight_bytes, rejected=rejected,
+                     gate=lambda o: numerics.numerics_gate(o, torch_out, ref,
+                                                           dtype=problem.dtype))
+
+
+def _make_bmm_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: Any):
+    """The bench case of a ``bmm_tn`` / ``bmm_nn`` signature (see the module docstring)."""
+    import torch
+    from oasr_core.bench import BenchCase
+    from oasr_core.kit import benching
+
+    from oasr_gemm import numerics
+
+    layout = BMM_LAYOUT_OF[problem.op]
+    n, k, rows = problem.dim("N"), problem.dim("K"), problem.m
+    batch, m = bmm_batches(n, k, rows)
+    where = benching.bench_device(options, FULL_BMM[layout])
+    tdtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[problem.dtype]
+    gen = torch.Generator(device=where.device).manual_seed(options.seed)
+    a = torch.randn(batch, m, k, generator=gen, device=where.device, dtype=tdtype)
+    stored = (batch, n, k) if layout == "tn" else (batch, k, n)
+    b = torch.randn(*stored, generator=gen, device=where.device, dtype=tdtype).mul_(k ** -0.5)
+    b_bytes = b.numel() * b.element_size()
+    copies, bs = benching.weight_copies(b, options, b_bytes)
+
+    def view(x: Any) -> Any:
+        return x.transpose(1, 2) if layout == "tn" else x
+
+    out = torch.empty(batch, m, n, dtype=tdtype, device=where.device)
+    ref = numerics.bmm_reference(a, view(b))
+    torch_out = torch.bmm(a, view(b))
+
+    def torch_arm(i: int) -> Any:
+        return torch.bmm(a, view(bs[i]), out=out)
+
+    def kernel_arm(cfg: Config) -> benching.Arm:
+        kernel = where.kernels.get(cfg.id)
+        if kernel is None:
+            raise LaunchError(f"{cfg.id} has no bmm {layout} kernel compiled in the "
+                              f"{options.lane} module")
+        prepared = kernel.prepare(problem.dtype, batch, m, n, k)
+        return benching.kernel_arm(
+            prepared, where.index,
+            [(a.data_ptr(), bi.data_ptr(), out.data_ptr(), batch) for bi in bs], out,
+            f"{options.lane}/{cfg.id} refused bmm {layout} batch={batch} m={m} n={n} k={k}")
+
+    arms, rejected = benching.choice_arms(problem, choices, options, family="gemm",
+                                          torch_arm=lambda: torch_arm, kernel_arm=kernel_arm)
+    return BenchCase(arms=arms, copies=copies, weight_bytes=b_bytes, rejected=rejected,
                      gate=lambda o: numerics.numerics_gate(o, torch_out, ref,
                                                            dtype=problem.dtype))

@@ -17,6 +17,11 @@ bytes.
 A 3.x config also has a fused-residual unit for op ``gemm_residual``, ``<unit>_res``
 (:func:`residual_unit_source`, ``csrc/oasr_gemm/sm90_residual.cuh``): a separate translation
 unit, compiled only where that op needs it, so the config's own unit keeps its text and key.
+
+A split-free config (no split-K, no Stream-K) also has batched units for op ``bmm``, one per
+layout of the second operand, ``<unit>_bmm_tn`` and ``<unit>_bmm_nn`` (:func:`bmm_unit_source`,
+``csrc/oasr_gemm_bmm/``): separate translation units with headers of their own, so again no
+existing unit changes.
 """
 
 from __future__ import annotations
@@ -30,7 +35,7 @@ from pathlib import Path
 from oasr_core.jit import kit
 from oasr_core.types import Config
 
-from oasr_gemm.config_space import LANE_SM80, LANE_SM90
+from oasr_gemm.config_space import BMM_LAYOUTS, LANE_SM80, LANE_SM90, has_bmm
 
 DTYPE_CODES = {"fp16": 0, "bf16": 1}
 ACT_CODES = {None: 0, "none": 0, "relu": 1, "gelu": 2, "silu": 3}
@@ -198,12 +203,89 @@ def residual_unit_source(config: Config, dtypes: Iterable[str] = ("fp16", "bf16"
     )
 
 
+BMM_DIR = "oasr_gemm_bmm"
+"""The directory (under :func:`csrc_dir`) of the batched units' headers."""
+BMM_LAYOUT_CODES = {"tn": 0, "nn": 1}
+"""``oasr_gemm::bmm::Layout`` of each layout of the second operand."""
+
+
+def _check_bmm(config: Config, layout: str) -> None:
+    if layout not in BMM_LAYOUTS:
+        raise ValueError(f"bmm layout {layout!r} is not one of {BMM_LAYOUTS}")
+    if not has_bmm(config):
+        raise ValueError(f"config {config.id!r} ({config.lane}) has no bmm kernel (split-K or "
+                         "Stream-K)")
+
+
+def bmm_unit(config: Config, layout: str) -> str:
+    """The name of ``config``'s batched translation unit for ``layout`` (``<unit>_bmm_tn``)."""
+    _check_bmm(config, layout)
+    return f"{config.params['unit']}_bmm_{layout}"
+
+
+def bmm_symbol(config: Config, layout: str) -> str:
+    """The batched launcher's C symbol of ``config`` for ``layout``."""
+    return f"oasr_gemm_{_LANE_TAG[config.lane]}_{bmm_unit(config, layout)}"
+
+
+def bmm_workspace_symbol(config: Config, layout: str) -> str:
+    """The batched workspace query's C symbol of ``config`` for ``layout``."""
+    return bmm_symbol(config, layout) + "_workspace"
+
+
+def bmm_kernel_type(config: Config, dtype: str, layout: str) -> str:
+    """The C++ batched kernel of ``config`` for ``dtype`` and ``layout``: the template
+    arguments of the config's own kernel (``sm80_kernel_type``, ``sm90_kernel_type``) with
+    the layout code after the ones that shape the main loop."""
+    _check_bmm(config, layout)
+    p, code = config.params, BMM_LAYOUT_CODES[layout]
+    if config.lane == LANE_SM80:
+        args = [_CXX_DTYPE[dtype], *p["tile"], *p["warp"], p["stages"], code]
+        return f"oasr_gemm::bmm::sm80::Kernel<{', '.join(map(str, args))}>"
+    schedule = p["schedule"]
+    args = [
+        _CXX_DTYPE[dtype], *p["tile"], *p["cluster"], p["stages"], kit.SM90_MAINLOOP[schedule],
+        kit.SM90_EPILOGUE[schedule], kit.sm90_scheduler(False),
+        "true" if p["swap_ab"] else "false", code,
+    ]
+    if p.get("epilogue"):
+        args += list(p["epilogue"])
+    return f"oasr_gemm::bmm::sm90::Kernel<{', '.join(map(str, args))}>"
+
+
+def bmm_unit_source(config: Config, layout: str,
+                    dtypes: Iterable[str] = ("fp16", "bf16")) -> str:
+    """The batched translation unit of ``config`` for ``layout`` (``"tn"``: b is ``[L, N, K]``
+    row-major, read transposed; ``"nn"``: b is ``[L, K, N]``), with kernels for ``dtypes``.
+
+    Its launcher takes ``(call, a, b, d, batch, stream)``, ``call.m`` the per-batch M; the
+    workspace query ``(m, n, k, batch, dtype)``. The 3.x units launch with programmatic
+    dependent launch when ``call.flags`` asks (none is Stream-K)."""
+    dtypes = kit.unit_dtypes(dtypes, DTYPE_CODES)
+    _check_bmm(config, layout)
+    sm90 = config.lane == LANE_SM90
+    return kit.c_abi_unit(
+        title=f"oasr_gemm {config.lane} unit {bmm_unit(config, layout)} ({', '.join(dtypes)}; "
+              f"batched, layout {layout.upper()})",
+        generator="oasr_gemm.codegen",
+        header=f"{BMM_DIR}/{'sm90' if sm90 else 'sm80'}.cuh",
+        kernels={DTYPE_CODES[d]: bmm_kernel_type(config, d, layout) for d in dtypes},
+        symbol=bmm_symbol(config, layout),
+        operands="const void* a, const void* b, void* d, int64_t batch",
+        run="run(a, b, d, batch, c->m, c->n, c->k, c->workspace, c->workspace_bytes, "
+            f"{'c->flags' if sm90 else '0'}, static_cast<cudaStream_t>(stream))",
+        workspace_params="int64_t m, int64_t n, int64_t k, int64_t batch, int32_t dtype",
+        workspace_switch="dtype",
+        workspace="workspace(m, n, k, batch)",
+    )
+
+
 @functools.cache
 def impl_hash() -> str:
     """A short hash of what decides the kernels' binaries: every config's generated unit (both
-    lanes, both dtypes; a 3.x config's fused-residual unit too), the family's and the kit's
-    headers and the lanes' compile flags (:func:`impl_digest`), under the name
-    ``equivalent_impls.json`` records for it.
+    lanes, both dtypes; a 3.x config's fused-residual unit and a split-free config's batched
+    units too), the family's and the kit's headers and the lanes' compile flags
+    (:func:`impl_digest`), under the name ``equivalent_impls.json`` records for it.
 
     It is the family's ``impl_hash`` soft validator: a tuning entry measured under another
     implementation is marked stale. The generator's own text is not hashed, so editing this
@@ -212,9 +294,10 @@ def impl_hash() -> str:
     return kit.canonical_impl_hash(impl_digest(), EQUIVALENTS)
 
 
-def impl_digest(*, residual: bool = True) -> str:
+def impl_digest(*, residual: bool = True, bmm: bool = True) -> str:
     """The digest :func:`impl_hash` names. ``residual=False`` leaves the fused-residual units
-    and their header out: the digest of the family before they existed, which shows that
+    and their header out, ``bmm=False`` the batched units and their headers
+    (``csrc/oasr_gemm_bmm``): the digests of the family before they existed, which show that
     adding them changed no other unit's text or header (``equivalent_impls.json``)."""
     from oasr_gemm import jit
     from oasr_gemm.config_space import space
@@ -229,10 +312,17 @@ def impl_digest(*, residual: bool = True) -> str:
                 digest.update(unit_source(config).encode())
                 if residual and has_residual(config):
                     digest.update(residual_unit_source(config).encode())
+                if bmm and has_bmm(config):
+                    for layout in BMM_LAYOUTS:
+                        digest.update(bmm_unit_source(config, layout).encode())
     if residual:
         kit.hash_headers(digest, [csrc_dir() / "oasr_gemm"])
     else:
         _hash_headers_except(digest, RESIDUAL_HEADER)
+    if bmm:
+        for header in sorted((csrc_dir() / BMM_DIR).glob("*.cuh")):
+            digest.update(header.name.encode())
+            digest.update(header.read_bytes())
     return digest.hexdigest()[:16]
 
 

@@ -30,7 +30,14 @@ LOG_SOFTMAX_OP = "gemm_log_softmax"
 """The CTC head (``out = log_softmax(a @ w.T + bias, dim=-1)``): a config's GEMM with bias
 writing the logits, then the row log-softmax kernel over them (:mod:`oasr_gemm.log_softmax`).
 Every config a gemm with bias takes serves it: the GEMM half is that very launch."""
-OPS = ("gemm", "gemm_activation", RESIDUAL_OP, LOG_SOFTMAX_OP)
+BMM_LAYOUTS = ("tn", "nn")
+"""Layouts of op ``bmm``'s second operand: ``tn``, b ``[L, N, K]`` row-major read transposed
+(``q @ k.transpose(-1, -2)``; each batch is the gemm's W), and ``nn``, b ``[L, K, N]``
+row-major (``probs @ v``)."""
+BMM_OPS = {"tn": "bmm_tn", "nn": "bmm_nn"}
+"""The op ``bmm`` is keyed under, per layout: the layout is part of the signature (the kernels
+differ), the family's dims (N, K) are the rest, and M is the rows of A across the batch."""
+OPS = ("gemm", "gemm_activation", RESIDUAL_OP, LOG_SOFTMAX_OP, *BMM_OPS.values())
 """The family's ops, each keyed separately in the tuning tiers."""
 
 SM90_SCHEDULES = ("ws", "pingpong", "cooperative")
@@ -44,6 +51,19 @@ SM90_DEFAULT = "ws_64x128x64_c1x1_s4"
 geomean 0.72x torch and never below 0.59x, where the 128x128x64 ping-pong tile that wins at
 M >= 8192 falls to 0.35x at small M. With the plain epilogue (2026-11-29,
 benchmarks/results/h200_gemm_nopdl.jsonl): 0.84x, never below 0.63x."""
+
+
+def has_bmm(config: Config) -> bool:
+    """Whether ``config`` has batched units (op ``bmm``): the split-free configs of either
+    lane, no split-K (serial or parallel) and no Stream-K.
+
+    The 2.x batched mode takes the grid's z index for the batch, the index serial and parallel
+    split-K give to K partitions, and Stream-K splits K as well. At the batched shapes models
+    run (L = batch x heads of attention, 32 and more) the batch alone gives the grid enough
+    CTAs, so a K split buys nothing there; the original tuner's bmm candidates were these
+    configs too."""
+    p = config.params
+    return p.get("split_k", 1) == 1 and not p.get("stream_k") and not p.get("parallel_split_k")
 
 
 def sm80_config(tile: tuple[int, int, int], warp: tuple[int, int, int], stages: int, *,

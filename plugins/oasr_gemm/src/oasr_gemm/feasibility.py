@@ -28,7 +28,14 @@ from __future__ import annotations
 from oasr_core.kit import lanes
 from oasr_core.types import Config, Problem
 
-from oasr_gemm.config_space import LANE_SM80, LANE_SM90, LOG_SOFTMAX_OP, RESIDUAL_OP
+from oasr_gemm.config_space import (
+    BMM_OPS,
+    LANE_SM80,
+    LANE_SM90,
+    LOG_SOFTMAX_OP,
+    RESIDUAL_OP,
+    has_bmm,
+)
 
 SMEM_LIMIT = lanes.SMEM_LIMIT
 SM80_ARCHES = lanes.CUTLASS2_ARCHES
@@ -139,15 +146,21 @@ fits_arch = RULES.fits_arch
 aligned = RULES.aligned
 
 
+_BMM_OPS = frozenset(BMM_OPS.values())
+
+
 def supports(config: Config, problem: Problem) -> bool:
     """Per-problem predicate: ``config`` can run ``problem`` (alignment, split vs K tiles;
     op ``gemm_residual`` only on the 3.x lane, whose epilogue reads the residual: the 2.x
     lane has no such kernel and its op calls are served by torch; op ``gemm_log_softmax``
     wherever a gemm with bias runs, with rows the row log-softmax takes: N a multiple of 8 up
-    to :data:`oasr_gemm.log_softmax.MAX_N`)."""
+    to :data:`oasr_gemm.log_softmax.MAX_N`; ops ``bmm_tn`` / ``bmm_nn`` on the split-free
+    configs, the ones with batched units: :func:`oasr_gemm.config_space.has_bmm`)."""
     n, k, m = problem.dim("N"), problem.dim("K"), problem.m
     if not aligned(n, k) or m < 1:
         return False
+    if problem.op in _BMM_OPS:
+        return has_bmm(config)
     if problem.op == RESIDUAL_OP and config.lane != LANE_SM90:
         return False
     if problem.op == LOG_SOFTMAX_OP and n > LOG_SOFTMAX_MAX_N:

@@ -14,13 +14,19 @@ being torch, and the same under ``COMPILE_SET=all``); a build links them only in
 of the ``gemm_residual`` signatures it measures (:func:`bench_spec` with ``residual=True``,
 :func:`residual_full_spec`). The whole-space module (:func:`full_spec`) holds none.
 
+Batched units (op ``bmm``, one per split-free config and layout) follow the same rule: the
+production module links those of the configs the tiers name in ``bmm_tn`` / ``bmm_nn``
+entries (:func:`bmm_configs`; none by default, an untuned bmm being torch's), and a build
+measures from a module of every split-free config's batched units of one layout
+(:func:`bmm_full_spec`) or of the configs it times (:func:`bmm_bench_spec`).
+
 Nothing here runs at import; building happens in :func:`oasr_core.jit.build`/``prebuild``/
 ``load`` calls made by :mod:`oasr_gemm.launch`, the benchmark and ``oasr tune prebuild``.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterable, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from typing import Any
 
 import attrs
@@ -33,11 +39,14 @@ from oasr_core.types import Config
 from oasr_gemm import codegen
 from oasr_gemm.config_space import (
     BASIS,
+    BMM_LAYOUTS,
+    BMM_OPS,
     DEFAULTS,
     FAMILY,
     LANE_SM80,
     LANE_SM90,
     RESIDUAL_OP,
+    has_bmm,
     space,
     units,
 )
@@ -87,24 +96,40 @@ def residual_unit(config: Config, dtypes: Sequence[str] = ALL_DTYPES):
                                     codegen.residual_workspace_symbol(config)))
 
 
+def bmm_unit(config: Config, layout: str, dtypes: Sequence[str] = ALL_DTYPES):
+    """The translation unit compiling ``config``'s batched kernel (op ``bmm``) for ``layout``
+    (``"tn"`` or ``"nn"``) and ``dtypes``."""
+    from oasr_core.jit import TranslationUnit
+
+    return TranslationUnit(name=codegen.bmm_unit(config, layout),
+                           source=codegen.bmm_unit_source(config, layout, dtypes),
+                           exports=(codegen.bmm_symbol(config, layout),
+                                    codegen.bmm_workspace_symbol(config, layout)))
+
+
 def module_spec(lane: str, arch: str, configs: Iterable[Config], *, name: str | None = None,
                 dtypes: Sequence[str] = ALL_DTYPES,
                 unit_dtypes: Callable[[Config], Sequence[str]] | None = None,
-                residual: Iterable[Config] = ()):
+                residual: Iterable[Config] = (), bmm: Iterable[tuple[Config, str]] = ()):
     """A :class:`oasr_core.jit.JitSpec` linking the units behind ``configs`` for ``arch``
     (each unit with ``dtypes``, or ``unit_dtypes(config)`` per unit), then the fused-residual
-    units of ``residual`` (3.x configs; the others have none and are skipped)."""
+    units of ``residual`` (3.x configs; the others have none and are skipped), then the
+    batched units of ``bmm``, ``(config, layout)`` pairs (split-free configs; others are
+    skipped)."""
     from oasr_core.jit import JitSpec
 
     configs = tuple(configs)
     by_unit = {c.params["unit"]: c for c in configs}
     with_residual = {c.params["unit"]: c for c in residual if codegen.has_residual(c)}
+    batched = {codegen.bmm_unit(c, layout): (c, layout) for c, layout in bmm
+               if codegen.has_bmm(c)}
     suffix = "" if tuple(dtypes) == ALL_DTYPES else "_" + "_".join(dtypes)
     pick = unit_dtypes or (lambda _c: dtypes)
     return JitSpec(
         name=name or f"{MODULE_PREFIX[lane]}{suffix}", arch=jit_arch(arch),
         units=(*(unit(by_unit[u], tuple(pick(by_unit[u]))) for u in units(configs)),
-               *(residual_unit(c, tuple(pick(c))) for c in with_residual.values())),
+               *(residual_unit(c, tuple(pick(c))) for c in with_residual.values()),
+               *(bmm_unit(c, layout, tuple(pick(c))) for c, layout in batched.values())),
         include_dirs=(str(codegen.csrc_dir()),), extra_flags=EXTRA_FLAGS + LANE_FLAGS[lane],
     )
 
@@ -133,16 +158,66 @@ def residual_configs(lane: str, arch: str,
     return tuple(c for c in lane_configs(lane, arch) if c.id in wanted and codegen.has_residual(c))
 
 
+def bmm_configs(lane: str, arch: str,
+                referenced: Mapping[str, Iterable[str]] | None = None
+                ) -> dict[str, tuple[Config, ...]]:
+    """Per layout (``"tn"``, ``"nn"``), the configs whose batched units the production
+    module links: those ``referenced[layout]`` names (default: what this epoch's tiers serve
+    in ``bmm_tn`` / ``bmm_nn`` entries on ``arch``) that fit ``arch`` and are split-free.
+
+    Nothing is always linked: an untuned bmm is served by torch, and the cost-model tier
+    (whose candidates are the gemm production set) does not serve the op."""
+    if referenced is None:
+        from oasr_core.runtime import get_runtime
+
+        runtime = get_runtime()
+        referenced = {layout: runtime.referenced_configs(FAMILY, arch, lane,
+                                                         ops={BMM_OPS[layout]})
+                      for layout in BMM_LAYOUTS}
+    out = {}
+    for layout in BMM_LAYOUTS:
+        wanted = set(referenced.get(layout, ()))
+        out[layout] = tuple(c for c in lane_configs(lane, arch) if c.id in wanted and has_bmm(c))
+    return out
+
+
+def _bmm_pairs(chosen: Mapping[str, Iterable[Config]]) -> tuple[tuple[Config, str], ...]:
+    return tuple((c, layout) for layout, configs in chosen.items() for c in configs)
+
+
 def production_spec(lane: str, arch: str, referenced: Iterable[str] | None = None,
-                    residual: Iterable[str] | None = None):
+                    residual: Iterable[str] | None = None,
+                    bmm: Mapping[str, Iterable[str]] | None = None):
     """The lane's production module on ``arch`` (the whole space under ``COMPILE_SET=all``).
 
     ``referenced`` defaults to what the runtime's tuning tiers reference; the fused-residual
     units are those of :func:`residual_configs` (``residual``: the ids the tiers name under
-    ``gemm_residual``, by default read from the runtime's tiers).
+    ``gemm_residual``, by default read from the runtime's tiers), the batched units those of
+    :func:`bmm_configs` (``bmm``: the ids per layout, by default the tiers').
     """
     return module_spec(lane, arch, PRODUCTION.configs(lane, arch, referenced),
-                       residual=residual_configs(lane, arch, residual))
+                       residual=residual_configs(lane, arch, residual),
+                       bmm=_bmm_pairs(bmm_configs(lane, arch, bmm)))
+
+
+def bmm_full_spec(lane: str, arch: str, layout: str):
+    """The batched units of ``layout`` of every split-free config of ``lane`` that fits
+    ``arch``, in a module of their own: what an exhaustive build measures a ``bmm_tn`` or
+    ``bmm_nn`` signature from (compiled on its first such signature)."""
+    if layout not in BMM_LAYOUTS:
+        raise ValueError(f"bmm layout {layout!r} is not one of {BMM_LAYOUTS}")
+    return module_spec(lane, arch, (), name=f"{MODULE_PREFIX[lane]}_bmm_{layout}",
+                       bmm=[(c, layout) for c in lane_configs(lane, arch) if has_bmm(c)])
+
+
+def bmm_bench_spec(lane: str, arch: str, layout: str, configs: Iterable[Config],
+                   dtypes: Sequence[str] | None = None):
+    """A module of exactly ``configs``' batched units of ``layout`` (the split-free ones), for
+    a build to time a ``bmm_tn`` / ``bmm_nn`` signature; ``dtypes`` None compiles every
+    dtype, else only those."""
+    wanted = tuple(d for d in ALL_DTYPES if dtypes is None or d in dtypes) or ALL_DTYPES
+    return module_spec(lane, arch, (), name=f"{MODULE_PREFIX[lane]}_bmm_{layout}_bench",
+                       dtypes=wanted, bmm=[(c, layout) for c in configs if has_bmm(c)])
 
 
 def full_spec(lane: str, arch: str, dtypes: Sequence[str] = ALL_DTYPES):

@@ -11,8 +11,9 @@ every kernel leaves them zero). Allocation happens on the first call that needs 
 :func:`reserve_workspace` before capturing graphs to keep it out of the capture. The loaded
 production libraries and the call plans are the kit's :class:`oasr_core.kit.Serving`
 (:data:`SERVING`). A production library's kernels are keyed by config id (gemm and
-gemm_activation, :class:`Kernel`) and by :func:`residual_key` (the fused-residual launchers of
-op ``gemm_residual``, :class:`ResidualKernel`).
+gemm_activation, :class:`Kernel`), by :func:`residual_key` (the fused-residual launchers of
+op ``gemm_residual``, :class:`ResidualKernel`) and by :func:`bmm_key` (the batched launchers
+of op ``bmm``, one per layout, :class:`BmmKernel`).
 """
 
 from __future__ import annotations
@@ -31,7 +32,7 @@ from oasr_core.kit.calls import PreparedCall
 from oasr_core.types import Config
 
 from oasr_gemm import codegen
-from oasr_gemm.config_space import RESIDUAL_OP
+from oasr_gemm.config_space import BMM_OPS, RESIDUAL_OP
 from oasr_gemm.feasibility import fits_arch
 
 FLAG_PDL = kit.FLAG_PDL
@@ -43,6 +44,10 @@ PDL_ENV = "OASR_GEMM_PDL"
 _LAUNCH_ARGTYPES = (ctypes.c_void_p,) * 6
 _RESIDUAL_ARGTYPES = (*(ctypes.c_void_p,) * 6, ctypes.c_float, ctypes.c_void_p)
 """call, a, w, bias, residual, d, alpha, stream."""
+_BMM_ARGTYPES = (*(ctypes.c_void_p,) * 4, ctypes.c_int64, ctypes.c_void_p)
+"""call, a, b, d, batch, stream."""
+_BMM_WORKSPACE_ARGTYPES = (*(ctypes.c_int64,) * 4, ctypes.c_int32)
+"""m, n, k, batch, dtype."""
 _WORKSPACE_ARGTYPES = (
     ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32,
     ctypes.POINTER(ctypes.c_int64),
@@ -163,6 +168,66 @@ class ResidualKernel(Kernel):
         return out
 
 
+@attrs.define(eq=False)
+class BmmKernel(BoundKernel):
+    """One config's batched launcher for one layout of the second operand (op ``bmm``,
+    ``csrc/oasr_gemm_bmm/``): ``d[l] = a[l] @ b[l]`` for ``l < batch``, with ``b``
+    ``[batch, N, K]`` row-major (``layout="tn"``) or ``[batch, K, N]`` (``"nn"``).
+
+    The prepared call's operands are ``(a_ptr, b_ptr, d_ptr, batch)``.
+    """
+
+    LAUNCH = _BMM_ARGTYPES
+    WORKSPACE = _BMM_WORKSPACE_ARGTYPES
+    layout: str = "tn"
+
+    @classmethod
+    def bind(cls, module: Any, config: Config, layout: str) -> BmmKernel:  # type: ignore[override]
+        """Bind ``config``'s batched symbols for ``layout`` (raises if absent)."""
+        kernel = cls.bind_symbol(module, config, codegen.bmm_symbol(config, layout))
+        kernel.layout = layout
+        return kernel
+
+    def prepare(self, dtype: str, batch: int, m: int, n: int, k: int, *,
+                pdl: bool | None = None) -> PreparedCall:
+        """The prepared call of ``batch`` problems of ``m x n x k`` each (``m`` per batch;
+        queries the workspace this shape needs, once)."""
+        pdl = (pdl_enabled() if pdl is None else pdl) and codegen.pdl_capable(self.config)
+        code = codegen.DTYPE_CODES[dtype]
+        scratch = self.workspace_fn(m, n, k, batch, code)
+        if scratch < 0:
+            raise LaunchError(f"{self.config.lane}/{self.config.id}: bmm {self.layout} "
+                              f"workspace query refused batch={batch} m={m} n={n} k={k} {dtype}")
+        args = CallArgs(m=m, n=n, k=k, dtype=code, act=0, split=1,
+                        flags=FLAG_PDL if pdl else 0)
+        return PreparedCall(self.fn, args, self.config, (int(scratch), 0), WORKSPACES)
+
+    def run(self, a: Any, b: Any, out: Any = None) -> Any:  # type: ignore[override]
+        """Run this config on torch tensors (no selection, no memo): tests and benchmarks.
+
+        ``a`` is ``[L, M, K]`` contiguous; ``b`` is this kernel's layout's contiguous tensor
+        (``[L, N, K]`` for ``tn``, ``[L, K, N]`` for ``nn``); raises :class:`LaunchError`
+        when the launcher refuses."""
+        import torch
+
+        batch, m, k = a.shape
+        n = b.shape[1] if self.layout == "tn" else b.shape[2]
+        dtype = {torch.float16: "fp16", torch.bfloat16: "bf16"}[a.dtype]
+        if out is None:
+            out = torch.empty((batch, m, n), dtype=a.dtype, device=a.device)
+        prepared = self.prepare(dtype, batch, m, n, k)
+        status = prepared(a.get_device(), a.data_ptr(), b.data_ptr(), out.data_ptr(), batch)
+        if status:
+            raise LaunchError(f"{self.config.lane}/{self.config.id} refused bmm {self.layout} "
+                              f"batch={batch} m={m} n={n} k={k} {dtype}: {status_text(status)}")
+        return out
+
+
+def bmm_key(layout: str, config_id: str) -> tuple[str, str]:
+    """The key of a config's batched launcher for ``layout`` among a library's kernels."""
+    return (BMM_OPS[layout], config_id)
+
+
 def residual_key(config_id: str) -> tuple[str, str]:
     """The key of a config's fused-residual launcher among a library's kernels."""
     return (RESIDUAL_OP, config_id)
@@ -188,6 +253,9 @@ def _load(lane: str, arch: str) -> Mapping[str, Kernel] | None:
         kernels.update({residual_key(c.id): ResidualKernel.bind(module, c) for c in configs
                         if codegen.has_residual(c)
                         and codegen.residual_symbol(c) in module.exports})
+        kernels.update({bmm_key(layout, c.id): BmmKernel.bind(module, c, layout)
+                        for layout, chosen in jit.bmm_configs(lane, arch).items()
+                        for c in chosen if codegen.bmm_symbol(c, layout) in module.exports})
         return kernels
 
     return SERVING.load(lane, arch, jit.production_spec, bind)
@@ -197,7 +265,9 @@ def _wanted(lane: str, arch: str) -> tuple[Any, ...]:
     from oasr_gemm import jit
 
     return (*jit.PRODUCTION.wanted(lane, arch),
-            *(residual_key(c.id) for c in jit.residual_configs(lane, arch)))
+            *(residual_key(c.id) for c in jit.residual_configs(lane, arch)),
+            *(bmm_key(layout, c.id) for layout, chosen in jit.bmm_configs(lane, arch).items()
+              for c in chosen))
 
 
 def is_available(config: Config) -> bool:

@@ -124,6 +124,28 @@ def torch_output(a: Any, w: Any, bias: Any = None, activation: str | None = None
     return y if residual is None else residual.add(y, alpha=alpha)
 
 
+def bmm_reference(a: Any, b: Any) -> Any:
+    """The fp32 ``torch.bmm(a, b)`` of the same half-precision operands (op ``bmm``)."""
+    import torch
+
+    return torch.bmm(a.float(), b.float())
+
+
+def make_bmm_operands(batch: int, m: int, n: int, k: int, layout: str, dtype: str = "fp16", *,
+                      device: Any = "cpu", seed: int = 0) -> tuple[Any, Any]:
+    """Random ``(a [batch, m, k], b)`` of op ``bmm``, scaled so outputs stay O(1): ``b`` is
+    the ``[batch, k, n]`` operand, the transposed view of a contiguous ``[batch, n, k]``
+    tensor for ``layout="tn"`` and contiguous for ``"nn"``."""
+    import torch
+
+    tdtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[dtype]
+    gen = torch.Generator(device="cpu").manual_seed(seed)
+    a = torch.randn(batch, m, k, generator=gen).to(device=device, dtype=tdtype)
+    shape = (batch, n, k) if layout == "tn" else (batch, k, n)
+    b = (torch.randn(*shape, generator=gen) / k ** 0.5).to(device=device, dtype=tdtype)
+    return a, (b.transpose(1, 2) if layout == "tn" else b)
+
+
 def make_residual(m: int, n: int, dtype: str = "fp16", *, device: Any = "cpu",
                   seed: int = 0) -> Any:
     """A random residual ``[m, n]`` (std 1, never zeros: a kernel that drops it must show)."""

@@ -1,12 +1,16 @@
-"""The gemm family's ops: ``gemm``, ``gemm_activation``, ``gemm_residual`` and
-``gemm_log_softmax``, eager and as torch custom ops.
+"""The gemm family's ops: ``gemm``, ``gemm_activation``, ``gemm_residual``,
+``gemm_log_softmax`` and ``bmm``, eager and as torch custom ops.
 
 ``gemm(a, w, bias=None, out=None)`` is ``torch.nn.functional.linear``: ``a`` is ``[..., K]``
 (leading dims flattened into M), ``w`` is ``[N, K]``. ``gemm_activation`` adds a ReLU, GELU
 (erf) or SiLU in the kernel's epilogue; ``gemm_residual`` adds the linear's output, scaled,
 to a residual (``residual + alpha * (a @ w.T + bias)``; 3.x lane only); ``gemm_log_softmax``
 is the CTC head, ``log_softmax(a @ w.T + bias, dim=-1)`` (a config's GEMM, then the row
-log-softmax kernel over its output). A call shape resolves once per tuning epoch through
+log-softmax kernel over its output); ``bmm(a, b, out=None)`` is ``torch.bmm`` of 3-D operands
+(attention written without SDPA, relative-position terms), keyed ``bmm_tn`` when ``b`` is the
+transposed view of a contiguous ``[L, N, K]`` tensor and ``bmm_nn`` when ``b`` is a contiguous
+``[L, K, N]``, with M the rows of ``a`` across the batch (``L * M``). A call shape resolves
+once per tuning epoch through
 ``oasr_core.select("gemm", op, dtype, (N, K), M)``; the answer (a prepared launcher, or the
 torch path) is memoised per (op, activation, dtype, N, K, M, device) in the current epoch (the
 kit's :class:`oasr_core.kit.Serving`, :data:`oasr_gemm.launch.SERVING`), so a repeated call
@@ -17,7 +21,8 @@ or misaligned tensors, autograd) take the torch path and are counted (:func:`sta
 that cannot be built or loaded, or a launcher that refuses, is warned about once and the torch
 path serves: slower, never wrong.
 
-``torch.ops.oasr.gemm`` / ``gemm_activation`` / ``gemm_residual`` / ``gemm_log_softmax`` are
+``torch.ops.oasr.gemm`` / ``gemm_activation`` / ``gemm_residual`` / ``gemm_log_softmax`` /
+``bmm`` are
 the same ops registered with ``torch.library`` (with fake implementations), so they trace
 under ``torch.compile`` and run in CUDA graphs; the Python functions route to them while
 compiling.
@@ -37,11 +42,11 @@ from oasr_core.types import Tier
 from oasr_gemm import launch
 from oasr_gemm import log_softmax as row_log_softmax
 from oasr_gemm.codegen import DTYPE_CODES
-from oasr_gemm.config_space import LOG_SOFTMAX_OP, RESIDUAL_OP
+from oasr_gemm.config_space import BMM_OPS, LOG_SOFTMAX_OP, RESIDUAL_OP, has_bmm
 from oasr_gemm.launch import SERVING, reserve_workspace
 from oasr_gemm.numerics import ACTIVATIONS, apply_activation
 
-__all__ = ["gemm", "gemm_activation", "gemm_residual", "gemm_log_softmax",
+__all__ = ["gemm", "gemm_activation", "gemm_residual", "gemm_log_softmax", "bmm",
            "reserve_workspace", "stats", "reset_stats", "clear_memo"]
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
@@ -103,6 +108,22 @@ def gemm_log_softmax(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
     if _compiling():
         return into_out(torch.ops.oasr.gemm_log_softmax(a, w, bias), out)
     return _run_log_softmax(a, w, bias, out)
+
+
+def bmm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> torch.Tensor:
+    """``torch.bmm(a, b)``: ``a [L, M, K] @ b [L, K, N]`` per batch, in the operands' dtype
+    (fp32 accumulation); written into ``out`` when given.
+
+    ``b`` is read in either layout the kernels have: a transposed view of a contiguous
+    ``[L, N, K]`` tensor (``q @ k.transpose(-1, -2)``: op ``bmm_tn``) or a contiguous
+    ``[L, K, N]`` one (``probs @ v``: op ``bmm_nn``); ``a`` and ``out`` are contiguous. A
+    shape resolves once per epoch, keyed by (layout, N, K) and the rows of ``a`` across the
+    batch, ``L * M``. Untuned shapes, other strides, N or K not a multiple of 8, CPU, fp32 and
+    autograd take the torch path, ``torch.bmm`` (counted, :func:`stats`).
+    """
+    if _compiling():
+        return into_out(torch.ops.oasr.bmm(a, b), out)
+    return _run_bmm(a, b, out)
 
 
 def _unsupported(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, n: int,
@@ -374,6 +395,125 @@ def _run_log_softmax(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None
     return out
 
 
+def _bmm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """The torch path of ``bmm``: ``torch.bmm`` (which checks the operands itself)."""
+    if out is None:
+        return torch.bmm(a, b)
+    return torch.bmm(a, b, out=out)
+
+
+_torch_bmm = torch_path(SERVING, _bmm)
+"""``_torch_bmm(reason, a, b, out)``: :func:`_bmm`, counted."""
+
+
+def bmm_layout(b: torch.Tensor) -> str | None:
+    """The layout of a 3-D ``b [L, K, N]`` the batched kernels read: ``"nn"`` when it is
+    contiguous, ``"tn"`` when it is the transposed view of a contiguous ``[L, N, K]`` tensor,
+    else None (the torch path)."""
+    if b.is_contiguous():
+        return "nn"
+    if b.transpose(1, 2).is_contiguous():
+        return "tn"
+    return None
+
+
+def _unsupported_bmm(a: torch.Tensor, b: torch.Tensor) -> str | None:
+    """Why the batched kernels cannot take these operands (None: they can); shapes match and
+    ``b``'s layout is one of theirs."""
+    if not (a.is_cuda and b.is_cuda):
+        return "cpu"
+    if a.dtype not in _DTYPES or b.dtype != a.dtype:
+        return "dtype"
+    if a.shape[2] % 8 or b.shape[2] % 8:
+        return "unaligned"
+    if not a.is_contiguous():
+        return "noncontiguous"
+    if b.get_device() != a.get_device():
+        return "device"
+    if _grad_enabled() and (a.requires_grad or b.requires_grad):
+        return "autograd"
+    return None
+
+
+def _run_bmm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None) -> torch.Tensor:
+    """:func:`bmm` outside compilation: the memo first, then the checks, then one launch.
+
+    The plan key is ``(op, None, dtype, N, K, L * M, device, L)``: the tiers' M is the rows
+    of ``a`` across the batch, the launch needs the batch count as well."""
+    try:
+        batch, m, k = a.shape
+        _, _, n = b.shape
+    except ValueError:
+        return _torch_bmm("shape", a, b, out)
+    layout = bmm_layout(b)
+    if layout is None:
+        return _torch_bmm("noncontiguous", a, b, out)
+    key = (BMM_OPS[layout], None, a.dtype, n, k, batch * m, a.get_device(), batch)
+    plan = _PLANS.table.get(key)
+    if plan is TORCH and out is None:
+        _FALLBACKS[_SELECTED] += 1
+        return torch.bmm(a, b)
+    if b.shape[0] != batch or b.shape[1] != k:
+        return _torch_bmm("shape", a, b, out)
+    if out is not None:
+        check_like(out, (batch, m, n), a.dtype, a.device)
+    dev = key[6]
+    if dev < 0:
+        return _torch_bmm("cpu", a, b, out)
+    if batch * m * n == 0 or k == 0:
+        return _torch_bmm("empty", a, b, out)
+    if plan is TORCH:
+        return _torch_bmm("selected", a, b, out)
+    if plan is None or not (
+            a.is_cuda and b.is_cuda and b.dtype is a.dtype and a.is_contiguous()
+            and b.get_device() == dev
+            and not (_grad_enabled() and (a.requires_grad or b.requires_grad))):
+        reason = _unsupported_bmm(a, b)
+        if reason is not None:
+            return _torch_bmm(reason, a, b, out)
+        if plan is None:
+            plan = _plan_bmm(key)
+        if plan is TORCH:
+            return _torch_bmm("selected", a, b, out)
+    if out is None:
+        out = plan.output(a, n)
+    elif not out.is_contiguous():
+        return _torch_bmm("noncontiguous", a, b, out)
+    a_ptr, b_ptr, d_ptr = a.data_ptr(), b.data_ptr(), out.data_ptr()
+    if (a_ptr | b_ptr | d_ptr) & 15:
+        return _torch_bmm("misaligned", a, b, out)
+    status = plan(dev, a_ptr, b_ptr, d_ptr, batch)
+    if status:
+        return _torch_bmm.refused(key, plan.config, launch.status_text(status),
+                                  f"op={key[0]} N={n} K={k} L={batch} M={m}", a, b, out)
+    return out
+
+
+def _plan_bmm(key: tuple) -> Any:
+    """Resolve one bmm call shape: the tiers' config for ``(op, dtype, (N, K), L * M)``, its
+    batched launcher for the layout, prepared for ``L`` problems of ``M`` rows.
+
+    As for ``gemm_residual``, the cost-model tier's answer is not served (that tier ranks the
+    gemm production set, whose configs have no batched unit linked unless an entry names
+    them), nor a config without batched units (split-K, Stream-K)."""
+    import oasr_core
+
+    op, _, tdtype, n, k, rows, dev, batch = key
+    dtype, arch = _DTYPES[tdtype], device_arch_of(dev)
+    layout = "tn" if op == BMM_OPS["tn"] else "nn"
+
+    def select() -> Any:
+        sel = oasr_core.select("gemm", op, dtype, (n, k), rows, arch)
+        if sel.tier is Tier.MODEL or sel.config is None or not has_bmm(sel.config):
+            return None
+        return sel.config
+
+    return SERVING.plan(
+        key, arch, select=select, kernel_key=lambda config: launch.bmm_key(layout, config.id),
+        prepare=lambda kernel: kernel.prepare(dtype, batch, rows // batch, n, k),
+        what=f"op={op} {dtype} N={n} K={k}")
+
+
 MEASURED_ACTIVATIONS = frozenset({"silu", "relu"})
 """Activations a ``gemm_activation`` entry's measurements speak for: the build measures SiLU
 (:data:`oasr_gemm.bench.BENCH_ACTIVATION`) and ReLU's epilogue is cheaper. GELU (erf) is not
@@ -437,6 +577,9 @@ _gemm_residual_op = custom_op(
     "(Tensor a, Tensor w, Tensor? bias, Tensor residual, float alpha) -> Tensor",
     lambda a, w, bias, residual, alpha: _run_residual(a, w, bias, residual, alpha, None),
     _linear_fake)
+_bmm_op = custom_op("bmm", "(Tensor a, Tensor b) -> Tensor",
+                    lambda a, b: _run_bmm(a, b, None),
+                    lambda a, b: a.new_empty((a.shape[0], a.shape[1], b.shape[2])))
 _gemm_log_softmax_op = custom_op(
     "gemm_log_softmax", "(Tensor a, Tensor w, Tensor? bias) -> Tensor",
     lambda a, w, bias: _run_log_softmax(a, w, bias, None), _linear_fake)

@@ -8,8 +8,15 @@ plain torch calls they stand for in a model that does not use them yet:
 is recorded as family ``gemm``, op ``gemm``, ``gemm_activation``, ``gemm_residual`` or
 ``gemm_log_softmax``, dims
 ``(N, K)``, ``M = numel(A) / K``, batch 1 (a torch model's residual add is not a GEMM: its
-linears are recorded as ``gemm``). A batched matmul of two 3-D+ operands (attention) is
-counted as skipped, torch's. A CTC head -- a linear (or the ``gemm`` op) whose output goes
+linears are recorded as ``gemm``). A batched matmul of two 3-D or 4-D operands with the same
+batch dims (attention written without SDPA: ``q @ k.transpose(-1, -2)``, ``probs @ v``, a
+relative-position ``q @ p.transpose(-1, -2)``), through ``torch.matmul``, ``Tensor.matmul``,
+``torch.bmm`` or ``oasr_gemm.bmm``, is op ``bmm``: keyed ``bmm_tn`` when the second operand
+is the transposed view of a contiguous tensor and ``bmm_nn`` otherwise (the layout
+``torch.matmul`` hands ``bmm``: it copies any other operand contiguous), dims ``(N, K)`` and
+``M`` the rows of the first operand across the batch (``L * M``, a 4-D ``[B, H, T, d]`` being
+``L = B * H``), batch 1, as the op is keyed. A broadcast batch (``[B, H, T, d] @ [1, H, d,
+T]``) or a rank above 4 is counted as skipped, torch's. A CTC head -- a linear (or the ``gemm`` op) whose output goes
 straight into a log-softmax over its last dim (``F.log_softmax``, ``torch.log_softmax``,
 ``Tensor.log_softmax``, ``nn.LogSoftmax``), in the output's dtype -- is one
 ``gemm_log_softmax`` call: the log-softmax patches are epilogue patches
@@ -28,6 +35,8 @@ from typing import Any
 
 import attrs
 from oasr_core.census.recorder import Call, RecorderPatch, Skip, dtype_name
+
+from oasr_gemm.config_space import BMM_OPS
 
 FAMILY = "gemm"
 _FLOAT = frozenset({"fp16", "bf16", "fp32"})
@@ -51,13 +60,41 @@ def _linear_call(op: str, a: Any, w: Any) -> Call | None:
     return gemm_call(op, a, int(w.shape[0]), int(w.shape[1]))
 
 
+def _transposed_contiguous(b: Any) -> bool:
+    """Whether ``b [..., K, N]`` is the transposed view of a contiguous ``[..., N, K]``."""
+    return b.transpose(-1, -2).is_contiguous()
+
+
+def bmm_call(a: Any, b: Any) -> Call | Skip | None:
+    """The op ``bmm`` :class:`Call` of ``a [..., M, K] @ b [..., K, N]`` with 3-D or 4-D
+    operands of equal batch dims (see the module docstring); a :class:`Skip` for a batched
+    matmul the op does not take (a broadcast batch, a rank above 4, mismatched dims); None
+    when it is not a floating-point batched matmul."""
+    if not (hasattr(a, "dim") and hasattr(b, "dim")) or a.dim() < 3 or b.dim() < 3:
+        return None
+    dtype = dtype_name(a.dtype)
+    if dtype not in _FLOAT or dtype_name(b.dtype) != dtype:
+        return None
+    example = f"{list(a.shape)} @ {list(b.shape)}"
+    if a.dim() != b.dim() or a.dim() > 4 or a.shape[:-2] != b.shape[:-2]:
+        return Skip("a batched matmul with a broadcast batch or a rank above 4: torch serves "
+                    "it", example)
+    m, k = int(a.shape[-2]), int(a.shape[-1])
+    n = int(b.shape[-1])
+    batch = a.numel() // (m * k) if m * k else 0
+    if int(b.shape[-2]) != k or batch * m == 0 or n == 0 or k == 0:
+        return Skip("a batched matmul of mismatched or empty operands", example)
+    layout = "tn" if _transposed_contiguous(b) else "nn"
+    return Call(family=FAMILY, op=BMM_OPS[layout], dtype=dtype, dims=(("N", n), ("K", k)),
+                m=batch * m, elements=batch * (m * k + k * n + m * n),
+                flops=2 * batch * m * n * k)
+
+
 def _matmul_call(a: Any, b: Any) -> Call | Skip | None:
-    """``a @ b`` with ``b`` a 2-D ``[K, N]`` weight; a batched (3-D+) floating-point ``b``
-    (attention scores and context) is a counted :class:`Skip`: no weight, torch serves it."""
-    if hasattr(b, "dim") and b.dim() >= 3 and hasattr(a, "dim") and a.dim() >= 3 \
-            and dtype_name(b.dtype) in _FLOAT:
-        return Skip("a batched matmul, no 2-D weight (attention products): torch serves it",
-                    f"{list(a.shape)} @ {list(b.shape)}")
+    """``a @ b`` with ``b`` a 2-D ``[K, N]`` weight (op ``gemm``), or two batched operands
+    (op ``bmm``, :func:`bmm_call`)."""
+    if hasattr(b, "dim") and b.dim() >= 3 and hasattr(a, "dim") and a.dim() >= 3:
+        return bmm_call(a, b)
     if not hasattr(b, "dim") or b.dim() != 2 or not hasattr(a, "dim") or a.dim() < 1:
         return None
     return gemm_call("gemm", a, int(b.shape[1]), int(b.shape[0]))
@@ -138,6 +175,16 @@ def record_gemm_log_softmax(a: Any, w: Any, bias: Any = None, out: Any = None) -
     return attrs.evolve(call, elements=call.elements + 2 * call.m * int(w.shape[0]))
 
 
+def record_bmm(input: Any, mat2: Any, **_kwargs: Any) -> Call | Skip | None:
+    """``torch.bmm(input, mat2)`` (and ``Tensor.bmm``'s torch function)."""
+    return bmm_call(input, mat2)
+
+
+def record_oasr_bmm(a: Any, b: Any, out: Any = None) -> Call | Skip | None:
+    """``oasr_gemm.bmm(a, b, out)``."""
+    return bmm_call(a, b)
+
+
 def recorder_patches() -> list[RecorderPatch]:
     """The gemm family's patches (``Family.recorder_patches``)."""
     table = (
@@ -146,8 +193,11 @@ def recorder_patches() -> list[RecorderPatch]:
         ("oasr_gemm.ops:gemm_residual", record_gemm_residual, "the fused-residual op"),
         ("oasr_gemm.ops:gemm_log_softmax", record_gemm_log_softmax, "the CTC head op"),
         ("torch.nn.functional:linear", record_linear, "nn.Linear and F.linear"),
-        ("torch:matmul", record_matmul, "torch.matmul on a 2-D weight"),
-        ("torch:Tensor.matmul", record_matmul, "x @ w and x.matmul(w) on a 2-D weight"),
+        ("oasr_gemm.ops:bmm", record_oasr_bmm, "the batched op"),
+        ("torch:matmul", record_matmul, "torch.matmul on a 2-D weight or batched operands"),
+        ("torch:Tensor.matmul", record_matmul,
+         "x @ w and x.matmul(w) on a 2-D weight or batched operands"),
+        ("torch:bmm", record_bmm, "torch.bmm"),
         ("torch:mm", record_matmul, "torch.mm"),
         ("torch:addmm", record_addmm, "torch.addmm (bias + x @ w)"),
     )
