@@ -28,6 +28,7 @@ from typing import Any
 
 from oasr_core.compile import gate
 from oasr_core.compile.patterns import (
+    BMM,
     CONV1D,
     CONV2D,
     LINEAR,
@@ -39,7 +40,7 @@ from oasr_core.compile.patterns import (
 )
 from oasr_core.runtime import get_runtime
 
-__all__ = ["CONV1D", "CONV2D", "LINEAR", "OasrBackend", "Pattern", "Served", "Shared", "Site",
+__all__ = ["BMM", "CONV1D", "CONV2D", "LINEAR", "OasrBackend", "Pattern", "Served", "Shared", "Site",
            "Slot", "backend", "oasr_backend"]
 
 

@@ -20,6 +20,10 @@ What it finds (:mod:`oasr_core.compile.patterns` says what families declare):
   last dim that the rows are (views of), as Inductor decomposes it (offered as a normed
   site: a quantized family may quantize the rows in the norm, once per norm,
   :class:`~oasr_core.compile.patterns.Shared`);
+* a **batched product**: ``aten.bmm`` of two 3-D operands of one dtype (attention written
+  without SDPA, relative-position terms; Inductor's graph has a 4-D ``matmul`` as views
+  around a ``bmm``) whose second operand is the transposed view of a contiguous tensor
+  (layout ``tn``) or contiguous (``nn``), with static N and K; its output replaced as is;
 * a **1-D convolution**: ``aten.convolution`` with a 3-D weight, not transposed, and the
   activation after it. torch code writes it channels-first, ``[B, C, T]``; the families'
   conv kernels are channels-last. The pass hands the op the transposed input where that is
@@ -56,8 +60,10 @@ from torch._inductor.custom_graph_pass import CustomGraphPass
 
 from oasr_core.census.recorder import Call
 from oasr_core.compile.patterns import (
+    BMM,
     CONV1D,
     CONV2D,
+    KINDS,
     LINEAR,
     Pattern,
     Served,
@@ -433,6 +439,8 @@ class Template:
         point = f"{batch}x{t_in}" if batch is not None and t_in is not None else \
             self.site.point
         site = attrs.evolve(self.site, m=m, point=point)
+        if site.kind == BMM:  # a batched product's sizes are its rows and its batch count
+            site = attrs.evolve(site, point=self.site.point, batch=batch)
         return site_call(site, self.family, self.op, self.dims, self.dtype)
 
 
@@ -454,6 +462,10 @@ def site_call(site: Site, family: str, op: str, dims: Sequence[int],
         elements, flops, weight = m * k + n * k + m * n, 2 * m * n * k, n * k
         if site.log_softmax:  # the row pass reads and writes the output once more
             elements += 2 * m * n
+    elif site.kind == BMM:  # L products; no weight: both operands are activations
+        n, k = d["N"], d["K"]
+        elements = m * k + (site.batch or 1) * k * n + m * n
+        flops, weight = 2 * m * n * k, 0
     elif site.kind == CONV2D:
         cin, cout, groups = d["Cin"], d["Cout"], d["groups"]
         batch, h_in = (int(v) for v in site.point.split("x"))
@@ -539,7 +551,7 @@ class _Rewriter:
         self.order: dict[Any, int] | None = None
         schemes = list(dict.fromkeys(p.scheme for p in owner.patterns))
         self.by_kind = {kind: [[p for p in owner.patterns if p.kind == kind and p.scheme == s]
-                               for s in schemes] for kind in (LINEAR, CONV1D, CONV2D)}
+                               for s in schemes] for kind in KINDS}
 
     def run(self) -> None:
         for node in list(self.graph.nodes):
@@ -549,6 +561,8 @@ class _Rewriter:
                 self.refresh(node)
             if node.target in (aten.mm.default, aten.addmm.default):
                 self.linear(node)
+            elif node.target is aten.bmm.default:
+                self.bmm(node)
             elif node.target is aten.convolution.default:
                 self.conv(node)
 
@@ -705,6 +719,40 @@ class _Rewriter:
                     return
                 out = self.emit(aten.reshape.default, out, view)
         self.replace(last, out, served)
+
+    # -- batched products -------------------------------------------------------------------
+
+    def bmm(self, node: Any) -> None:
+        """A batched product site (the module docstring): ``bmm(a [L, M, K], b [L, K, N])``
+        in one dtype, N and K static, ``b`` in a layout the family ops read; the served op
+        replaces the node (same shape and dtype, contiguous)."""
+        a, b = node.args[:2]
+        av, bv, ov = _val(a), _val(b), _val(node)
+        if av is None or bv is None or ov is None or av.dim() != 3 or bv.dim() != 3 or \
+                av.dtype != bv.dtype:
+            return
+        batch, m, k = av.shape
+        n = bv.shape[2]
+        if not _static(n, k):
+            return
+        if bv.is_contiguous():
+            layout = "nn"
+        elif bv.transpose(1, 2).is_contiguous():
+            layout = "tn"
+        else:
+            return
+        site = self.site(BMM, av.dtype, batch * m, (("N", n), ("K", k)), (batch, None),
+                         bias=False, layout=layout, batch=batch if _static(batch) else None)
+        got = self.offer(BMM, [site])
+        if got is None or not self.owner.rewrite:
+            return
+        _, served = got
+        with self.graph.inserting_before(node):
+            fill = {Slot.X: a, Slot.OTHER: b}
+            out = self.emit(served.target, *(self.argument(x, fill) for x in served.args))
+        if tuple(_val(out).shape) != tuple(ov.shape):
+            return
+        self.replace(node, out, served)
 
     def argument(self, value: Any, fill: dict) -> Any:
         """A :class:`Served` argument in the graph: a slot's node or value, a

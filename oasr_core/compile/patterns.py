@@ -3,8 +3,9 @@ call that serves a site.
 
 The core finds the *sites* in a post-grad FX graph (:mod:`oasr_core.compile.graph_pass`): a
 linear (``mm``/``addmm`` of a 2-D weight read transposed, with its bias, the activation, the
-residual add or the log-softmax after it), or a 1-D or 2-D convolution
-(``aten.convolution`` with a 3-D or 4-D weight, and the activation after it). It names no
+residual add or the log-softmax after it), a batched product (``bmm`` of two 3-D operands:
+attention written without SDPA), or a 1-D or 2-D convolution (``aten.convolution`` with a
+3-D or 4-D weight, and the activation after it). It names no
 family: a family answers ``oasr_compile_patterns`` with :class:`Pattern` records, each a
 ``kind`` of site and a ``serve`` callable that looks at a :class:`Site` (shape, dtype,
 epilogue) and returns a :class:`Served` call of one of its custom ops, or None to leave the
@@ -25,9 +26,10 @@ import attrs
 from oasr_core.errors import OasrWarning
 
 LINEAR = "linear"
+BMM = "bmm"
 CONV1D = "conv1d"
 CONV2D = "conv2d"
-KINDS = (LINEAR, CONV1D, CONV2D)
+KINDS = (LINEAR, BMM, CONV1D, CONV2D)
 """The kinds of site the pass finds."""
 
 
@@ -36,9 +38,13 @@ class Slot(enum.Enum):
     the graph node (or constant) in its place."""
 
     X = "x"
-    """The activation: ``[M, K]`` rows for a linear; channels-last ``[B, T, Cin]`` for a
-    1-D convolution, NHWC ``[B, H, W, Cin]`` for a 2-D one (the core permutes torch's
-    channels-first input and the output back, see :class:`Served`)."""
+    """The activation: ``[M, K]`` rows for a linear; the first operand ``[L, M, K]`` of a
+    batched product; channels-last ``[B, T, Cin]`` for a 1-D convolution, NHWC
+    ``[B, H, W, Cin]`` for a 2-D one (the core permutes torch's channels-first input and
+    the output back, see :class:`Served`)."""
+    OTHER = "other"
+    """A batched product's second operand ``[L, K, N]``, with the strides the graph gives it
+    (:attr:`Site.layout`)."""
     WEIGHT = "weight"
     """torch's weight: ``[N, K]`` for a linear, ``[Cout, Cin / groups, k]`` for a 1-D conv,
     ``[Cout, Cin / groups, kh, kw]`` for a 2-D one."""
@@ -97,10 +103,12 @@ class Site:
     dtype: str
     """``fp16``, ``bf16``, ``fp32`` (the activation's dtype)."""
     m: int | None
-    """Rows of the product: ``M`` of a linear, ``B * T_out`` of a 1-D conv,
+    """Rows of the product: ``M`` of a linear, ``L * M`` of a batched product (its rows
+    across the batch), ``B * T_out`` of a 1-D conv,
     ``B * H_out * W_out`` of a 2-D one (None: dynamic)."""
     dims: tuple[tuple[str, int], ...]
-    """``N``, ``K`` of a linear; ``Cin, Cout, k, stride, pad, dil, groups`` of a 1-D conv;
+    """``N``, ``K`` of a linear or a batched product; ``Cin, Cout, k, stride, pad, dil,
+    groups`` of a 1-D conv;
     ``Cin, Cout, W, kh, kw, sh, sw, ph, pw, dh, dw, groups`` of a 2-D one (``W`` the input
     width, static: the feature axis of a speech front end)."""
     bias: bool
@@ -124,6 +132,13 @@ class Site:
     then hold the norm's input and parameters): a quantized family may quantize the rows in
     the norm, once for every linear after it. A family that does not look at it serves the
     site as the plain linear (``Slot.X`` is the norm's output)."""
+    layout: str | None = None
+    """A batched product's second operand: ``"tn"`` when it is the transposed view of a
+    contiguous ``[L, N, K]`` tensor (``q @ k^T``), ``"nn"`` when it is a contiguous ``[L, K,
+    N]`` one (``probs @ v``); None for other sites (a product with other strides is no
+    site)."""
+    batch: int | None = None
+    """A batched product's batch count ``L`` (None: dynamic, or another kind of site)."""
     arch: str | None = None
     """The arch family the choice is made for (``sm90``); None: no GPU, nothing rewritten
     unless the backend's ``arch`` option names one."""

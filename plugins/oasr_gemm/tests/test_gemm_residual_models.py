@@ -62,4 +62,9 @@ def test_the_census_records_the_residual_sites_as_gemm_residual():
         "gemm|op=gemm_activation|dt=fp16|N=1024|K=256": 2 * 2,
         "gemm|op=gemm_residual|dt=fp16|N=256|K=1024": 2 * 2,  # both half-step FFNs' w2
         "gemm|op=gemm_residual|dt=fp16|N=256|K=256": 2 * 2,  # attention out, pointwise out
+        # The relative-position attention's products (T = 79 frames, 157 positions, d 64);
+        # k, p and v are head views of the linears' rows, so torch copies each contiguous.
+        "gemm|op=bmm_nn|dt=fp16|N=79|K=64": 2,  # content: (q + u) k^T
+        "gemm|op=bmm_nn|dt=fp16|N=157|K=64": 2,  # position: (q + v) p^T
+        "gemm|op=bmm_nn|dt=fp16|N=64|K=79": 2,  # attn @ v
     }

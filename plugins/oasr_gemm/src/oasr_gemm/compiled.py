@@ -6,7 +6,8 @@ one with a residual add ``oasr::gemm_residual``, one with a log-softmax after it
 ``oasr::gemm_log_softmax``, the rest ``oasr::gemm``; each only where the tiers choose a gemm
 config for that op and shape (``Site.serves``), so an untuned linear stays Inductor's (and a
 CTC head the tiers leave to torch is offered as its bare linear next, its log-softmax
-Inductor's).
+Inductor's). One batched-product pattern: a ``bmm`` site becomes ``oasr::bmm`` where the
+tiers choose a gemm config for ``bmm_tn`` / ``bmm_nn`` (the site's layout) at its shape.
 """
 
 from __future__ import annotations
@@ -51,11 +52,30 @@ def serve_linear(site: Any) -> Any:
                   family="gemm", op="gemm")
 
 
+def serve_bmm(site: Any) -> Any:
+    """``oasr::bmm`` for a batched-product ``site``, or None (the site stays Inductor's)."""
+    from oasr_core.compile import Served, Slot
+
+    from oasr_gemm.config_space import BMM_OPS
+
+    if site.dtype not in DTYPES or site.layout not in BMM_OPS:
+        return None
+    op = BMM_OPS[site.layout]
+    if not site.serves("gemm", op, (site.dim("N"), site.dim("K"))):
+        return None
+    import torch
+
+    from oasr_gemm import ops  # noqa: F401  (registers torch.ops.oasr.bmm)
+
+    return Served(torch.ops.oasr.bmm.default, (Slot.X, Slot.OTHER), family="gemm", op=op)
+
+
 def patterns_for(quantization: str) -> list[Any]:
-    """``oasr_compile_patterns``'s answer: the linear pattern, full precision only."""
+    """``oasr_compile_patterns``'s answer: the linear and batched-product patterns, full
+    precision only."""
     if quantization != "none":
         return []
-    from oasr_core.compile import LINEAR, Pattern
+    from oasr_core.compile import BMM, LINEAR, Pattern
 
     # The custom ops a compiled graph calls are registered now: a graph Inductor loads from
     # its cache calls them in a process where the pass never ran.
@@ -63,4 +83,6 @@ def patterns_for(quantization: str) -> list[Any]:
 
     return [Pattern(name="gemm.linear", family="gemm", kind=LINEAR, serve=serve_linear,
                     description="linear (+bias, +relu/silu, + alpha * residual, or a "
-                                "log-softmax after it)")]
+                                "log-softmax after it)"),
+            Pattern(name="gemm.bmm", family="gemm", kind=BMM, serve=serve_bmm,
+                    description="batched product of two 3-D operands (attention without SDPA)")]
