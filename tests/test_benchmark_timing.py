@@ -19,7 +19,7 @@ LABEL = "back to back (launch overlap credited)"
 def scripts():
     return {name: script(name) for name in
             ("graph_timing", "gemm_vs_torch", "scaled_mm_vs_torch", "epilogue_variants",
-             "gemm_log_softmax_vs_torch")}
+             "gemm_log_softmax_vs_torch", "bmm_vs_torch")}
 
 
 def _timer():
@@ -129,6 +129,41 @@ def test_gemm_log_softmax_vs_torch_shapes_rounds_and_report(scripts):
     assert "geomean torch/best 1.500" in text and "  - b: relative error" in text
 
 
+def test_bmm_vs_torch_shapes_rounds_and_report(scripts):
+    mod = scripts["bmm_vs_torch"]
+    args = mod._args([])
+    assert args.back_to_back is False
+    points = mod.shapes(args)
+    assert ("tn", 64, 1504, 1504, 64, "attention") in points
+    assert ("nn", 64, 1504, 64, 1504, "attention") in points
+    assert {p[5] for p in points} == {"attention", "sweep"}
+    assert {p[0] for p in points} == {"tn", "nn"}
+    assert all(n % 8 == 0 and k % 8 == 0 for _, _, _, n, k, _ in points)
+    assert {p[5] for p in mod.shapes(mod._args(["--no-sweep"]))} == {"attention"}
+    assert mod.shapes(mod._args(["--shapes", "nnx8x100x8x16"])) == [
+        ("nn", 8, 100, 8, 16, "given")]
+    with pytest.raises(SystemExit, match="N=1500 K=64 .* not 16-byte aligned"):
+        mod.shapes(mod._args(["--shapes", "tnx64x1500x1500x64"]))
+    with pytest.raises(SystemExit, match="is not LAYOUTxLxMxNxK"):
+        mod.shapes(mod._args(["--shapes", "ntx1x2x8x8"]))
+    timer = ScriptedTimer({"torch": 0.010, "a": 0.006, "b": 0.007, "c": 0.012},
+                          separator_ms=0.002, launch_ms=0.0)
+    graphs = scripts["graph_timing"].GraphArms(4, timer=timer)
+    for name in ("torch", "a", "b", "c"):
+        graphs.add(name, lambda: None)
+    screen, per_call = mod.time_arms(graphs, "c", mod._args(["--top", "1", "--reps", "3"]),
+                                     random.Random(0))
+    assert per_call == pytest.approx({"torch": 10.0, "a": 6.0, "c": 12.0})
+    point = {"layout": "tn", "L": 64, "M": 1504, "N": 1504, "K": 64, "kind": "attention",
+             "torch_us": 60.0, "best": "a", "best_us": 50.0, "default_us": 75.0,
+             "failed": ["b: relative error 1 > 4 x torch's 0.001"]}
+    text = mod.report([point], [scripts["graph_timing"].mode_line(False)], "GPU")
+    assert "| tn | 64 | 1504 | 1504 | 64 | 60.00 | a | 50.00 | 1.200 | 0.800 | 370.6 |" in text
+    assert "## attention shapes (us per call, median, separated" in text
+    assert "- attention: 1 points" in text and "geomean torch/best 1.200" in text
+    assert "  - b: relative error" in text
+
+
 def test_scaled_mm_vs_torch_options(scripts):
     mod = scripts["scaled_mm_vs_torch"]
     sweep = mod.parse_args(["sweep", "--out", "x.md", "--rounds", "4"])
@@ -154,6 +189,7 @@ def test_run_sh_knows_the_e2e_phases():
                                text=True, check=True).stdout
     assert "e2e-tuned" in help_text and "--e2e-replays N" in help_text
     assert "gpu-tests-logsoftmax" in help_text and "bench-logsoftmax" in help_text
+    assert "gpu-tests-bmm" in help_text and "bench-bmm" in help_text
     bad = subprocess.run(["bash", str(run_sh), "--e2e-replays", "0", "e2e"],
                          capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and "--e2e-replays 0 is not a positive count" in bad.stderr

@@ -14,8 +14,8 @@
 #   gpu-tests        `pytest -m "gpu and not fp8"` of gemm and scaled_mm, the integration tests
 #                    and the build's peak-memory test, every sm90 config (OASR_*_COMPILE_SET=all:
 #                    the whole-space modules of the cache); gemm_residual's are
-#                    gpu-tests-residual, gemm_log_softmax's gpu-tests-logsoftmax, the W8A8
-#                    tests' fp8 rows gpu-tests-fp8
+#                    gpu-tests-residual, gemm_log_softmax's gpu-tests-logsoftmax, bmm's
+#                    gpu-tests-bmm, the W8A8 tests' fp8 rows gpu-tests-fp8
 #   bench-gemm       benchmarks/gemm_vs_torch.py (--pdl, --bias, --subset, --epilogue)
 #   ncu              Nsight Compute of cuBLAS and oasr kernels at --ncu-shape
 #   bench-scaled-mm  scaled_mm sweep of every tile vs torch, ladder fit, the scaled_mm table
@@ -81,6 +81,17 @@
 #   bench-logsoftmax benchmarks/gemm_log_softmax_vs_torch.py: every sm90 config composed with
 #                    the row log-softmax vs F.linear + log_softmax, separated, at the reference
 #                    CTC heads and a sweep -> h200_gemm_log_softmax.md, .jsonl
+#   gpu-tests-bmm    `pytest -m gpu` of gemm's op bmm (test_gemm_bmm_gpu.py): the batched
+#                    launchers of 11 split-free configs (7 sm90_wgmma, 4 sm80_mma), layouts TN
+#                    and NN, both dtypes, at attention's (L, M, N, K) vs fp32 (the unaligned
+#                    T = 1500 / 255 shapes refused), new operands, graphs, the op through
+#                    selection on 4-D attention views and torch.compile, the counted torch path;
+#                    compiles those 22 units (~2 min on 16 cores) -> one line a test
+#                    (gpu_tests_bmm.log, junit XML beside it; GPU_TESTS_LIMIT, default 400 s)
+#   bench-bmm        benchmarks/bmm_vs_torch.py: every split-free sm90 config's batched
+#                    launcher, both layouts, vs torch.bmm, separated, at attention's shapes and a
+#                    sweep -> h200_bmm.md, .jsonl (compiles the sm90 lane's 258 batched units
+#                    on first use unless the carried cache holds them)
 #   gpu-tests-quant  the activation quantizers (the kit's one-pass row quantizer): `pytest -m gpu`
 #                    of both families' quantizer tests, every kernel path against each torch
 #                    definition, and the fused layer norm (tests/test_integration_normed_gpu.py)
@@ -195,6 +206,7 @@ for phase in "${PHASES[@]}"; do
     gpu-tests-residual|distributed|e2e-compile|e2e-compile-tuned|e2e-compile-fp8) ;;
     heldout-tuned|gpu-tests-families|gpu-tests-logsoftmax|bench-logsoftmax) ;;
     gpu-tests-recurrent|bench-recurrent) ;;
+    gpu-tests-bmm|bench-bmm) ;;
     *) die "unknown phase $phase (see --help)" ;;
   esac
 done
@@ -354,7 +366,8 @@ phase_gpu_tests() {
     plugins/oasr_scaled_mm/tests \
     tests/test_integration_autotune_gpu.py tests/test_build_speed_memory_gpu.py -q -p no:cacheprovider \
     --ignore=plugins/oasr_gemm/tests/test_gemm_residual_gpu.py \
-    --ignore=plugins/oasr_gemm/tests/test_gemm_log_softmax_gpu.py 2>&1 \
+    --ignore=plugins/oasr_gemm/tests/test_gemm_log_softmax_gpu.py \
+    --ignore=plugins/oasr_gemm/tests/test_gemm_bmm_gpu.py 2>&1 \
     | tee "$dir/gpu_tests.log" | tail -12
 }
 
@@ -377,6 +390,28 @@ phase_gpu_tests_logsoftmax() {
     "$(grep -c ' FAILED' "$dir/gpu_tests_logsoftmax.log") failed," \
     "$(grep -c ' SKIPPED' "$dir/gpu_tests_logsoftmax.log") skipped"
   grep -E " FAILED|^(FAILED|ERROR) " "$dir/gpu_tests_logsoftmax.log" | head -10
+}
+
+phase_gpu_tests_bmm() {
+  local dir=$1 rc
+  el "GPU tests of bmm: both lanes' batched launchers in both layouts, the op"
+  OASR_TUNE_SYSTEM_DB=off timeout "${GPU_TESTS_LIMIT:-400}" python3 -m pytest -m gpu \
+    plugins/oasr_gemm/tests/test_gemm_bmm_gpu.py -v -rfE --tb=short -p no:cacheprovider \
+    --junitxml="$dir/gpu_tests_bmm.xml" > "$dir/gpu_tests_bmm.log" 2>&1
+  rc=$?
+  echo "  rc=$rc: $(grep -c ' PASSED' "$dir/gpu_tests_bmm.log") passed," \
+    "$(grep -c ' FAILED' "$dir/gpu_tests_bmm.log") failed," \
+    "$(grep -c ' SKIPPED' "$dir/gpu_tests_bmm.log") skipped"
+  grep -E " FAILED|^(FAILED|ERROR) " "$dir/gpu_tests_bmm.log" | head -10
+}
+
+phase_bench_bmm() {
+  local dir=$1
+  el "bmm vs torch.bmm: attention's shapes and a sweep (separated)"
+  timeout 540 python3 benchmarks/bmm_vs_torch.py --jobs 16 \
+    --out "$dir/h200_bmm.md" > "$dir/bench_bmm.log" 2>&1
+  echo "  rc=$?"; grep -E "^- (attention|sweep):" "$dir/h200_bmm.md" 2>/dev/null
+  tail -3 "$dir/bench_bmm.log"
 }
 
 phase_bench_logsoftmax() {
@@ -718,7 +753,7 @@ phase_heldout_tuned() {
 
 phase_gpu_tests_families() {
   local dir=$1 family rc
-  local -A paths=([gemm]="plugins/oasr_gemm/tests --ignore=plugins/oasr_gemm/tests/test_gemm_residual_gpu.py --ignore=plugins/oasr_gemm/tests/test_gemm_log_softmax_gpu.py"
+  local -A paths=([gemm]="plugins/oasr_gemm/tests --ignore=plugins/oasr_gemm/tests/test_gemm_residual_gpu.py --ignore=plugins/oasr_gemm/tests/test_gemm_log_softmax_gpu.py --ignore=plugins/oasr_gemm/tests/test_gemm_bmm_gpu.py"
                   [conv1d]="plugins/oasr_conv1d/tests" [conv2d]="plugins/oasr_conv2d/tests"
                   [int8]="plugins/oasr_scaled_mm/tests -m 'gpu and not fp8'"
                   [fp8]="plugins/oasr_scaled_mm/tests plugins/oasr_scaled_mm_fp8/tests -m 'gpu and fp8'")
