@@ -22,7 +22,7 @@ def oasr_register_families():
         sentinels={Sentinel.DEFAULT, Sentinel.TORCH},
         fallback=Sentinel.DEFAULT, untuned=Sentinel.TORCH,
         description="fp16/bf16 A W^T (+bias, +act, + alpha-scaled residual, or a row "
-                    "log-softmax)")]
+                    "log-softmax), and batched A B (bmm)")]
 
 
 @hookimpl
