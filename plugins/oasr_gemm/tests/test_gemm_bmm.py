@@ -484,3 +484,20 @@ def test_a_compile_census_records_the_products_and_inductors_own_sdpa_is_no_site
     with torch.no_grad():
         calls = compiled_calls(Plain().eval(), inputs[:3], "bf16")
     assert calls == {}, "Inductor rewrites plain eager attention into SDPA before the pass"
+
+
+def test_the_reference_conformers_relative_position_attention_is_three_bmm_sites():
+    """The reference Conformer writes its attention with matmuls (content, relative-position
+    and context products), so its compile census holds them as bmm sites; its head views
+    reach ``bmm`` contiguous (NN). At 64 input frames T = 15 after subsampling, 29
+    positions: unaligned widths, which the op serves from torch."""
+    from oasr_core.census.models import ConformerEncoder
+    from oasr_core.census.probe import compiled_calls
+
+    model = ConformerEncoder(layers=1).eval()
+    with torch.no_grad():
+        calls = compiled_calls(model, (torch.randn(2, 64, 80),), "bf16")
+    rows = 2 * 4 * 15  # batch x heads x frames
+    got = {(c.op, dict(c.dims)["N"], dict(c.dims)["K"], c.m): n for c, n in calls.items()
+           if c.op in (TN, NN)}
+    assert got == {(NN, 15, 64, rows): 1, (NN, 29, 64, rows): 1, (NN, 64, 15, rows): 1}
