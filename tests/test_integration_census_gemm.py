@@ -77,10 +77,14 @@ def test_family_ops_are_recorded_as_their_own_ops_and_not_twice():
     assert sig[("gemm", 1024, 256)] == 0
     assert sig[("gemm_residual", 256, 1024)] == 2 and sig[("gemm", 256, 1024)] == 0
     assert sig[("gemm_residual", 256, 256)] == 2
-    assert sum(sig.values()) == 12
+    # 12 GEMMs, and the relative-position attention's three batched products (T = 8 frames,
+    # 15 positions, d_head 64), each once.
+    assert sum(n for (op, *_), n in sig.items() if not op.startswith("bmm")) == 12
+    assert {k: n for k, n in sig.items() if k[0].startswith("bmm")} == {
+        ("bmm_nn", 8, 64): 1, ("bmm_nn", 15, 64): 1, ("bmm_nn", 64, 8): 1}
 
 
-def test_matmul_counts_only_a_two_dimensional_weight():
+def test_matmul_counts_a_two_dimensional_weight_as_gemm_and_batched_operands_as_bmm():
     a, w = torch.randn(2, 5, 8), torch.randn(8, 16)
     with ShapeRecorder(recorder_patches()) as rec:
         a @ w
@@ -89,5 +93,6 @@ def test_matmul_counts_only_a_two_dimensional_weight():
         torch.mm(a[0], w)
         torch.addmm(torch.zeros(16), a[0], w)
         torch.matmul(a, torch.randn(2, 8, 4))
-    assert Counter({(c.m, dict(c.dims)["N"], dict(c.dims)["K"]): n
-                    for c, n in rec.counts.items()}) == {(10, 16, 8): 3, (5, 16, 8): 2}
+    assert Counter({(c.op, c.m, dict(c.dims)["N"], dict(c.dims)["K"]): n
+                    for c, n in rec.counts.items()}) == {
+        ("gemm", 10, 16, 8): 3, ("gemm", 5, 16, 8): 2, ("bmm_nn", 10, 4, 8): 1}
