@@ -98,9 +98,10 @@ def shapes(args: argparse.Namespace) -> list[tuple[str, int, int, int, int, str]
 def _specs(lane: str, arch: str, patterns: list[str] | None) -> list:
     """Per layout, the module of the lane's split-free configs' batched units (or those of
     the configs matching ``patterns``)."""
-    from oasr_core.kit.production import matching
     from oasr_gemm import jit
     from oasr_gemm.config_space import has_bmm
+
+    from oasr_core.kit.production import matching
 
     if not patterns:
         return [jit.bmm_full_spec(lane, arch, layout) for layout in LAYOUTS]

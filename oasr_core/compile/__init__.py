@@ -40,7 +40,8 @@ from oasr_core.compile.patterns import (
 )
 from oasr_core.runtime import get_runtime
 
-__all__ = ["BMM", "CONV1D", "CONV2D", "LINEAR", "OasrBackend", "Pattern", "Served", "Shared", "Site",
+__all__ = ["BMM", "CONV1D", "CONV2D", "LINEAR", "OasrBackend", "Pattern", "Served", "Shared",
+           "Site",
            "Slot", "backend", "oasr_backend"]
 
 

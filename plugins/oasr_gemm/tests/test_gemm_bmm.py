@@ -84,7 +84,8 @@ def test_views_of_4d_attention_tensors_and_other_strides():
 def test_bad_arguments_are_one_line_naming_what():
     a, b = _float_operands("nn", 3, 5, 16, 8, torch.float32)
     with pytest.raises(ValueError, match=r"^out must be a torch.float32 tensor of shape "
-                                         r"\(3, 5, 16\) on cpu; got torch.float32 \(3, 5, 8\) on cpu$"):
+                                         r"\(3, 5, 16\) on cpu; got torch.float32 "
+                                         r"\(3, 5, 8\) on cpu$"):
         oasr_gemm.bmm(a, b, out=torch.empty(3, 5, 8))
     with pytest.raises(ValueError, match="^out must be"):
         oasr_gemm.bmm(a, b, out=torch.empty(3, 5, 16, dtype=torch.float16))

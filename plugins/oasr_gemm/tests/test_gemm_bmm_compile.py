@@ -34,8 +34,8 @@ MORE = ((cs.LANE_SM80, "b64x64x64_w32x32x64_s3", "nn"), (cs.LANE_SM90, "ws_64x32
 def _spec(lane, cid, layout, dtypes=("fp16",)):
     config = cs.config(lane, cid)
     arch = "sm90" if lane == cs.LANE_SM90 else "sm80"
-    return config, jit.module_spec(lane, arch, (), dtypes=dtypes,
-                                   name=f"{jit.MODULE_PREFIX[lane]}_{codegen.bmm_unit(config, layout)}",
+    name = f"{jit.MODULE_PREFIX[lane]}_{codegen.bmm_unit(config, layout)}"
+    return config, jit.module_spec(lane, arch, (), dtypes=dtypes, name=name,
                                    bmm=[(config, layout)])
 
 

@@ -7,9 +7,9 @@ ReLU, GELU or SiLU into the epilogue; ``oasr_gemm.gemm_residual(a, w, bias, resi
 adds the result, scaled by ``alpha``, to a residual in the epilogue (Hopper lane);
 ``oasr_gemm.gemm_log_softmax(a, w, bias)`` is the CTC head, the GEMM then a row log-softmax
 over the vocabulary; ``oasr_gemm.bmm(a, b)`` is ``torch.bmm`` on the same kernels in batched
-mode (attention products written without SDPA). Each call shape resolves once per tuning epoch, through
-``oasr_core.select``, to a CUTLASS kernel config of the device's lane (``sm90_wgmma`` on
-Hopper, ``sm80_mma`` on Ampere/Ada) or to torch.
+mode (attention products written without SDPA). Each call shape resolves once per tuning
+epoch, through ``oasr_core.select``, to a CUTLASS kernel config of the device's lane
+(``sm90_wgmma`` on Hopper, ``sm80_mma`` on Ampere/Ada) or to torch.
 
 Importing this package is cheap: it imports neither torch nor CUTLASS and compiles nothing;
 the ops module loads on first attribute access.

@@ -16,9 +16,10 @@ is the transposed view of a contiguous tensor and ``bmm_nn`` otherwise (the layo
 ``torch.matmul`` hands ``bmm``: it copies any other operand contiguous), dims ``(N, K)`` and
 ``M`` the rows of the first operand across the batch (``L * M``, a 4-D ``[B, H, T, d]`` being
 ``L = B * H``), batch 1, as the op is keyed. A broadcast batch (``[B, H, T, d] @ [1, H, d,
-T]``) or a rank above 4 is counted as skipped, torch's. A CTC head -- a linear (or the ``gemm`` op) whose output goes
-straight into a log-softmax over its last dim (``F.log_softmax``, ``torch.log_softmax``,
-``Tensor.log_softmax``, ``nn.LogSoftmax``), in the output's dtype -- is one
+T]``) or a rank above 4 is counted as skipped, torch's. A CTC head -- a linear (or the
+``gemm`` op) whose output goes straight into a log-softmax over its last dim
+(``F.log_softmax``, ``torch.log_softmax``, ``Tensor.log_softmax``, ``nn.LogSoftmax``), in the
+output's dtype -- is one
 ``gemm_log_softmax`` call: the log-softmax patches are epilogue patches
 (``RecorderPatch.consumes``) that re-file the linear's count. Only floating-point
 operands are the family's (fp16, bf16; an fp32 CPU probe is recorded as the deployment dtype
