@@ -152,3 +152,51 @@ def test_a_ctc_head_census_builds_an_entry_the_op_serves(scripted, monkeypatch):
     monkeypatch.setattr(log_softmax.KERNEL, "get", lambda arch: lambda *args: 0)
     plan = ops._plan((cs.LOG_SOFTMAX_OP, None, torch.float16, 5008, 256, 64, 0))
     assert isinstance(plan, log_softmax.LogSoftmaxCall) and plan.config.id == winner
+
+
+def test_an_attention_census_builds_a_bmm_entry_the_op_serves(scripted):
+    """Census -> build -> table -> production set -> plan, for op bmm: the build keys the
+    scores' signature under bmm_tn with M the rows across the batch, the production module
+    links the batched unit of the config it names, and after the reload the op's plan is that
+    config's batched launcher, prepared for the batch's M."""
+    import torch
+    from oasr_core.testing import pretend_cuda_device
+
+    from oasr_gemm import launch, ops
+
+    rt, winner, out = scripted
+    assert cs.has_bmm(cs.config(cs.LANE_SM90, winner))
+    family = rt.registry.family(cs.FAMILY)
+    lane = rt.registry.lane(cs.LANE_SM90)
+    op = cs.BMM_OPS["tn"]
+    census = build.census_from_widths(family, "1504,64", f"{8 * 1504},{64 * 1504}", op=op)
+    specs = []
+
+    def compiler(spec, priority, on_unit):
+        specs.append(spec)
+        units = {u.name: _Unit(BuildStatus.BUILT) for u in spec.units}
+        for name, unit in units.items():
+            on_unit(name, unit)
+        return _Report(units)
+
+    build.build_live(census, family=family, lane=lane, arch=ARCH, out=out,
+                     timer=scripted_timer(rt), options=build.BuildOptions(fill=False),
+                     rankers=(), profile=ArchProfile.synthetic(ARCH), compiler=compiler)
+    runtime.reload()
+    tiers = rt.tiers(family, ARCH)
+    ((key, entry),) = tiers.user.entries.items()
+    assert key == f"gemm|op={op}|dt=half|N=1504|K=64"
+    assert winner in entry.choices()
+    whole, _, production, _ = specs
+    assert whole == jit.full_spec(cs.LANE_SM90, ARCH), "the whole space: no batched unit"
+    assert f"{winner}_bmm_tn" in {name for u in production.units for name in members_of(u)}
+    assert not any(name.endswith("_bmm_nn") for u in production.units
+                   for name in members_of(u))
+    pretend_cuda_device()
+    kernels = {c.id: launch.Kernel(c, lambda *a: 0, lambda *a: 0) for c in cs.space(cs.LANE_SM90)}
+    kernels.update({launch.bmm_key("tn", c.id): launch.BmmKernel(c, lambda *a: 0,
+                                                                 lambda *a: 0, "tn")
+                    for c in cs.space(cs.LANE_SM90) if cs.has_bmm(c)})
+    launch.install_library(cs.LANE_SM90, ARCH, kernels)
+    plan = ops._plan_bmm((op, None, torch.float16, 1504, 64, 64 * 1504, 0, 64))
+    assert plan.config.id == winner and plan.args.m == 1504
