@@ -88,10 +88,12 @@
 #                    selection on 4-D attention views and torch.compile, the counted torch path;
 #                    compiles those 22 units (~2 min on 16 cores) -> one line a test
 #                    (gpu_tests_bmm.log, junit XML beside it; GPU_TESTS_LIMIT, default 400 s)
-#   bench-bmm        benchmarks/bmm_vs_torch.py: every split-free sm90 config's batched
-#                    launcher, both layouts, vs torch.bmm, separated, at attention's shapes and a
-#                    sweep -> h200_bmm.md, .jsonl (compiles the sm90 lane's 258 batched units
-#                    on first use unless the carried cache holds them)
+#   bench-bmm        benchmarks/bmm_vs_torch.py: sm90 configs' batched launchers, both layouts,
+#                    vs torch.bmm, separated, at attention's shapes and a sweep -> h200_bmm.md,
+#                    .jsonl; BMM_CONFIGS picks the configs (default: the lane's default, its
+#                    coverage basis and 4 cooperative tiles, 13 configs = 26 units compiled
+#                    here in ~1-2 min on 16 cores; "all": every split-free config, 258 units,
+#                    more than one call's time unless the carried cache holds them)
 #   gpu-tests-quant  the activation quantizers (the kit's one-pass row quantizer): `pytest -m gpu`
 #                    of both families' quantizer tests, every kernel path against each torch
 #                    definition, and the fused layer norm (tests/test_integration_normed_gpu.py)
@@ -408,7 +410,9 @@ phase_gpu_tests_bmm() {
 phase_bench_bmm() {
   local dir=$1
   el "bmm vs torch.bmm: attention's shapes and a sweep (separated)"
-  timeout 540 python3 benchmarks/bmm_vs_torch.py --jobs 16 \
+  local configs=${BMM_CONFIGS:-ws_64x128x64_c1x1_s4,ws_64x16x128_c1x1_swap,pp_128x128x64_c1x1,ws_64x64x64_c1x1_s4,ws_64x32x128_c1x1_swap,ws_64x64x128_c1x1,ws_128x96x64_c1x1_s3,pp_128x192x64_c1x1,pp_128x96x64_c1x1,co_128x128x64_c1x1,co_128x256x64_c1x2,co_256x128x64_c1x1,co_128x144x64_c1x1_swap}
+  [ "$configs" = all ] && configs=""
+  timeout 540 python3 benchmarks/bmm_vs_torch.py --jobs 16 ${configs:+--configs "$configs"} \
     --out "$dir/h200_bmm.md" > "$dir/bench_bmm.log" 2>&1
   echo "  rc=$?"; grep -E "^- (attention|sweep):" "$dir/h200_bmm.md" 2>/dev/null
   tail -3 "$dir/bench_bmm.log"
