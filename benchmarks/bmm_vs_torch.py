@@ -28,14 +28,12 @@ first with ``--prebuild-only``, which also works without a GPU given ``--arch``)
 from __future__ import annotations
 
 import argparse
-import json
 import math
-import random
 import sys
 import time
-from pathlib import Path
 
-from graph_timing import GraphArms, add_mode_argument, mode_line
+import vs_torch
+from graph_timing import GraphArms, mode_line
 
 LAYOUTS = ("tn", "nn")
 ATTENTION = tuple(
@@ -52,24 +50,15 @@ wide and skinny."""
 
 def _args(argv: list[str] | None) -> argparse.Namespace:
     p = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    p.add_argument("--out", type=Path, help="markdown report path (JSONL beside it)")
-    p.add_argument("--jobs", type=int, default=None, help="nvcc processes (default: all CPUs)")
+    vs_torch.add_run_arguments(p, top=6)
     p.add_argument("--lane", default=None, help="gemm lane (default: the device's)")
-    p.add_argument("--arch", default=None, help="arch family for --prebuild-only without a GPU")
-    p.add_argument("--dtype", choices=("fp16", "bf16"), default="fp16")
     p.add_argument("--shapes", default=None,
                    help="comma list of LAYOUTxLxMxNxK (e.g. tnx64x1504x1504x64) replacing "
                         "the attention shapes and the sweep")
     p.add_argument("--no-sweep", action="store_true", help="the attention shapes only")
-    p.add_argument("--graph-calls", type=int, default=8)
-    p.add_argument("--reps", type=int, default=7)
-    p.add_argument("--top", type=int, default=6)
     p.add_argument("--configs", default=None,
                    help="comma list of config-id globs to compile and time (default: every "
                         "split-free config)")
-    p.add_argument("--prebuild-only", action="store_true")
-    p.add_argument("--seed", type=int, default=0)
-    add_mode_argument(p)
     return p.parse_args(argv)
 
 
@@ -114,16 +103,16 @@ def _specs(lane: str, arch: str, patterns: list[str] | None) -> list:
                             bmm=[(c, layout) for c in chosen]) for layout in LAYOUTS]
 
 
-def time_arms(graphs: GraphArms, default: str | None, args: argparse.Namespace,
-              rng: random.Random) -> tuple[dict[str, float], dict[str, float]]:
-    """``(screen, per_call)``: one screening round of every arm, then ``args.reps`` rounds of
-    torch, the ``args.top`` fastest configs and ``default``; microseconds per call."""
-    screen = graphs.rounds(graphs.names, 2, rng)
-    ranked = sorted((c for c in screen if c != "torch"), key=screen.get)
-    keep = ["torch", *ranked[: args.top]]
-    if default in screen and default not in keep:
-        keep.append(default)
-    return screen, graphs.rounds(keep, args.reps, rng)
+def _bind(specs: list, lane: str, arch: str) -> dict[str, dict]:
+    """Per layout, the batched launchers the prebuilt modules ``specs`` export, by config."""
+    from oasr_gemm import codegen, jit, launch
+    from oasr_gemm.config_space import has_bmm
+
+    configs = [c for c in jit.lane_configs(lane, arch) if has_bmm(c)]
+    return {layout: vs_torch.bind_compiled(
+        spec, configs, lambda module, c, layout=layout: launch.BmmKernel.bind(module, c, layout),
+        lambda c, layout=layout: codegen.bmm_symbol(c, layout))
+        for layout, spec in zip(LAYOUTS, specs, strict=True)}
 
 
 def _point(kernels, lane, layout, batch, m, n, k, kind, args, rng, timer) -> dict:
@@ -164,27 +153,15 @@ def _point(kernels, lane, layout, batch, m, n, k, kind, args, rng, timer) -> dic
     graphs.add("torch", lambda: torch.bmm(a, b, out=out))
     for cid, call in calls.items():
         graphs.add(cid, lambda c=call: c.launch(dev, stream(dev), *ptrs))
-    screen, per_call = time_arms(graphs, DEFAULTS[lane], args, rng)
+    screen, per_call, best = graphs.screened(("torch",), args.top, args.reps, rng,
+                                             also=(DEFAULTS[lane],))
     graphs.release()
-    best = min((c for c in per_call if c != "torch"), key=per_call.get, default=None)
     return {"layout": layout, "L": batch, "M": m, "N": n, "K": k, "kind": kind,
             "dtype": args.dtype, "lane": lane, "torch_us": per_call["torch"], "best": best,
             "best_us": per_call.get(best) if best else None,
             "default_us": per_call.get(DEFAULTS[lane]), "candidates": len(calls),
             "failed": failed, "screen_us": screen,
             "timing": "back_to_back" if args.back_to_back else "separated"}
-
-
-def _arch() -> str:
-    import torch
-
-    major, minor = torch.cuda.get_device_capability()
-    return f"sm{major}{minor}"
-
-
-def _geomean(values) -> float:
-    values = [v for v in values if v and v > 0 and not math.isnan(v)]
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
 
 
 def report(points: list[dict], header: list[str], gpu: str, back_to_back: bool = False) -> str:
@@ -202,8 +179,8 @@ def report(points: list[dict], header: list[str], gpu: str, back_to_back: bool =
                   "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
         ratios = []
         for p in rows:
-            r = p["torch_us"] / p["best_us"] if p["best_us"] else nan
-            d = p["torch_us"] / p["default_us"] if p["default_us"] else nan
+            r = vs_torch.ratio(p["torch_us"], p["best_us"])
+            d = vs_torch.ratio(p["torch_us"], p["default_us"])
             flops = 2 * p["L"] * p["M"] * p["N"] * p["K"]
             tflops = flops / (p["best_us"] * 1e6) if p["best_us"] else nan
             ratios.append(r)
@@ -214,8 +191,8 @@ def report(points: list[dict], header: list[str], gpu: str, back_to_back: bool =
         ok = [r for r in ratios if not math.isnan(r)]
         lines += ["", f"- {kind}: {len(rows)} points; faster than torch: "
                   f"{sum(r > 1 for r in ok)}; >= 5% faster: {sum(r >= 1.05 for r in ok)}; "
-                  f"geomean torch/best {_geomean(ok):.3f}; worst {min(ok, default=nan):.3f}; "
-                  f"best {max(ok, default=nan):.3f}"]
+                  f"geomean torch/best {vs_torch.geomean(ok):.3f}; "
+                  f"worst {min(ok, default=nan):.3f}; best {max(ok, default=nan):.3f}"]
     failed = sorted({f for p in points for f in p["failed"]})
     lines += ["", f"- configs failing the numerics gate or refusing somewhere: {len(failed)}",
               *(f"  - {f}" for f in failed[:40])]
@@ -225,52 +202,32 @@ def report(points: list[dict], header: list[str], gpu: str, back_to_back: bool =
 def main(argv: list[str] | None = None) -> int:
     args = _args(argv)
     todo = shapes(args)
-    import torch
     from oasr_gemm.config_space import LANE_SM80, LANE_SM90
 
-    from oasr_core import jit as core_jit
+    lane = args.lane
+    patterns = args.configs.split(",") if args.configs else None
 
-    have_gpu = torch.cuda.is_available()
-    if have_gpu:
-        arch = _arch()
-    elif args.arch:
-        arch = args.arch
-    else:
-        print("no CUDA device: pass --arch with --prebuild-only", file=sys.stderr)
-        return 2
-    lane = args.lane or (LANE_SM90 if arch == "sm90" else LANE_SM80)
-    specs = _specs(lane, arch, args.configs.split(",") if args.configs else None)
-    started = time.perf_counter()
-    build = []
-    for r in core_jit.prebuild(specs, jobs=args.jobs):
-        failed = sum(1 for u in r.units.values() if u.status.value == "failed")
-        build.append(f"- module `{r.name}` ({r.arch}): {r.status.value}, {len(r.units)} units, "
-                     f"{failed} failed, {r.seconds:.0f} s")
-    print("\n".join(build), flush=True)
-    if args.prebuild_only or not have_gpu:
-        return 0
-    from oasr_gemm import codegen, jit, launch
-    from oasr_gemm.config_space import has_bmm
+    def specs(arch: str) -> list:
+        return _specs(lane or (LANE_SM90 if arch == "sm90" else LANE_SM80), arch, patterns)
 
-    from oasr_core.bench import CudaGraphTimer
+    def bind(built: list, arch: str) -> dict[str, dict]:
+        return _bind(built, lane or (LANE_SM90 if arch == "sm90" else LANE_SM80), arch)
 
-    kernels = {}
-    for layout, spec in zip(LAYOUTS, specs, strict=True):
-        module = core_jit.load(spec, build_missing=False)
-        kernels[layout] = {c.id: launch.BmmKernel.bind(module, c, layout)
-                           for c in jit.lane_configs(lane, arch)
-                           if has_bmm(c) and codegen.bmm_symbol(c, layout) in module.exports}
-    timer, rng = CudaGraphTimer(), random.Random(args.seed)
-    jsonl = args.out.with_suffix(".jsonl") if args.out else None
+    run = vs_torch.start(args, specs, bind)
+    if isinstance(run, int):
+        return run
+    import torch
+
+    lane = lane or (LANE_SM90 if run.arch == "sm90" else LANE_SM80)
+    kernels = run.kernels
     points = []
     for layout, batch, m, n, k, kind in todo:
-        p = _point(kernels[layout], lane, layout, batch, m, n, k, kind, args, rng, timer)
+        p = _point(kernels[layout], lane, layout, batch, m, n, k, kind, args, run.rng,
+                   run.timer)
         points.append(p)
+        run.jsonl.add(p)
         print(f"{layout} L={batch} M={m} N={n} K={k}: torch {p['torch_us']:.2f} us, best "
               f"{p['best']} {p['best_us'] or float('nan'):.2f} us", flush=True)
-        if jsonl:
-            with jsonl.open("a") as f:
-                f.write(json.dumps(p) + "\n")
     header = [mode_line(args.back_to_back),
               f"- lane {lane} ({len(kernels['tn'])} TN and {len(kernels['nn'])} NN batched "
               f"configs compiled); dtype {args.dtype}; graphs of {args.graph_calls} calls; "
@@ -279,12 +236,10 @@ def main(argv: list[str] | None = None) -> int:
               "- oasr: the config's batched launcher (the batch as CUTLASS's L mode / batched "
               "grid); torch: torch.bmm into the same output",
               f"- GPU {torch.cuda.get_device_name()}; torch {torch.__version__}; CUDA "
-              f"{torch.version.cuda}; timing wall {time.perf_counter() - started:.0f} s",
-              "", "## Build", "", *build]
-    text = report(points, header, torch.cuda.get_device_name(), args.back_to_back)
-    print(text)
-    if args.out:
-        args.out.write_text(text)
+              f"{torch.version.cuda}; timing wall {time.perf_counter() - run.started:.0f} s",
+              "", "## Build", "", *run.build_lines]
+    vs_torch.write_report(report(points, header, torch.cuda.get_device_name(),
+                                 args.back_to_back), args.out)
     return 0
 
 

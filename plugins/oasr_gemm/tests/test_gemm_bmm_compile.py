@@ -12,12 +12,11 @@ cores.
 from __future__ import annotations
 
 import ctypes
-import shutil
-import subprocess
 
 import pytest
 from oasr_core import jit as core_jit
 from oasr_core.jit import BuildStatus
+from oasr_core.kernel_testing import smoke_module
 
 from oasr_gemm import codegen, jit, launch
 from oasr_gemm import config_space as cs
@@ -44,30 +43,17 @@ def SMOKE_UNITS():
     return [_spec(*entry)[1] for entry in SMOKE]
 
 
-@pytest.fixture(scope="module")
-def built(smoke_builds):
-    mp = pytest.MonkeyPatch()
-    mp.setenv("OASR_JIT_DIR", str(smoke_builds.jit_dir))
-    reports = smoke_builds.wait()
-    yield [(*_spec(*entry), reports[_spec(*entry)[1].name]) for entry in SMOKE]
-    mp.undo()
+built, test_the_units_export_only_their_launchers = smoke_module()
 
 
 def test_each_lane_compiles_and_links_a_batched_unit(built):
-    for config, spec, report in built:
-        assert report.status is BuildStatus.BUILT, (config.id, report.error, dict(report.failed))
+    for (spec, report), (lane, cid, layout) in zip(built, SMOKE, strict=True):
+        assert report.status is BuildStatus.BUILT, (cid, report.error, dict(report.failed))
         assert [u.status for u in report.units.values()] == [BuildStatus.BUILT]
-        assert spec.units[0].name.endswith(("_bmm_tn", "_bmm_nn"))
-
-
-@pytest.mark.skipif(shutil.which("nm") is None, reason="binutils' nm is not installed")
-def test_the_libraries_export_only_the_batched_launchers(built):
-    for (config, _, report), (_, _, layout) in zip(built, SMOKE, strict=True):
-        out = subprocess.run(["nm", "-D", "--defined-only", "--format=posix", str(report.path)],
-                             capture_output=True, text=True, check=True).stdout
-        symbols = {line.split()[0] for line in out.splitlines() if line.strip()}
-        assert symbols == {codegen.bmm_symbol(config, layout),
-                           codegen.bmm_workspace_symbol(config, layout)}
+        config = cs.config(lane, cid)
+        assert [u.name for u in spec.units] == [codegen.bmm_unit(config, layout)]
+        assert set(spec.units[0].exports) == {codegen.bmm_symbol(config, layout),
+                                              codegen.bmm_workspace_symbol(config, layout)}
 
 
 def _answers_without_a_gpu(config, spec, layout, dtypes):
@@ -94,8 +80,8 @@ def test_the_c_abi_binds_and_answers_without_a_gpu(built):
 
     if torch.cuda.is_available():
         pytest.skip("this checks the no-device answers; the GPU tests run the kernels")
-    for (config, spec, _), (_, _, layout) in zip(built, SMOKE, strict=True):
-        _answers_without_a_gpu(config, spec, layout, ("fp16",))
+    for (spec, _), (lane, cid, layout) in zip(built, SMOKE, strict=True):
+        _answers_without_a_gpu(cs.config(lane, cid), spec, layout, ("fp16",))
 
 
 @pytest.mark.compile

@@ -22,13 +22,13 @@ import os
 import pytest
 import torch
 from oasr_core import stamps
+from oasr_core.kernel_testing import device_arch, gpu_marks
 from oasr_core.runtime import get_runtime
 
 from oasr_gemm import codegen, jit, launch, numerics
 from oasr_gemm import config_space as cs
 
-pytestmark = [pytest.mark.gpu,
-              pytest.mark.skipif(not torch.cuda.is_available(), reason="needs a CUDA GPU")]
+pytestmark = gpu_marks()
 
 SUBSET = {
     cs.LANE_SM90: ("ws_64x128x64_c1x1_s4", "ws_64x32x64_c1x1", "pp_128x128x64_c1x1",
@@ -46,15 +46,8 @@ K = T) at T = 1500 and 255, a small one, and aligned neighbours the kernels take
 LAYOUTS = ("tn", "nn")
 
 
-def _arch() -> str | None:
-    if not torch.cuda.is_available():
-        return None
-    major, minor = torch.cuda.get_device_capability()
-    return f"sm{major}{minor}"
-
-
 def _selection() -> dict[str, list[str]]:
-    arch = _arch()
+    arch = device_arch()
     if arch is None:
         return {}
     wanted = os.environ.get("OASR_GEMM_BMM_GPU_CONFIGS", "")
@@ -81,7 +74,7 @@ def kernels() -> dict[tuple[str, str], launch.BmmKernel]:
     (compiled here, or cache hits)."""
     from oasr_core import jit as core_jit
 
-    arch = _arch()
+    arch = device_arch()
     if not SELECTION:
         pytest.skip(f"no gemm config runs on {arch}")
     found = {}
@@ -191,7 +184,7 @@ def bmm_tier(tmp_path, monkeypatch):
     from oasr_core import database, reload
     from oasr_core import jit as core_jit
 
-    arch = _arch()
+    arch = device_arch()
     if not SELECTION:
         pytest.skip(f"no gemm config runs on {arch}")
     lane_name = cs.LANE_SM90 if cs.LANE_SM90 in SELECTION else cs.LANE_SM80
