@@ -10,11 +10,11 @@ log-softmax kernel over its output); ``bmm(a, b, out=None)`` is ``torch.bmm`` of
 (attention written without SDPA, relative-position terms), keyed ``bmm_tn`` when ``b`` is the
 transposed view of a contiguous ``[L, N, K]`` tensor and ``bmm_nn`` when ``b`` is a contiguous
 ``[L, K, N]``, with M the rows of ``a`` across the batch (``L * M``). A call shape resolves
-once per tuning epoch through
-``oasr_core.select("gemm", op, dtype, (N, K), M)``; the answer (a prepared launcher, or the
-torch path) is memoised per (op, activation, dtype, N, K, M, device) in the current epoch (the
-kit's :class:`oasr_core.kit.Serving`, :data:`oasr_gemm.launch.SERVING`), so a repeated call
-is one dict lookup, a few tensor checks, one ctypes call and the launch.
+once per tuning epoch through ``oasr_core.select("gemm", op, dtype, (N, K), M)``; the answer
+(a prepared launcher, or the torch path) is memoised per (op, activation, dtype, N, K, M,
+device) in the current epoch (``bmm``'s with the batch count too; the kit's
+:class:`oasr_core.kit.Serving`, :data:`oasr_gemm.launch.SERVING`), so a repeated call is one
+dict lookup, a few tensor checks, one ctypes call and the launch.
 
 Inputs the kernels do not take (CPU tensors, fp32, N or K not a multiple of 8, non-contiguous
 or misaligned tensors, autograd) take the torch path and are counted (:func:`stats`). A module
@@ -22,10 +22,9 @@ that cannot be built or loaded, or a launcher that refuses, is warned about once
 path serves: slower, never wrong.
 
 ``torch.ops.oasr.gemm`` / ``gemm_activation`` / ``gemm_residual`` / ``gemm_log_softmax`` /
-``bmm`` are
-the same ops registered with ``torch.library`` (with fake implementations), so they trace
-under ``torch.compile`` and run in CUDA graphs; the Python functions route to them while
-compiling.
+``bmm`` are the same ops registered with ``torch.library`` (with fake implementations), so
+they trace under ``torch.compile`` and run in CUDA graphs; the Python functions route to them
+while compiling.
 """
 
 from __future__ import annotations
