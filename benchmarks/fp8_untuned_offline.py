@@ -123,9 +123,11 @@ def roofline_fit(samples: list[tuple[float, float, float]], hbm: float) -> tuple
     total = sum(weights)
     best = None
     for f in FLOPS_GRID:
-        roof = [c if (c := fl / f) >= mem else mem for fl, mem in zip(flops, memory)]
-        launch = max(0.0, sum((t - r) * w for r, t, w in zip(roof, times, weights)) / total)
-        err = sum(((launch + r - t) / t) ** 2 for r, t in zip(roof, times))
+        roof = [c if (c := fl / f) >= mem else mem
+                for fl, mem in zip(flops, memory, strict=True)]
+        launch = max(0.0, sum((t - r) * w for r, t, w in zip(roof, times, weights, strict=True))
+                     / total)
+        err = sum(((launch + r - t) / t) ** 2 for r, t in zip(roof, times, strict=True))
         if best is None or err < best[0]:
             best = (err, launch, f)
     return best[1], best[2]

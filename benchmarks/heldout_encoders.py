@@ -7,8 +7,9 @@ gets out of the box from a model oasr never saw: ``oasr tune bench`` / ``benchma
 routes every ``nn.Linear`` (and ``nn.Conv1d``) to oasr's ops (:func:`oasr_core.route`);
 norms and attention stay the model's own. These modules only build models: the timing is
 ``benchmarks/e2e.py``'s, whole forwards (CUDA-graph replays and eager calls, each arm against
-torch in the same run), not kernels back to back, so no separator kernel applies. Each is built from a config object with random
-weights, in the style of the library it imitates (module names, pre-/post-norm, biases):
+torch in the same run), not kernels back to back, so no separator kernel applies. Each is
+built from a config object with random weights, in the style of the library it imitates
+(module names, pre-/post-norm, biases):
 
 - :func:`wav2vec2_like`: a wav2vec2-base encoder (d 768, 12 heads, feed-forward 3072,
   post-norm, GELU) after its convolutional feature extractor: input ``[B, T, 512]`` (the

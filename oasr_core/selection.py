@@ -140,9 +140,10 @@ def torch_at_every_m(family: str, op: str, dtype: str, dims: Sequence[int],
     session is installed, and every cost-model tier is silent for the signature whatever M
     is (``may_answer`` of the core's :class:`~oasr_core.cost_model.tier.ModelTier`: no
     calibration there, or no pick at any M of its sweep among what :func:`model_candidates`
-    offers; another plugin's model tier counts as answering). False, so the per-M plan decides, otherwise;
-    also for a family, op or dtype the registry does not know. Not memoised: it reads the
-    tiers of the current epoch (loaded once per epoch), and callers re-ask on a reload.
+    offers; another plugin's model tier counts as answering). False, so the per-M plan
+    decides, otherwise; also for a family, op or dtype the registry does not know. Not
+    memoised: it reads the tiers of the current epoch (loaded once per epoch), and callers
+    re-ask on a reload.
     """
     rt = get_runtime()
     try:

@@ -8,9 +8,9 @@ import json
 
 import pytest
 import torch
-from oasr_core.routing import route
-
 from bench_scripts import ROOT, script
+
+from oasr_core.routing import route
 
 MODELS = {"wav2vec2_like": (2, 24, 512), "whisper_like": (2, 80, 40),
           "zipformer_like": (2, 24, 80)}

@@ -35,7 +35,8 @@ def _example(doc: str) -> str:
 
 
 def test_the_hooks_exist_and_are_prefixed() -> None:
-    assert HOOKS == ["oasr_compile_patterns", "oasr_layer", "oasr_linear", "oasr_model_select", "oasr_quantized_linear",
+    assert HOOKS == ["oasr_compile_patterns", "oasr_layer", "oasr_linear", "oasr_model_select",
+                     "oasr_quantized_linear",
                      "oasr_register_families", "oasr_register_lanes", "oasr_register_workloads",
                      "oasr_select_lane"]
     assert all(name.startswith("oasr_") for name in HOOKS)

@@ -22,6 +22,7 @@ import attrs
 import pytest
 from oasr_core import jit as core_jit
 from oasr_core.jit import BuildStatus
+
 from oasr_scaled_mm.w8a8.row_quantizer import norm_symbol
 
 pytestmark = pytest.mark.nvcc
