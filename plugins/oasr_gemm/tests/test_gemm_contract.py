@@ -23,7 +23,7 @@ def test_family_record():
     (family,) = oasr_gemm.hooks.oasr_register_families()
     assert family.name == "gemm"
     assert family.ops == ("gemm", "gemm_activation", "gemm_residual", "gemm_log_softmax",
-                          "bmm_tn", "bmm_nn")
+                          "bmm_tn", "bmm_nn", "group_gemm")
     assert family.dims == ("N", "K") and family.dtypes == ("fp16", "bf16")
     assert dict(family.dtype_classes) == {"half": ("fp16", "bf16")}
     assert family.sentinels == {Sentinel.DEFAULT, Sentinel.TORCH}

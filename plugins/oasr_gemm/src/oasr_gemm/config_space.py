@@ -37,7 +37,10 @@ row-major (``probs @ v``)."""
 BMM_OPS = {"tn": "bmm_tn", "nn": "bmm_nn"}
 """The op ``bmm`` is keyed under, per layout: the layout is part of the signature (the kernels
 differ), the family's dims (N, K) are the rest, and M is the rows of A across the batch."""
-OPS = ("gemm", "gemm_activation", RESIDUAL_OP, LOG_SOFTMAX_OP, *BMM_OPS.values())
+GROUP_OP = "group_gemm"
+"""A group of linears of equal (N, K) in one launch (``[F.linear(x, w, b) for ...]``), keyed
+by (N, K) with M the rows summed over the group."""
+OPS = ("gemm", "gemm_activation", RESIDUAL_OP, LOG_SOFTMAX_OP, *BMM_OPS.values(), GROUP_OP)
 """The family's ops, each keyed separately in the tuning tiers."""
 
 SM90_SCHEDULES = ("ws", "pingpong", "cooperative")

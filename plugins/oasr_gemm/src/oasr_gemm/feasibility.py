@@ -30,6 +30,7 @@ from oasr_core.types import Config, Problem
 
 from oasr_gemm.config_space import (
     BMM_OPS,
+    GROUP_OP,
     LANE_SM80,
     LANE_SM90,
     LOG_SOFTMAX_OP,
@@ -146,7 +147,7 @@ fits_arch = RULES.fits_arch
 aligned = RULES.aligned
 
 
-_BMM_OPS = frozenset(BMM_OPS.values())
+_SPLIT_FREE_OPS = frozenset((*BMM_OPS.values(), GROUP_OP))
 
 
 def supports(config: Config, problem: Problem) -> bool:
@@ -155,11 +156,12 @@ def supports(config: Config, problem: Problem) -> bool:
     lane has no such kernel and its op calls are served by torch; op ``gemm_log_softmax``
     wherever a gemm with bias runs, with rows the row log-softmax takes: N a multiple of 8 up
     to :data:`oasr_gemm.log_softmax.MAX_N`; ops ``bmm_tn`` / ``bmm_nn`` on the split-free
-    configs, the ones with batched units: :func:`oasr_gemm.config_space.has_bmm`)."""
+    configs, the ones with batched units: :func:`oasr_gemm.config_space.has_bmm`; op
+    ``group_gemm`` on the same split-free configs, the grouped kernel's candidates)."""
     n, k, m = problem.dim("N"), problem.dim("K"), problem.m
     if not aligned(n, k) or m < 1:
         return False
-    if problem.op in _BMM_OPS:
+    if problem.op in _SPLIT_FREE_OPS:
         return has_bmm(config)
     if problem.op == RESIDUAL_OP and config.lane != LANE_SM90:
         return False

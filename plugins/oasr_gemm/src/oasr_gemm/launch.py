@@ -32,7 +32,7 @@ from oasr_core.kit.calls import PreparedCall
 from oasr_core.types import Config
 
 from oasr_gemm import codegen
-from oasr_gemm.config_space import BMM_OPS, RESIDUAL_OP
+from oasr_gemm.config_space import BMM_OPS, GROUP_OP, RESIDUAL_OP
 from oasr_gemm.feasibility import fits_arch
 
 FLAG_PDL = kit.FLAG_PDL
@@ -226,6 +226,12 @@ class BmmKernel(BoundKernel):
 def bmm_key(layout: str, config_id: str) -> tuple[str, str]:
     """The key of a config's batched launcher for ``layout`` among a library's kernels."""
     return (BMM_OPS[layout], config_id)
+
+
+def group_key(config_id: str) -> tuple[str, str]:
+    """The key of a config's grouped launcher (op ``group_gemm``) among a library's kernels;
+    no module built by this version holds one, so a tuned group runs on torch (warned once)."""
+    return (GROUP_OP, config_id)
 
 
 def residual_key(config_id: str) -> tuple[str, str]:

@@ -1,5 +1,5 @@
 """The gemm family's ops: ``gemm``, ``gemm_activation``, ``gemm_residual``,
-``gemm_log_softmax`` and ``bmm``, eager and as torch custom ops.
+``gemm_log_softmax``, ``bmm`` and ``group_gemm``, eager and as torch custom ops.
 
 ``gemm(a, w, bias=None, out=None)`` is ``torch.nn.functional.linear``: ``a`` is ``[..., K]``
 (leading dims flattened into M), ``w`` is ``[N, K]``. ``gemm_activation`` adds a ReLU, GELU
@@ -9,12 +9,15 @@ is the CTC head, ``log_softmax(a @ w.T + bias, dim=-1)`` (a config's GEMM, then 
 log-softmax kernel over its output); ``bmm(a, b, out=None)`` is ``torch.bmm`` of 3-D operands
 (attention written without SDPA, relative-position terms), keyed ``bmm_tn`` when ``b`` is the
 transposed view of a contiguous ``[L, N, K]`` tensor and ``bmm_nn`` when ``b`` is a contiguous
-``[L, K, N]``, with M the rows of ``a`` across the batch (``L * M``). A call shape resolves
-once per tuning epoch through ``oasr_core.select("gemm", op, dtype, (N, K), M)``; the answer
-(a prepared launcher, or the torch path) is memoised per (op, activation, dtype, N, K, M,
-device) in the current epoch (``bmm``'s with the batch count too; the kit's
-:class:`oasr_core.kit.Serving`, :data:`oasr_gemm.launch.SERVING`), so a repeated call is one
-dict lookup, a few tensor checks, one ctypes call and the launch.
+``[L, K, N]``, with M the rows of ``a`` across the batch (``L * M``); ``group_gemm(xs, ws,
+biases=None, out=None)`` is ``[F.linear(x, w, b) for x, w, b in zip(xs, ws, biases)]`` for a
+group of problems of equal (N, K), with M the rows summed over the group. A call shape
+resolves once per tuning epoch through ``oasr_core.select("gemm", op, dtype, (N, K), M)``;
+the answer (a prepared launcher, or the torch path) is memoised per (op, activation, dtype,
+N, K, M, device) in the current epoch (``bmm``'s with the batch count too, ``group_gemm``'s
+with each problem's rows; the kit's :class:`oasr_core.kit.Serving`,
+:data:`oasr_gemm.launch.SERVING`), so a repeated call is one dict lookup, a few tensor
+checks, one ctypes call and the launch.
 
 Inputs the kernels do not take (CPU tensors, fp32, N or K not a multiple of 8, non-contiguous
 or misaligned tensors, autograd) take the torch path and are counted (:func:`stats`). A module
@@ -22,9 +25,9 @@ that cannot be built or loaded, or a launcher that refuses, is warned about once
 path serves: slower, never wrong.
 
 ``torch.ops.oasr.gemm`` / ``gemm_activation`` / ``gemm_residual`` / ``gemm_log_softmax`` /
-``bmm`` are the same ops registered with ``torch.library`` (with fake implementations), so
-they trace under ``torch.compile`` and run in CUDA graphs; the Python functions route to them
-while compiling.
+``bmm`` / ``group_gemm`` are the same ops registered with ``torch.library`` (with fake
+implementations), so they trace under ``torch.compile`` and run in CUDA graphs; the Python
+functions route to them while compiling.
 """
 
 from __future__ import annotations
@@ -41,12 +44,12 @@ from oasr_core.types import Tier
 from oasr_gemm import launch
 from oasr_gemm import log_softmax as row_log_softmax
 from oasr_gemm.codegen import DTYPE_CODES
-from oasr_gemm.config_space import BMM_OPS, LOG_SOFTMAX_OP, RESIDUAL_OP, has_bmm
+from oasr_gemm.config_space import BMM_OPS, GROUP_OP, LOG_SOFTMAX_OP, RESIDUAL_OP, has_bmm
 from oasr_gemm.launch import SERVING, reserve_workspace
 from oasr_gemm.numerics import ACTIVATIONS, apply_activation
 
 __all__ = ["gemm", "gemm_activation", "gemm_residual", "gemm_log_softmax", "bmm",
-           "reserve_workspace", "stats", "reset_stats", "clear_memo"]
+           "group_gemm", "reserve_workspace", "stats", "reset_stats", "clear_memo"]
 
 _DTYPES = {torch.float16: "fp16", torch.bfloat16: "bf16"}
 _compiling = torch.compiler.is_compiling
@@ -123,6 +126,29 @@ def bmm(a: torch.Tensor, b: torch.Tensor, out: torch.Tensor | None = None) -> to
     if _compiling():
         return into_out(torch.ops.oasr.bmm(a, b), out)
     return _run_bmm(a, b, out)
+
+
+def group_gemm(xs: list[torch.Tensor], ws: list[torch.Tensor],
+               biases: list[torch.Tensor | None] | None = None,
+               out: list[torch.Tensor] | None = None) -> list[torch.Tensor]:
+    """``[F.linear(x, w, b) for x, w, b in zip(xs, ws, biases)]``: G linears of equal weight
+    shape ``[N, K]`` and any rows each (``x_g`` is ``[..., K]``, ``M_g = x_g.numel() // K``),
+    written into the tensors of ``out`` when given.
+
+    The shape of expert layers, per-layer adapters and the projections of different inputs
+    at one width (``x W_q``, ``x W_k``, ``x W_v``, ``p W_pos``). A group resolves once per
+    epoch keyed by (N, K) and the rows summed over it (the grid and the bytes scale with the
+    sum); the plan is prepared for the group's list of rows. Groups of unequal (N, K), fp32,
+    CPU, autograd, unaligned or non-contiguous operands, biases given for some problems only,
+    and untuned groups take the torch path, the loop of ``F.linear`` (counted, :func:`stats`).
+    """
+    if _compiling():
+        results = torch.ops.oasr.group_gemm(list(xs), list(ws), _group_biases(xs, biases))
+        if out is None:
+            return results
+        _check_group_out(out, len(results))
+        return [into_out(r, o) for r, o in zip(results, out, strict=True)]
+    return _run_group(xs, ws, biases, out)
 
 
 def _unsupported(a: torch.Tensor, w: torch.Tensor, bias: torch.Tensor | None, n: int,
@@ -513,6 +539,139 @@ def _plan_bmm(key: tuple) -> Any:
         what=f"op={op} {dtype} N={n} K={k}")
 
 
+def _group_biases(xs: list[torch.Tensor], biases: list[torch.Tensor | None] | None
+                  ) -> list[torch.Tensor | None]:
+    """``biases`` as a list of one entry per problem (``None`` given: no bias anywhere); a
+    list of another length is a ValueError naming both lengths."""
+    if biases is None:
+        return [None] * len(xs)
+    if len(biases) != len(xs):
+        raise ValueError(f"group_gemm: biases has {len(biases)} entries for {len(xs)} problems")
+    return list(biases)
+
+
+def _check_group_out(out: list[torch.Tensor], groups: int) -> None:
+    if len(out) != groups:
+        raise ValueError(f"group_gemm: out has {len(out)} tensors for {groups} problems")
+
+
+def _linear_group(xs: list[torch.Tensor], ws: list[torch.Tensor],
+                  biases: list[torch.Tensor | None], out: list[torch.Tensor] | None
+                  ) -> list[torch.Tensor]:
+    """The torch path of ``group_gemm``: one ``F.linear`` per problem (each checks its
+    operands itself)."""
+    if out is None:
+        return [F.linear(x, w, b) for x, w, b in zip(xs, ws, biases, strict=True)]
+    return [into_out(F.linear(x, w, b), o) for x, w, b, o in zip(xs, ws, biases, out,
+                                                                  strict=True)]
+
+
+_torch_group = torch_path(SERVING, _linear_group)
+"""``_torch_group(reason, xs, ws, biases, out)``: :func:`_linear_group`, counted once per
+group call."""
+
+
+def _unsupported_group(xs: list[torch.Tensor], ws: list[torch.Tensor],
+                       biases: list[torch.Tensor | None], n: int, k: int) -> str | None:
+    """Why the grouped kernel cannot take this group (None: it can): each problem as
+    :func:`_unsupported` judges a linear's operands, all on one device, in one dtype, with a
+    bias on every problem or on none."""
+    with_bias = biases[0] is not None
+    dev, dtype = xs[0].get_device(), xs[0].dtype
+    for x, w, b in zip(xs, ws, biases, strict=True):
+        if (b is not None) != with_bias:
+            return "bias"
+        reason = _unsupported(x, w, b, n, k)
+        if reason is not None:
+            return reason
+        if x.dtype != dtype:
+            return "dtype"
+        if x.get_device() != dev:
+            return "device"
+    return None
+
+
+def _run_group(xs: list[torch.Tensor], ws: list[torch.Tensor],
+               biases: list[torch.Tensor | None] | None, out: list[torch.Tensor] | None
+               ) -> list[torch.Tensor]:
+    """:func:`group_gemm` outside compilation: the argument checks, the memo, the operand
+    checks, then one launch for the group.
+
+    The plan key is ``(op, None, dtype, N, K, sum of M_g, device, (M_1, ..., M_G))``: the tiers'
+    M is the rows summed over the group; the prepared call owns the problem records of its
+    list of rows."""
+    groups = len(xs)
+    if groups == 0 or len(ws) != groups:
+        raise ValueError(f"group_gemm: {groups} inputs and {len(ws)} weights; a group needs "
+                         "one weight per input and at least one problem")
+    bs = _group_biases(xs, biases)
+    if out is not None:
+        _check_group_out(out, groups)
+    w0 = ws[0]
+    if w0.dim() != 2 or any(w.shape != w0.shape for w in ws):
+        return _torch_group("unequal", xs, ws, bs, out)
+    n, k = w0.shape
+    if any(not x.shape or x.shape[-1] != k for x in xs):
+        return _torch_group("shape", xs, ws, bs, out)
+    if out is not None:
+        for x, o in zip(xs, out, strict=True):
+            _check_out(o, x, n)
+    rows = tuple(x.numel() // k if k else 0 for x in xs)
+    dev = xs[0].get_device()
+    key = (GROUP_OP, None, xs[0].dtype, n, k, sum(rows), dev, rows)
+    plan = _PLANS.table.get(key)
+    if plan is TORCH:
+        return _torch_group("selected", xs, ws, bs, out)
+    reason = _unsupported_group(xs, ws, bs, n, k)
+    if reason is not None:
+        return _torch_group(reason, xs, ws, bs, out)
+    if key[5] == 0:
+        return _torch_group("empty", xs, ws, bs, out)
+    if plan is None:
+        plan = _plan_group(key)
+        if plan is TORCH:
+            return _torch_group("selected", xs, ws, bs, out)
+    if out is not None and not all(o.is_contiguous() for o in out):
+        return _torch_group("noncontiguous", xs, ws, bs, out)
+    outs = out if out is not None else [plan.output(x, n) for x in xs]
+    ptrs = 0
+    for t in (*xs, *ws, *outs, *(b for b in bs if b is not None)):
+        ptrs |= t.data_ptr()
+    if ptrs & 15:
+        return _torch_group("misaligned", xs, ws, bs, out)
+    status = plan(dev, xs, ws, bs, outs)
+    if status:
+        return _torch_group.refused(key, plan.config, launch.status_text(status),
+                                    f"op={GROUP_OP} N={n} K={k} G={groups} M={key[5]}",
+                                    xs, ws, bs, out)
+    return outs
+
+
+def _plan_group(key: tuple) -> Any:
+    """Resolve one group: the tiers' config for ``(group_gemm, dtype, (N, K), sum of M_g)``
+    and that config's grouped launcher (:func:`oasr_gemm.launch.group_key`), prepared for the
+    group's rows.
+
+    As for ``bmm``, the cost-model tier's answer is not served, nor a config without a
+    split-free kernel; a config whose grouped launcher is not in the process's module is
+    warned about once and torch serves."""
+    import oasr_core
+
+    op, _, tdtype, n, k, rows, dev, ms = key
+    dtype, arch = _DTYPES[tdtype], device_arch_of(dev)
+
+    def select() -> Any:
+        sel = oasr_core.select("gemm", op, dtype, (n, k), rows, arch)
+        if sel.tier is Tier.MODEL or sel.config is None or not has_bmm(sel.config):
+            return None
+        return sel.config
+
+    return SERVING.plan(
+        key, arch, select=select, kernel_key=lambda config: launch.group_key(config.id),
+        prepare=lambda kernel: kernel.prepare(dtype, ms, n, k),
+        what=f"op={op} {dtype} N={n} K={k} G={len(ms)}")
+
+
 MEASURED_ACTIVATIONS = frozenset({"silu", "relu"})
 """Activations a ``gemm_activation`` entry's measurements speak for: the build measures SiLU
 (:data:`oasr_gemm.bench.BENCH_ACTIVATION`) and ReLU's epilogue is cheaper. GELU (erf) is not
@@ -579,6 +738,11 @@ _gemm_residual_op = custom_op(
 _bmm_op = custom_op("bmm", "(Tensor a, Tensor b) -> Tensor",
                     lambda a, b: _run_bmm(a, b, None),
                     lambda a, b: a.new_empty((a.shape[0], a.shape[1], b.shape[2])))
+_group_gemm_op = custom_op(
+    "group_gemm", "(Tensor[] xs, Tensor[] ws, Tensor?[] biases) -> Tensor[]",
+    lambda xs, ws, biases: _run_group(xs, ws, biases, None),
+    lambda xs, ws, biases: [x.new_empty((*x.shape[:-1], w.shape[0]))
+                            for x, w in zip(xs, ws, strict=True)])
 _gemm_log_softmax_op = custom_op(
     "gemm_log_softmax", "(Tensor a, Tensor w, Tensor? bias) -> Tensor",
     lambda a, w, bias: _run_log_softmax(a, w, bias, None), _linear_fake)

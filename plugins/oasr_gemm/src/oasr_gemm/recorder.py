@@ -37,7 +37,7 @@ from typing import Any
 import attrs
 from oasr_core.census.recorder import Call, RecorderPatch, Skip, dtype_name
 
-from oasr_gemm.config_space import BMM_OPS
+from oasr_gemm.config_space import BMM_OPS, GROUP_OP
 
 FAMILY = "gemm"
 _FLOAT = frozenset({"fp16", "bf16", "fp32"})
@@ -186,6 +186,27 @@ def record_oasr_bmm(a: Any, b: Any, out: Any = None) -> Call | Skip | None:
     return bmm_call(a, b)
 
 
+def record_group_gemm(xs: Any, ws: Any, biases: Any = None, out: Any = None
+                      ) -> Call | Skip | None:
+    """``oasr_gemm.group_gemm(xs, ws, biases, out)``: one op ``group_gemm`` point, dims the
+    weights' (N, K), M the rows summed over the group; skipped when the weights' shapes
+    differ (torch's loop serves such a group), None when an input is not ours. The op has no
+    torch function of its own to observe: only its own calls are recorded."""
+    if not xs or len(ws) != len(xs) or ws[0].dim() != 2:
+        return None
+    n, k = int(ws[0].shape[0]), int(ws[0].shape[1])
+    if any(tuple(w.shape) != (n, k) for w in ws):
+        return Skip("a group of linears of unequal weight shapes: torch serves it",
+                    " ".join(f"{tuple(w.shape)}" for w in ws))
+    calls = [gemm_call(GROUP_OP, x, n, k) for x in xs]
+    if any(c is None or c.dtype != calls[0].dtype for c in calls):
+        return None
+    m = sum(c.m for c in calls)
+    return Call(family=FAMILY, op=GROUP_OP, dtype=calls[0].dtype, dims=(("N", n), ("K", k)),
+                m=m, elements=m * k + len(xs) * n * k + m * n, flops=2 * m * n * k,
+                weight_elements=len(xs) * n * k)
+
+
 def recorder_patches() -> list[RecorderPatch]:
     """The gemm family's patches (``Family.recorder_patches``)."""
     table = (
@@ -195,6 +216,7 @@ def recorder_patches() -> list[RecorderPatch]:
         ("oasr_gemm.ops:gemm_log_softmax", record_gemm_log_softmax, "the CTC head op"),
         ("torch.nn.functional:linear", record_linear, "nn.Linear and F.linear"),
         ("oasr_gemm.ops:bmm", record_oasr_bmm, "the batched op"),
+        ("oasr_gemm.ops:group_gemm", record_group_gemm, "the grouped op"),
         ("torch:matmul", record_matmul, "torch.matmul on a 2-D weight or batched operands"),
         ("torch:Tensor.matmul", record_matmul,
          "x @ w and x.matmul(w) on a 2-D weight or batched operands"),
