@@ -6,6 +6,9 @@ feasibility and the census record of the op's own calls."""
 
 from __future__ import annotations
 
+import json
+from pathlib import Path
+
 import pytest
 import torch
 import torch.nn.functional as F
@@ -17,12 +20,14 @@ from oasr_core.types import Problem
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import oasr_gemm
+from oasr_gemm import codegen, launch, ops, recorder
 from oasr_gemm import config_space as cs
 from oasr_gemm import feasibility as fe
-from oasr_gemm import launch, ops, recorder
 
+REPO_DB = Path(__file__).parents[3] / "db"
 GROUP = cs.GROUP_OP
-TUNED = "pp_128x96x64_c1x1"
+TUNED = "b64x64x64_w32x32x64_s3"
+"""A split-free config of the 2.x lane, the lane with grouped units."""
 
 
 def _group(rows, n=16, k=8, dtype=torch.float32, bias=True, seed=0):
@@ -140,46 +145,48 @@ def test_routing_on_fake_cuda_tensors(monkeypatch):
 
 @pytest.fixture
 def group_tier(tmp_path, monkeypatch):
-    """A system tier: group_gemm (N=1024, K=256) TUNED up to 4096 rows, torch above."""
+    """A system tier on an sm80 device: group_gemm (N=1024, K=256) TUNED up to 4096 rows,
+    torch above."""
     monkeypatch.setenv("OASR_TUNE_SYSTEM_DB", str(tmp_path))
     rt = get_runtime()
-    family, lane = rt.registry.family("gemm"), rt.registry.lane(cs.LANE_SM90)
+    family, lane = rt.registry.family("gemm"), rt.registry.lane(cs.LANE_SM80)
     database.write_entries(
-        database.tier_path(tmp_path, "sm90", family), family=family, arch="sm90", lane=lane,
+        database.tier_path(tmp_path, "sm80", family), family=family, arch="sm80", lane=lane,
         entries={database.signature_key(family, GROUP, "half", (1024, 256)):
                  database.Entry(regions=((4096, TUNED), (None, "torch")))},
         configs={c.id: c for c in lane.config_space},
         soft=stamps.current_soft_validators(family))
     rt.reload()
-    pretend_cuda_device()
+    pretend_cuda_device(arch="sm80", sm_count=108)
     return tmp_path
 
 
-class _GroupedKernel:
-    """A module's grouped launcher as the plan sees one: ``prepare`` returns the call."""
+def _library(workspaces, group=True):
+    """A production module's kernels as the plans see them: every config's own launcher and,
+    with ``group``, the grouped launcher of each config that has one (fake C functions)."""
+    def workspace(*args):
+        workspaces.append(args)
+        return 2432
 
-    def __init__(self, prepared):
-        self.prepared = prepared
-
-    def prepare(self, dtype, rows, n, k):
-        self.prepared.append((dtype, rows, n, k))
-        return ("prepared", dtype, rows)
-
-
-def _library(extra):
     kernels = {c.id: launch.Kernel(c, lambda *a: 0, lambda *a: 0)
-               for c in cs.space(cs.LANE_SM90)}
-    kernels.update(extra)
+               for c in cs.space(cs.LANE_SM80)}
+    if group:
+        kernels.update({launch.group_key(c.id): launch.GroupKernel(c, lambda *a: 0, workspace)
+                        for c in cs.space(cs.LANE_SM80) if cs.has_group(c)})
     return kernels
 
 
-def test_a_tuned_group_looks_up_its_configs_grouped_launcher(group_tier):
-    prepared = []
-    launch.install_library(cs.LANE_SM90, "sm90",
-                           _library({launch.group_key(TUNED): _GroupedKernel(prepared)}))
+def test_a_tuned_group_is_its_configs_grouped_launcher_prepared_for_the_rows(group_tier):
+    workspaces = []
+    launch.install_library(cs.LANE_SM80, "sm80", _library(workspaces))
     key = (GROUP, None, torch.bfloat16, 1024, 256, 3000, 0, (1000, 1, 0, 1999))
-    assert ops._plan_group(key) == ("prepared", "bf16", (1000, 1, 0, 1999))
-    assert prepared == [("bf16", (1000, 1, 0, 1999), 1024, 256)]
+    plan = ops._plan_group(key)
+    assert isinstance(plan, launch.GroupCall) and plan.config.id == TUNED
+    assert plan.groups == 4 and list(plan.rows) == [1000, 1, 0, 1999]
+    args = plan.prepared.args
+    assert (args.m, args.n, args.k, args.dtype, args.split) == (3000, 1024, 256, 1, 1)
+    assert workspaces == [(4, 1024, 256, 1)] and plan.prepared.workspace == (2432, 0)
+    assert all(len(a) == 4 for a in plan.arrays)
     # Above the tuned region, another width: torch.
     assert ops._plan_group((GROUP, None, torch.float16, 1024, 256, 5000, 0, (5000,))) is ops.TORCH
     assert ops._plan_group((GROUP, None, torch.float16, 512, 256, 64, 0, (64,))) is ops.TORCH
@@ -187,11 +194,52 @@ def test_a_tuned_group_looks_up_its_configs_grouped_launcher(group_tier):
 
 
 def test_a_module_without_the_grouped_launcher_is_warned_about_and_torch_serves(group_tier):
-    launch.install_library(cs.LANE_SM90, "sm90", _library({}))
+    launch.install_library(cs.LANE_SM80, "sm80", _library([], group=False))
     with pytest.warns(RuntimeWarning, match=f"config {TUNED} .op=group_gemm fp16 N=1024 K=256 "
-                                         r"G=2\) is not in this process's sm90_wgmma module"):
+                                            r"G=2\) is not in this process's sm80_mma module"):
         plan = ops._plan_group((GROUP, None, torch.float16, 1024, 256, 8, 0, (4, 4)))
     assert plan is ops.TORCH
+
+
+def test_the_production_module_links_the_grouped_units_the_tiers_name(group_tier):
+    from oasr_gemm import jit
+
+    assert [c.id for c in jit.group_configs(cs.LANE_SM80, "sm80")] == [TUNED]
+    assert jit.group_configs(cs.LANE_SM90, "sm90") == ()
+    spec = jit.production_spec(cs.LANE_SM80, "sm80")
+    config = cs.config(cs.LANE_SM80, TUNED)
+    (unit,) = [u for u in spec.units if u.name == codegen.group_unit(config)]
+    assert set(unit.exports) == {codegen.group_symbol(config),
+                                 codegen.group_symbol(config) + "_workspace"}
+    assert launch.group_key(TUNED) in launch._wanted(cs.LANE_SM80, "sm80")
+
+
+def test_the_grouped_unit_names_its_kernel_symbols_and_operands():
+    config = cs.config(cs.LANE_SM80, TUNED)
+    text = codegen.group_unit_source(config)
+    assert '#include "oasr_gemm_group/sm80.cuh"' in text
+    assert "oasr_gemm::group::sm80::Kernel<cutlass::half_t, 64, 64, 64, 32, 32, 64, 3>" in text
+    assert "oasr_gemm::group::sm80::Kernel<cutlass::bfloat16_t, 64, 64, 64, 32, 32, 64, 3>" in text
+    assert f"int32_t {codegen.group_symbol(config)}(const oasr_kit::CallArgs* c, const void* " \
+           "const* xs, const void* const* ws, const void* const* bs, void* const* ds, const " \
+           "int64_t* rows, int64_t groups, void* stream)" in text
+    for cid in ("sk_128x64x64_c1x1",):
+        with pytest.raises(ValueError, match="has no group_gemm kernel"):
+            codegen.group_unit(cs.config(cs.LANE_SM90, cid))
+    with pytest.raises(ValueError, match="has no group_gemm kernel"):
+        codegen.group_unit(cs.config(cs.LANE_SM80, "b64x64x64_w32x32x64_s3_spk2"))
+
+
+def test_the_other_units_and_the_shipped_tables_name_are_unchanged():
+    """The grouped units live in their own units and header: the digest without them is the
+    one recorded before them, and the new digest is recorded as the same implementation, so
+    the shipped tables stay current."""
+    table = json.loads(codegen.EQUIVALENTS.read_text())
+    before = codegen.impl_digest(group=False)
+    assert before == "4eb85822d3c73b06" and before in table
+    assert table[codegen.impl_digest()]["same_as"] == table[before]["same_as"]
+    shipped = json.loads((REPO_DB / "sm90" / "gemm.json").read_text())
+    assert codegen.impl_hash() == shipped["validators"]["soft"]["impl_hash"]
 
 
 class _RefusingPlan:
@@ -208,14 +256,14 @@ class _RefusingPlan:
 
 def test_a_refused_launch_is_served_by_torch_and_named(monkeypatch):
     key = (GROUP, None, torch.float16, 1024, 256, 9, 0, (8, 1))
-    plan = _RefusingPlan(cs.config(cs.LANE_SM90, TUNED))
+    plan = _RefusingPlan(cs.config(cs.LANE_SM80, TUNED))
     ops._PLANS.store(key, plan, ops.SERVING.bind())
     with FakeTensorMode():
         xs = [torch.empty(8, 256, device="cuda", dtype=torch.float16),
               torch.empty(1, 256, device="cuda", dtype=torch.float16)]
         ws = [torch.empty(1024, 256, device="cuda", dtype=torch.float16)] * 2
         monkeypatch.setattr(torch.Tensor, "data_ptr", lambda self: 4096)
-        with pytest.warns(RuntimeWarning, match=f"sm90_wgmma/{TUNED} refused op=group_gemm "
+        with pytest.warns(RuntimeWarning, match=f"sm80_mma/{TUNED} refused op=group_gemm "
                                                 r"N=1024 K=256 G=2 M=9"):
             assert [y.shape for y in ops.group_gemm(xs, ws)] == [(8, 1024), (1, 1024)]
     ((gx, gw, gb, gout),) = plan.calls
@@ -224,14 +272,14 @@ def test_a_refused_launch_is_served_by_torch_and_named(monkeypatch):
     assert ops._PLANS.table[key] is ops.TORCH
 
 
-def test_feasibility_takes_the_split_free_configs():
-    for lane in (cs.LANE_SM80, cs.LANE_SM90):
-        space = cs.space(lane)
-        problem = Problem("gemm", GROUP, "fp16", (("N", 1024), ("K", 256)), 4000)
-        served = [c for c in space if fe.supports(c, problem)]
-        assert served == [c for c in space if cs.has_bmm(c)] and served
-        unaligned = Problem("gemm", GROUP, "fp16", (("N", 1020), ("K", 256)), 4000)
-        assert not any(fe.supports(c, unaligned) for c in space)
+def test_feasibility_takes_the_split_free_configs_of_the_2x_lane():
+    problem = Problem("gemm", GROUP, "fp16", (("N", 1024), ("K", 256)), 4000)
+    unaligned = Problem("gemm", GROUP, "fp16", (("N", 1020), ("K", 256)), 4000)
+    space = cs.space(cs.LANE_SM80)
+    served = [c for c in space if fe.supports(c, problem)]
+    assert served == [c for c in space if cs.has_bmm(c)] and served
+    assert not any(fe.supports(c, unaligned) for c in space)
+    assert not any(fe.supports(c, problem) for c in cs.space(cs.LANE_SM90))
     assert GROUP in get_runtime().registry.family("gemm").ops
 
 

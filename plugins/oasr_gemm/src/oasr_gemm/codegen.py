@@ -35,7 +35,7 @@ from pathlib import Path
 from oasr_core.jit import kit
 from oasr_core.types import Config
 
-from oasr_gemm.config_space import BMM_LAYOUTS, LANE_SM80, LANE_SM90, has_bmm
+from oasr_gemm.config_space import BMM_LAYOUTS, LANE_SM80, LANE_SM90, has_bmm, has_group
 
 DTYPE_CODES = {"fp16": 0, "bf16": 1}
 ACT_CODES = {None: 0, "none": 0, "relu": 1, "gelu": 2, "silu": 3}
@@ -280,6 +280,62 @@ def bmm_unit_source(config: Config, layout: str,
     )
 
 
+GROUP_DIR = "oasr_gemm_group"
+"""The directory (under :func:`csrc_dir`) of the grouped units' headers (op ``group_gemm``)."""
+
+
+def _check_group(config: Config) -> None:
+    if not has_group(config):
+        raise ValueError(f"config {config.id!r} ({config.lane}) has no group_gemm kernel (only "
+                         "the split-free configs of the 2.x lane have one)")
+
+
+def group_unit(config: Config) -> str:
+    """The name of ``config``'s grouped translation unit (``<unit>_group``)."""
+    _check_group(config)
+    return f"{config.params['unit']}_group"
+
+
+def group_symbol(config: Config) -> str:
+    """The grouped launcher's C symbol of ``config``."""
+    return f"oasr_gemm_{_LANE_TAG[config.lane]}_{group_unit(config)}"
+
+
+def group_kernel_type(config: Config, dtype: str) -> str:
+    """The C++ grouped kernel of ``config`` for ``dtype``: the 2.x config's block, warp and
+    stage count (``oasr_gemm::group::sm80::Kernel``)."""
+    _check_group(config)
+    p = config.params
+    args = [_CXX_DTYPE[dtype], *p["tile"], *p["warp"], p["stages"]]
+    return f"oasr_gemm::group::sm80::Kernel<{', '.join(map(str, args))}>"
+
+
+def group_unit_source(config: Config, dtypes: Iterable[str] = ("fp16", "bf16")) -> str:
+    """The grouped translation unit of ``config`` (a split-free 2.x config; CUTLASS 2.x
+    ``GemmGrouped``, ``csrc/oasr_gemm_group/sm80.cuh``) with kernels for ``dtypes``.
+
+    Its launcher takes ``(call, xs, ws, bs, ds, rows, groups, stream)``, host arrays of the
+    group's pointers and rows, ``call.n`` and ``call.k`` the problems' sizes and
+    ``call.workspace`` the device records; the workspace query ``(groups, n, k, dtype)``."""
+    dtypes = kit.unit_dtypes(dtypes, DTYPE_CODES)
+    _check_group(config)
+    return kit.c_abi_unit(
+        title=f"oasr_gemm {config.lane} unit {group_unit(config)} ({', '.join(dtypes)}; "
+              "grouped)",
+        generator="oasr_gemm.codegen",
+        header=f"{GROUP_DIR}/sm80.cuh",
+        kernels={DTYPE_CODES[d]: group_kernel_type(config, d) for d in dtypes},
+        symbol=group_symbol(config),
+        operands="const void* const* xs, const void* const* ws, const void* const* bs, "
+                 "void* const* ds, const int64_t* rows, int64_t groups",
+        run="run(xs, ws, bs, ds, rows, groups, c->n, c->k, c->workspace, c->workspace_bytes, "
+            "static_cast<cudaStream_t>(stream))",
+        workspace_params="int64_t groups, int64_t n, int64_t k, int32_t dtype",
+        workspace_switch="dtype",
+        workspace="workspace(groups, n, k)",
+    )
+
+
 @functools.cache
 def impl_hash() -> str:
     """A short hash of what decides the kernels' binaries: every config's generated unit (both
@@ -294,11 +350,12 @@ def impl_hash() -> str:
     return kit.canonical_impl_hash(impl_digest(), EQUIVALENTS)
 
 
-def impl_digest(*, residual: bool = True, bmm: bool = True) -> str:
+def impl_digest(*, residual: bool = True, bmm: bool = True, group: bool = True) -> str:
     """The digest :func:`impl_hash` names. ``residual=False`` leaves the fused-residual units
     and their header out, ``bmm=False`` the batched units and their headers
-    (``csrc/oasr_gemm_bmm``): the digests of the family before they existed, which show that
-    adding them changed no other unit's text or header (``equivalent_impls.json``)."""
+    (``csrc/oasr_gemm_bmm``), ``group=False`` the grouped units and their header
+    (``csrc/oasr_gemm_group``): the digests of the family before they existed, which show
+    that adding them changed no other unit's text or header (``equivalent_impls.json``)."""
     from oasr_gemm import jit
     from oasr_gemm.config_space import space
 
@@ -315,14 +372,17 @@ def impl_digest(*, residual: bool = True, bmm: bool = True) -> str:
                 if bmm and has_bmm(config):
                     for layout in BMM_LAYOUTS:
                         digest.update(bmm_unit_source(config, layout).encode())
+                if group and has_group(config):
+                    digest.update(group_unit_source(config).encode())
     if residual:
         kit.hash_headers(digest, [csrc_dir() / "oasr_gemm"])
     else:
         _hash_headers_except(digest, RESIDUAL_HEADER)
-    if bmm:
-        for header in sorted((csrc_dir() / BMM_DIR).glob("*.cuh")):
-            digest.update(header.name.encode())
-            digest.update(header.read_bytes())
+    for wanted, folder in ((bmm, BMM_DIR), (group, GROUP_DIR)):
+        if wanted:
+            for header in sorted((csrc_dir() / folder).glob("*.cuh")):
+                digest.update(header.name.encode())
+                digest.update(header.read_bytes())
     return digest.hexdigest()[:16]
 
 

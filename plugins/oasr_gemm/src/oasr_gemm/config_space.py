@@ -69,6 +69,13 @@ def has_bmm(config: Config) -> bool:
     return p.get("split_k", 1) == 1 and not p.get("stream_k") and not p.get("parallel_split_k")
 
 
+def has_group(config: Config) -> bool:
+    """Whether ``config`` has a grouped unit (op ``group_gemm``): the split-free configs of
+    the 2.x lane (CUTLASS 2.x ``GemmGrouped``, which runs on sm80..sm90). The 3.x lane has no
+    grouped kernel (a ptr-array one is not built)."""
+    return config.lane == LANE_SM80 and has_bmm(config)
+
+
 def sm80_config(tile: tuple[int, int, int], warp: tuple[int, int, int], stages: int, *,
                 split_k: int = 1, stream_k: bool = False, parallel: bool = False) -> Config:
     """A CUTLASS 2.x ``GemmUniversal`` config.

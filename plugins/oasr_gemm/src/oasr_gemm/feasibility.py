@@ -36,6 +36,7 @@ from oasr_gemm.config_space import (
     LOG_SOFTMAX_OP,
     RESIDUAL_OP,
     has_bmm,
+    has_group,
 )
 
 SMEM_LIMIT = lanes.SMEM_LIMIT
@@ -147,7 +148,7 @@ fits_arch = RULES.fits_arch
 aligned = RULES.aligned
 
 
-_SPLIT_FREE_OPS = frozenset((*BMM_OPS.values(), GROUP_OP))
+_BMM_OPS = frozenset(BMM_OPS.values())
 
 
 def supports(config: Config, problem: Problem) -> bool:
@@ -157,12 +158,15 @@ def supports(config: Config, problem: Problem) -> bool:
     wherever a gemm with bias runs, with rows the row log-softmax takes: N a multiple of 8 up
     to :data:`oasr_gemm.log_softmax.MAX_N`; ops ``bmm_tn`` / ``bmm_nn`` on the split-free
     configs, the ones with batched units: :func:`oasr_gemm.config_space.has_bmm`; op
-    ``group_gemm`` on the same split-free configs, the grouped kernel's candidates)."""
+    ``group_gemm`` on the split-free configs of the 2.x lane, the ones with a grouped unit:
+    :func:`oasr_gemm.config_space.has_group`)."""
     n, k, m = problem.dim("N"), problem.dim("K"), problem.m
     if not aligned(n, k) or m < 1:
         return False
-    if problem.op in _SPLIT_FREE_OPS:
+    if problem.op in _BMM_OPS:
         return has_bmm(config)
+    if problem.op == GROUP_OP:
+        return has_group(config)
     if problem.op == RESIDUAL_OP and config.lane != LANE_SM90:
         return False
     if problem.op == LOG_SOFTMAX_OP and n > LOG_SOFTMAX_MAX_N:

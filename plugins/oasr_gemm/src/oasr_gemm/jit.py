@@ -43,10 +43,12 @@ from oasr_gemm.config_space import (
     BMM_OPS,
     DEFAULTS,
     FAMILY,
+    GROUP_OP,
     LANE_SM80,
     LANE_SM90,
     RESIDUAL_OP,
     has_bmm,
+    has_group,
     space,
     units,
 )
@@ -107,15 +109,27 @@ def bmm_unit(config: Config, layout: str, dtypes: Sequence[str] = ALL_DTYPES):
                                     codegen.bmm_workspace_symbol(config, layout)))
 
 
+def group_unit(config: Config, dtypes: Sequence[str] = ALL_DTYPES):
+    """The translation unit compiling ``config``'s grouped kernel (op ``group_gemm``)."""
+    from oasr_core.jit import TranslationUnit
+
+    symbol = codegen.group_symbol(config)
+    return TranslationUnit(name=codegen.group_unit(config),
+                           source=codegen.group_unit_source(config, dtypes),
+                           exports=(symbol, symbol + "_workspace"))
+
+
 def module_spec(lane: str, arch: str, configs: Iterable[Config], *, name: str | None = None,
                 dtypes: Sequence[str] = ALL_DTYPES,
                 unit_dtypes: Callable[[Config], Sequence[str]] | None = None,
-                residual: Iterable[Config] = (), bmm: Iterable[tuple[Config, str]] = ()):
+                residual: Iterable[Config] = (), bmm: Iterable[tuple[Config, str]] = (),
+                group: Iterable[Config] = ()):
     """A :class:`oasr_core.jit.JitSpec` linking the units behind ``configs`` for ``arch``
     (each unit with ``dtypes``, or ``unit_dtypes(config)`` per unit), then the fused-residual
     units of ``residual`` (3.x configs; the others have none and are skipped), then the
     batched units of ``bmm``, ``(config, layout)`` pairs (split-free configs; others are
-    skipped)."""
+    skipped), then the grouped units of ``group`` (op ``group_gemm``: split-free 2.x
+    configs)."""
     from oasr_core.jit import JitSpec
 
     configs = tuple(configs)
@@ -129,7 +143,8 @@ def module_spec(lane: str, arch: str, configs: Iterable[Config], *, name: str | 
         name=name or f"{MODULE_PREFIX[lane]}{suffix}", arch=jit_arch(arch),
         units=(*(unit(by_unit[u], tuple(pick(by_unit[u]))) for u in units(configs)),
                *(residual_unit(c, tuple(pick(c))) for c in with_residual.values()),
-               *(bmm_unit(c, layout, tuple(pick(c))) for c, layout in batched.values())),
+               *(bmm_unit(c, layout, tuple(pick(c))) for c, layout in batched.values()),
+               *(group_unit(c, tuple(pick(c))) for c in group if has_group(c))),
         include_dirs=(str(codegen.csrc_dir()),), extra_flags=EXTRA_FLAGS + LANE_FLAGS[lane],
     )
 
@@ -181,23 +196,40 @@ def bmm_configs(lane: str, arch: str,
     return out
 
 
+def group_configs(lane: str, arch: str, referenced: Iterable[str] | None = None
+                  ) -> tuple[Config, ...]:
+    """The configs whose grouped units (op ``group_gemm``) the production module links: those
+    ``referenced`` names (default: what this epoch's tiers serve in ``group_gemm`` entries on
+    ``arch``) that fit ``arch`` and have one (split-free 2.x configs). Nothing is always
+    linked: an untuned group is served by torch."""
+    if referenced is None:
+        from oasr_core.runtime import get_runtime
+
+        referenced = get_runtime().referenced_configs(FAMILY, arch, lane, ops={GROUP_OP})
+    wanted = set(referenced)
+    return tuple(c for c in lane_configs(lane, arch) if c.id in wanted and has_group(c))
+
+
 def _bmm_pairs(chosen: Mapping[str, Iterable[Config]]) -> tuple[tuple[Config, str], ...]:
     return tuple((c, layout) for layout, configs in chosen.items() for c in configs)
 
 
 def production_spec(lane: str, arch: str, referenced: Iterable[str] | None = None,
                     residual: Iterable[str] | None = None,
-                    bmm: Mapping[str, Iterable[str]] | None = None):
+                    bmm: Mapping[str, Iterable[str]] | None = None,
+                    group: Iterable[str] | None = None):
     """The lane's production module on ``arch`` (the whole space under ``COMPILE_SET=all``).
 
     ``referenced`` defaults to what the runtime's tuning tiers reference; the fused-residual
     units are those of :func:`residual_configs` (``residual``: the ids the tiers name under
     ``gemm_residual``, by default read from the runtime's tiers), the batched units those of
-    :func:`bmm_configs` (``bmm``: the ids per layout, by default the tiers').
+    :func:`bmm_configs` (``bmm``: the ids per layout, by default the tiers'), the grouped
+    units those of :func:`group_configs` (``group``: the ids, by default the tiers').
     """
     return module_spec(lane, arch, PRODUCTION.configs(lane, arch, referenced),
                        residual=residual_configs(lane, arch, residual),
-                       bmm=_bmm_pairs(bmm_configs(lane, arch, bmm)))
+                       bmm=_bmm_pairs(bmm_configs(lane, arch, bmm)),
+                       group=group_configs(lane, arch, group))
 
 
 def bmm_full_spec(lane: str, arch: str, layout: str):

@@ -13,7 +13,8 @@ production libraries and the call plans are the kit's :class:`oasr_core.kit.Serv
 (:data:`SERVING`). A production library's kernels are keyed by config id (gemm and
 gemm_activation, :class:`Kernel`), by :func:`residual_key` (the fused-residual launchers of
 op ``gemm_residual``, :class:`ResidualKernel`) and by :func:`bmm_key` (the batched launchers
-of op ``bmm``, one per layout, :class:`BmmKernel`).
+of op ``bmm``, one per layout, :class:`BmmKernel`) and by :func:`group_key` (the grouped
+launchers of op ``group_gemm``, :class:`GroupKernel`).
 """
 
 from __future__ import annotations
@@ -48,6 +49,10 @@ _BMM_ARGTYPES = (*(ctypes.c_void_p,) * 4, ctypes.c_int64, ctypes.c_void_p)
 """call, a, b, d, batch, stream."""
 _BMM_WORKSPACE_ARGTYPES = (*(ctypes.c_int64,) * 4, ctypes.c_int32)
 """m, n, k, batch, dtype."""
+_GROUP_ARGTYPES = (*(ctypes.c_void_p,) * 6, ctypes.c_int64, ctypes.c_void_p)
+"""call, xs, ws, bs, ds, rows (host arrays), groups, stream."""
+_GROUP_WORKSPACE_ARGTYPES = (*(ctypes.c_int64,) * 3, ctypes.c_int32)
+"""groups, n, k, dtype."""
 _WORKSPACE_ARGTYPES = (
     ctypes.c_int64, ctypes.c_int64, ctypes.c_int64, ctypes.c_int32, ctypes.c_int32,
     ctypes.POINTER(ctypes.c_int64),
@@ -228,9 +233,98 @@ def bmm_key(layout: str, config_id: str) -> tuple[str, str]:
     return (BMM_OPS[layout], config_id)
 
 
+@attrs.define(slots=True, eq=False)
+class GroupCall:
+    """The prepared call of one group (op ``group_gemm``): G problems of fixed rows.
+
+    ``call(device, xs, ws, biases, outs)`` writes the tensors' addresses into host arrays
+    this call owns and launches once; the launcher reads the arrays during the call only (it
+    hands the kernel its records by value), so rewriting them per call is safe, in a CUDA
+    graph too. The rows are fixed per prepared call (the plan key holds them)."""
+
+    prepared: PreparedCall
+    groups: int
+    rows: Any
+    """``ctypes.c_int64 * groups``: each problem's rows."""
+    arrays: tuple = attrs.field(init=False)
+    """xs, ws, bs, ds: ``ctypes.c_void_p * groups`` each."""
+    addresses: tuple = attrs.field(init=False)
+
+    def __attrs_post_init__(self) -> None:
+        self.arrays = tuple((ctypes.c_void_p * self.groups)() for _ in range(4))
+        self.addresses = (*(ctypes.addressof(a) for a in self.arrays),
+                          ctypes.addressof(self.rows))
+
+    @property
+    def config(self) -> Config:
+        return self.prepared.config
+
+    def output(self, x: Any, n: int) -> Any:
+        return self.prepared.output(x, n)
+
+    def __call__(self, device: int, xs: Any, ws: Any, biases: Any, outs: Any) -> int:
+        """Launch on ``device``'s current stream; the launcher's status (0 = ok). ``biases``
+        holds a tensor for every problem or None for every problem."""
+        ax, aw, ab, ad = self.arrays
+        for g in range(self.groups):
+            ax[g] = xs[g].data_ptr()
+            aw[g] = ws[g].data_ptr()
+            ad[g] = outs[g].data_ptr()
+        with_bias = biases[0] is not None
+        if with_bias:
+            for g in range(self.groups):
+                ab[g] = biases[g].data_ptr()
+        x_addr, w_addr, b_addr, d_addr, rows_addr = self.addresses
+        return self.prepared(device, x_addr, w_addr, b_addr if with_bias else 0, d_addr,
+                             rows_addr, self.groups)
+
+
+@attrs.define(eq=False)
+class GroupKernel(BoundKernel):
+    """One split-free 2.x config's grouped launcher (op ``group_gemm``,
+    ``csrc/oasr_gemm_group/``): ``d_g = x_g @ w_g.T (+ b_g)`` for G problems of equal
+    ``(N, K)`` in one CUTLASS ``GemmGrouped`` launch."""
+
+    LAUNCH = _GROUP_ARGTYPES
+    WORKSPACE = _GROUP_WORKSPACE_ARGTYPES
+
+    @classmethod
+    def bind(cls, module: Any, config: Config) -> GroupKernel:
+        """Bind ``config``'s grouped symbols (raises if absent)."""
+        return cls.bind_symbol(module, config, codegen.group_symbol(config))
+
+    def prepare(self, dtype: str, rows: tuple[int, ...], n: int, k: int) -> GroupCall:
+        """The prepared call of ``len(rows)`` problems of ``rows[g] x n x k`` (queries the
+        records' workspace once; refused above the launcher's group limit)."""
+        code = codegen.DTYPE_CODES[dtype]
+        groups = len(rows)
+        scratch = self.workspace_fn(groups, n, k, code)
+        if scratch < 0:
+            raise LaunchError(f"{self.config.lane}/{self.config.id}: group_gemm workspace "
+                              f"query refused G={groups} n={n} k={k} {dtype}")
+        args = CallArgs(m=sum(rows), n=n, k=k, dtype=code, act=0, split=1, flags=0)
+        prepared = PreparedCall(self.fn, args, self.config, (int(scratch), 0), WORKSPACES)
+        return GroupCall(prepared, groups, (ctypes.c_int64 * groups)(*rows))
+
+    def run(self, xs: Any, ws: Any, biases: Any = None) -> list:  # type: ignore[override]
+        """Run this config on lists of torch tensors (no selection, no memo): tests and
+        benchmarks; raises :class:`LaunchError` when the launcher refuses."""
+        import torch
+
+        n, k = ws[0].shape
+        rows = tuple(x.numel() // k for x in xs)
+        dtype = {torch.float16: "fp16", torch.bfloat16: "bf16"}[xs[0].dtype]
+        call = self.prepare(dtype, rows, n, k)
+        outs = [torch.empty((*x.shape[:-1], n), dtype=x.dtype, device=x.device) for x in xs]
+        status = call(xs[0].get_device(), xs, ws, biases or [None] * len(xs), outs)
+        if status:
+            raise LaunchError(f"{self.config.lane}/{self.config.id} refused group_gemm "
+                              f"rows={rows} n={n} k={k} {dtype}: {status_text(status)}")
+        return outs
+
+
 def group_key(config_id: str) -> tuple[str, str]:
-    """The key of a config's grouped launcher (op ``group_gemm``) among a library's kernels;
-    no module built by this version holds one, so a tuned group runs on torch (warned once)."""
+    """The key of a config's grouped launcher (op ``group_gemm``) among a library's kernels."""
     return (GROUP_OP, config_id)
 
 
@@ -262,6 +356,9 @@ def _load(lane: str, arch: str) -> Mapping[str, Kernel] | None:
         kernels.update({bmm_key(layout, c.id): BmmKernel.bind(module, c, layout)
                         for layout, chosen in jit.bmm_configs(lane, arch).items()
                         for c in chosen if codegen.bmm_symbol(c, layout) in module.exports})
+        kernels.update({group_key(c.id): GroupKernel.bind(module, c)
+                        for c in jit.group_configs(lane, arch)
+                        if codegen.group_symbol(c) in module.exports})
         return kernels
 
     return SERVING.load(lane, arch, jit.production_spec, bind)
@@ -273,7 +370,8 @@ def _wanted(lane: str, arch: str) -> tuple[Any, ...]:
     return (*jit.PRODUCTION.wanted(lane, arch),
             *(residual_key(c.id) for c in jit.residual_configs(lane, arch)),
             *(bmm_key(layout, c.id) for layout, chosen in jit.bmm_configs(lane, arch).items()
-              for c in chosen))
+              for c in chosen),
+            *(group_key(c.id) for c in jit.group_configs(lane, arch)))
 
 
 def is_available(config: Config) -> bool:
