@@ -183,6 +183,7 @@ def test_run_sh_knows_the_e2e_phases():
     assert "e2e-tuned" in help_text and "--e2e-replays N" in help_text
     assert "gpu-tests-logsoftmax" in help_text and "bench-logsoftmax" in help_text
     assert "gpu-tests-bmm" in help_text and "bench-bmm" in help_text
+    assert "gpu-tests-group" in help_text
     bad = subprocess.run(["bash", str(run_sh), "--e2e-replays", "0", "e2e"],
                          capture_output=True, text=True, check=False)
     assert bad.returncode == 2 and "--e2e-replays 0 is not a positive count" in bad.stderr

@@ -15,7 +15,8 @@
 #                    and the build's peak-memory test, every sm90 config (OASR_*_COMPILE_SET=all:
 #                    the whole-space modules of the cache); gemm_residual's are
 #                    gpu-tests-residual, gemm_log_softmax's gpu-tests-logsoftmax, bmm's
-#                    gpu-tests-bmm, the W8A8 tests' fp8 rows gpu-tests-fp8
+#                    gpu-tests-bmm, group_gemm's gpu-tests-group, the W8A8 tests' fp8 rows
+#                    gpu-tests-fp8
 #   bench-gemm       benchmarks/gemm_vs_torch.py (--pdl, --bias, --subset, --epilogue)
 #   ncu              Nsight Compute of cuBLAS and oasr kernels at --ncu-shape
 #   bench-scaled-mm  scaled_mm sweep of every tile vs torch, ladder fit, the scaled_mm table
@@ -88,6 +89,12 @@
 #                    selection on 4-D attention views and torch.compile, the counted torch path;
 #                    compiles those 22 units (~2 min on 16 cores) -> one line a test
 #                    (gpu_tests_bmm.log, junit XML beside it; GPU_TESTS_LIMIT, default 400 s)
+#   gpu-tests-group  `pytest -m gpu` of gemm's op group_gemm (test_gemm_group_gpu.py): the
+#                    grouped launchers of 4 split-free sm80_mma configs (CUTLASS 2.x GemmGrouped,
+#                    run on sm90), both dtypes, with and without bias, G = 3, 4, 8 at (256, 256)
+#                    and (1024, 256) with uneven rows incl. 1 and 0 vs fp32, new operands, a
+#                    graph replaying its own records, the op's counted torch path, torch.compile;
+#                    compiles 4 units -> one line a test (gpu_tests_group.log, junit XML beside)
 #   bench-bmm        benchmarks/bmm_vs_torch.py: sm90 configs' batched launchers, both layouts,
 #                    vs torch.bmm, separated, at attention's shapes and a sweep -> h200_bmm.md,
 #                    .jsonl; BMM_CONFIGS picks the configs (default: the lane's default, its
@@ -208,7 +215,7 @@ for phase in "${PHASES[@]}"; do
     gpu-tests-residual|distributed|e2e-compile|e2e-compile-tuned|e2e-compile-fp8) ;;
     heldout-tuned|gpu-tests-families|gpu-tests-logsoftmax|bench-logsoftmax) ;;
     gpu-tests-recurrent|bench-recurrent) ;;
-    gpu-tests-bmm|bench-bmm) ;;
+    gpu-tests-bmm|bench-bmm|gpu-tests-group) ;;
     *) die "unknown phase $phase (see --help)" ;;
   esac
 done
@@ -405,6 +412,19 @@ phase_gpu_tests_bmm() {
     "$(grep -c ' FAILED' "$dir/gpu_tests_bmm.log") failed," \
     "$(grep -c ' SKIPPED' "$dir/gpu_tests_bmm.log") skipped"
   grep -E " FAILED|^(FAILED|ERROR) " "$dir/gpu_tests_bmm.log" | head -10
+}
+
+phase_gpu_tests_group() {
+  local dir=$1 rc
+  el "GPU tests of group_gemm: the 2.x lane's grouped launchers, the op's torch path"
+  OASR_TUNE_SYSTEM_DB=off timeout "${GPU_TESTS_LIMIT:-400}" python3 -m pytest -m gpu \
+    plugins/oasr_gemm/tests/test_gemm_group_gpu.py -v -rfE --tb=short -p no:cacheprovider \
+    --junitxml="$dir/gpu_tests_group.xml" > "$dir/gpu_tests_group.log" 2>&1
+  rc=$?
+  echo "  rc=$rc: $(grep -c ' PASSED' "$dir/gpu_tests_group.log") passed," \
+    "$(grep -c ' FAILED' "$dir/gpu_tests_group.log") failed," \
+    "$(grep -c ' SKIPPED' "$dir/gpu_tests_group.log") skipped"
+  grep -E " FAILED|^(FAILED|ERROR) " "$dir/gpu_tests_group.log" | head -10
 }
 
 phase_bench_bmm() {
