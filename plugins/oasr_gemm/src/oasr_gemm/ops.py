@@ -44,7 +44,14 @@ from oasr_core.types import Tier
 from oasr_gemm import launch
 from oasr_gemm import log_softmax as row_log_softmax
 from oasr_gemm.codegen import DTYPE_CODES
-from oasr_gemm.config_space import BMM_OPS, GROUP_OP, LOG_SOFTMAX_OP, RESIDUAL_OP, has_bmm
+from oasr_gemm.config_space import (
+    BMM_OPS,
+    GROUP_OP,
+    LOG_SOFTMAX_OP,
+    RESIDUAL_OP,
+    has_bmm,
+    has_group,
+)
 from oasr_gemm.launch import SERVING, reserve_workspace
 from oasr_gemm.numerics import ACTIVATIONS, apply_activation
 
@@ -653,8 +660,10 @@ def _plan_group(key: tuple) -> Any:
     group's rows.
 
     As for ``bmm``, the cost-model tier's answer is not served, nor a config without a
-    split-free kernel; a config whose grouped launcher is not in the process's module is
-    warned about once and torch serves."""
+    grouped unit (:func:`oasr_gemm.config_space.has_group`: the split-free 2.x configs; on an
+    sm90 device the tiers' lane is the 3.x one, which has none, so groups run on torch
+    there); a config whose grouped launcher is not in the process's module is warned about
+    once and torch serves."""
     import oasr_core
 
     op, _, tdtype, n, k, rows, dev, ms = key
@@ -662,7 +671,7 @@ def _plan_group(key: tuple) -> Any:
 
     def select() -> Any:
         sel = oasr_core.select("gemm", op, dtype, (n, k), rows, arch)
-        if sel.tier is Tier.MODEL or sel.config is None or not has_bmm(sel.config):
+        if sel.tier is Tier.MODEL or sel.config is None or not has_group(sel.config):
             return None
         return sel.config
 
