@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import json
 from pathlib import Path
+from types import SimpleNamespace
 
 import pytest
 import torch
@@ -16,11 +17,11 @@ from oasr_core import database, stamps
 from oasr_core.census.recorder import ShapeRecorder
 from oasr_core.runtime import get_runtime
 from oasr_core.testing import pretend_cuda_device
-from oasr_core.types import Problem
+from oasr_core.types import Problem, Sentinel
 from torch._subclasses.fake_tensor import FakeTensorMode
 
 import oasr_gemm
-from oasr_gemm import codegen, launch, ops, recorder
+from oasr_gemm import bench, codegen, launch, ops, recorder
 from oasr_gemm import config_space as cs
 from oasr_gemm import feasibility as fe
 
@@ -281,6 +282,45 @@ def test_feasibility_takes_the_split_free_configs_of_the_2x_lane():
     assert not any(fe.supports(c, unaligned) for c in space)
     assert not any(fe.supports(c, problem) for c in cs.space(cs.LANE_SM90))
     assert GROUP in get_runtime().registry.family("gemm").ops
+
+
+# -- the bench case -------------------------------------------------------------------------
+
+def test_bench_rows_split_the_signature_over_the_group():
+    assert bench.group_rows(4000) == (1000, 1000, 1000, 1000)
+    assert bench.group_rows(10) == (3, 3, 2, 2)
+    assert bench.group_rows(2) == (1, 1)
+
+
+def test_the_bench_case_times_the_loop_and_the_grouped_launchers(monkeypatch):
+    from oasr_core.kit import benching
+
+    kernels = {k[1]: v for k, v in _library([]).items()
+               if isinstance(k, tuple) and k[0] == GROUP}
+    other = "b128x128x64_w64x64x64_s3"
+    kernels.pop(other)
+    monkeypatch.setattr(benching, "bench_device", lambda options, full: benching.BenchDevice(
+        torch.device("cpu"), 0, kernels))
+    options = SimpleNamespace(seed=3, lane=cs.LANE_SM80, copies_for=lambda nbytes: 2,
+                              config_of=lambda choice, problem: None
+                              if choice is Sentinel.TORCH else choice)
+    problem = Problem("gemm", GROUP, "bf16", (("N", 48), ("K", 16)), 10)
+    armed = []
+    monkeypatch.setattr(benching, "kernel_arm", lambda prepared, index, operands, out, what:
+                        armed.append((prepared, operands, out)) or (lambda i: None))
+    choices = [Sentinel.TORCH, cs.config(cs.LANE_SM80, TUNED), cs.config(cs.LANE_SM80, other)]
+    case = bench.make_bench(problem, choices, options)
+    assert set(case.arms) == {"torch", TUNED} and case.copies == 2
+    ((prepared, operands, out),) = armed
+    assert list(prepared.rows) == [3, 3, 2, 2] and prepared.prepared.args.m == 10
+    (xs, ws0, bs, outs), (xs1, ws1, _, _) = operands
+    assert xs is xs1 and ws0[0].data_ptr() != ws1[0].data_ptr(), "one weight stack a copy"
+    assert [o.data_ptr() for o in outs] == [out[r].data_ptr() for r in (0, 3, 6, 8)]
+    assert "no group_gemm kernel compiled" in case.rejected[other]
+    got = case.arms["torch"](1)
+    assert got.shape == (10, 48)
+    assert case.gate(got), case.gate(got).reason
+    assert not case.gate(got * 1.01), "a scaled output fails the gate"
 
 
 # -- census ---------------------------------------------------------------------------------

@@ -32,6 +32,13 @@ first signature of the layout; in a pruned build the signature's own module) aga
 ``torch.bmm``, on ``L`` batches of ``M`` rows (:func:`bmm_batches`: the tiers key the op by
 ``L * M``); the second operand takes the weight's place in the L2 rotation. The gate compares
 against the fp32 ``bmm``.
+
+``group_gemm`` times each grouped launcher (:data:`FULL_GROUP`, or the signature's own
+module in a pruned build) against the loop of ``addmm`` the op's torch path runs, on
+:data:`BENCH_GROUPS` problems splitting the signature's rows (:func:`group_rows`: the tiers
+key the op by the rows summed over the group); the group's stacked weights take the weight's
+place in the L2 rotation. The problems' inputs and outputs are row blocks of one tensor each,
+so the gate compares one output against the fp32 linears.
 """
 
 from __future__ import annotations
@@ -43,7 +50,7 @@ from oasr_core.jit.libraries import Libraries
 from oasr_core.kit.serving import LaunchError
 from oasr_core.types import Config, Problem, Sentinel
 
-from oasr_gemm.config_space import BMM_LAYOUTS, BMM_OPS, LOG_SOFTMAX_OP, RESIDUAL_OP
+from oasr_gemm.config_space import BMM_LAYOUTS, BMM_OPS, GROUP_OP, LOG_SOFTMAX_OP, RESIDUAL_OP
 
 BENCH_ACTIVATION = "silu"
 """The activation ``gemm_activation`` is measured with."""
@@ -109,6 +116,36 @@ BMM_LAYOUT_OF = {op: layout for layout, op in BMM_OPS.items()}
 """The layout of each of op ``bmm``'s keyed ops."""
 
 
+def _load_full_group(lane: str, arch: str) -> Mapping[str, Any]:
+    from oasr_core import jit as core_jit
+
+    from oasr_gemm import codegen, jit
+    from oasr_gemm.config_space import has_group
+    from oasr_gemm.launch import GroupKernel
+
+    configs = [c for c in jit.lane_configs(lane, arch) if has_group(c)]
+    if not configs:
+        return {}
+    module = core_jit.load(jit.group_full_spec(lane, arch))
+    return {c.id: GroupKernel.bind(module, c) for c in configs
+            if codegen.group_symbol(c) in module.exports}
+
+
+FULL_GROUP = Libraries(load=_load_full_group)
+"""Every compiled grouped launcher of a lane by config id, loaded once per (lane, arch)."""
+BENCH_GROUPS = 4
+"""Problems a ``group_gemm`` signature is timed with: the attention projections of different
+inputs (``x W_q``, ``x W_k``, ``x W_v``, ``p W_pos``)."""
+
+
+def group_rows(rows: int, groups: int = BENCH_GROUPS) -> tuple[int, ...]:
+    """How a bench splits a ``group_gemm`` signature's ``rows`` over ``groups`` problems:
+    evenly, the remainder on the first ones (fewer problems when there are fewer rows)."""
+    groups = max(1, min(groups, rows))
+    base, extra = divmod(rows, groups)
+    return tuple(base + (g < extra) for g in range(groups))
+
+
 def bmm_batches(n: int, k: int, rows: int) -> tuple[int, int]:
     """``(L, M)``: how a bench lays out ``rows = L * M`` rows of a bmm signature ``(N, K)``.
 
@@ -139,7 +176,26 @@ def bench_modules(lane: str):
                             lane, arch, configs, dtypes, groups),
                         variants={RESIDUAL_OP: residual_bench_modules(lane),
                                   **{BMM_OPS[layout]: bmm_bench_modules(lane, layout)
-                                     for layout in BMM_LAYOUTS}})
+                                     for layout in BMM_LAYOUTS},
+                                  GROUP_OP: group_bench_modules(lane)})
+
+
+def group_bench_modules(lane: str):
+    """The bench modules of ``lane``'s ``group_gemm`` signatures: a module of the timed
+    configs' grouped units, installed into :data:`FULL_GROUP`."""
+    from oasr_core.kit.bench_modules import BenchModules
+
+    from oasr_gemm import codegen, jit
+    from oasr_gemm.config_space import has_group
+    from oasr_gemm.launch import GroupKernel
+
+    def bind(module: Any, configs: Sequence[Config]) -> Mapping[str, Any]:
+        return {c.id: GroupKernel.bind(module, c) for c in configs
+                if has_group(c) and codegen.group_symbol(c) in module.exports}
+
+    return BenchModules(lane=lane, libraries=FULL_GROUP, bind=bind,
+                        spec_of=lambda arch, configs, dtypes, groups=None:
+                        jit.group_bench_spec(lane, arch, configs, dtypes))
 
 
 def bmm_bench_modules(lane: str, layout: str):
@@ -214,6 +270,8 @@ def make_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: 
 
     if problem.op in BMM_LAYOUT_OF:
         return _make_bmm_bench(problem, choices, options)
+    if problem.op == GROUP_OP:
+        return _make_group_bench(problem, choices, options)
     n, k, m = problem.dim("N"), problem.dim("K"), problem.m
     act = BENCH_ACTIVATION if problem.op == "gemm_activation" else None
     fused_residual = problem.op == RESIDUAL_OP
@@ -319,5 +377,56 @@ def _make_bmm_bench(problem: Problem, choices: Sequence[Config | Sentinel], opti
     arms, rejected = benching.choice_arms(problem, choices, options, family="gemm",
                                           torch_arm=lambda: torch_arm, kernel_arm=kernel_arm)
     return BenchCase(arms=arms, copies=copies, weight_bytes=b_bytes, rejected=rejected,
+                     gate=lambda o: numerics.numerics_gate(o, torch_out, ref,
+                                                           dtype=problem.dtype))
+
+
+def _make_group_bench(problem: Problem, choices: Sequence[Config | Sentinel], options: Any):
+    """The bench case of a ``group_gemm`` signature (see the module docstring)."""
+    import torch
+    from oasr_core.bench import BenchCase
+    from oasr_core.kit import benching
+
+    from oasr_gemm import numerics
+
+    n, k, rows = problem.dim("N"), problem.dim("K"), problem.m
+    split = group_rows(rows)
+    groups = len(split)
+    where = benching.bench_device(options, FULL_GROUP)
+    tdtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[problem.dtype]
+    gen = torch.Generator(device=where.device).manual_seed(options.seed)
+    a = torch.randn(rows, k, generator=gen, device=where.device, dtype=tdtype)
+    w = torch.randn(groups, n, k, generator=gen, device=where.device,
+                    dtype=tdtype).mul_(k ** -0.5)
+    bias = torch.randn(groups, n, generator=gen, device=where.device, dtype=tdtype)
+    w_bytes = w.numel() * w.element_size()
+    copies, stacks = benching.weight_copies(w, options, w_bytes)
+    xs, biases = list(a.split(split)), list(bias.unbind(0))
+    weights = [list(s.unbind(0)) for s in stacks]
+    out = torch.empty(rows, n, dtype=tdtype, device=where.device)
+    outs = list(out.split(split))
+    ref = torch.cat([numerics.reference(x, wg, b) for x, wg, b in
+                     zip(xs, weights[0], biases, strict=True)])
+    torch_out = torch.cat([numerics.torch_output(x, wg, b) for x, wg, b in
+                           zip(xs, weights[0], biases, strict=True)])
+
+    def torch_arm(i: int) -> Any:
+        for x, wg, b, o in zip(xs, weights[i], biases, outs, strict=True):
+            torch.addmm(b, x, wg.t(), out=o)
+        return out
+
+    def kernel_arm(cfg: Config) -> benching.Arm:
+        kernel = where.kernels.get(cfg.id)
+        if kernel is None:
+            raise LaunchError(f"{cfg.id} has no group_gemm kernel compiled in the "
+                              f"{options.lane} module")
+        prepared = kernel.prepare(problem.dtype, split, n, k)
+        return benching.kernel_arm(
+            prepared, where.index, [(xs, wi, biases, outs) for wi in weights], out,
+            f"{options.lane}/{cfg.id} refused group_gemm G={groups} rows={rows} n={n} k={k}")
+
+    arms, rejected = benching.choice_arms(problem, choices, options, family="gemm",
+                                          torch_arm=lambda: torch_arm, kernel_arm=kernel_arm)
+    return BenchCase(arms=arms, copies=copies, weight_bytes=w_bytes, rejected=rejected,
                      gate=lambda o: numerics.numerics_gate(o, torch_out, ref,
                                                            dtype=problem.dtype))

@@ -210,6 +210,22 @@ def group_configs(lane: str, arch: str, referenced: Iterable[str] | None = None
     return tuple(c for c in lane_configs(lane, arch) if c.id in wanted and has_group(c))
 
 
+def group_full_spec(lane: str, arch: str):
+    """Every grouped unit of ``lane`` (op ``group_gemm``) that runs on ``arch``, in a module
+    of their own: what an exhaustive build measures a ``group_gemm`` signature from."""
+    return module_spec(lane, arch, (), name=f"{MODULE_PREFIX[lane]}_group",
+                       group=[c for c in lane_configs(lane, arch) if has_group(c)])
+
+
+def group_bench_spec(lane: str, arch: str, configs: Iterable[Config],
+                     dtypes: Sequence[str] | None = None):
+    """The grouped units of ``configs`` (those with one) in one module: what a pruned build
+    compiles to time a ``group_gemm`` signature; ``dtypes`` None compiles every dtype."""
+    wanted = tuple(dtypes) if dtypes else ALL_DTYPES
+    return module_spec(lane, arch, (), name=f"{MODULE_PREFIX[lane]}_group_bench",
+                       dtypes=wanted, group=[c for c in configs if has_group(c)])
+
+
 def _bmm_pairs(chosen: Mapping[str, Iterable[Config]]) -> tuple[tuple[Config, str], ...]:
     return tuple((c, layout) for layout, configs in chosen.items() for c in configs)
 

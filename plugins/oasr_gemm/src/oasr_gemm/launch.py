@@ -262,9 +262,10 @@ class GroupCall:
     def output(self, x: Any, n: int) -> Any:
         return self.prepared.output(x, n)
 
-    def __call__(self, device: int, xs: Any, ws: Any, biases: Any, outs: Any) -> int:
-        """Launch on ``device``'s current stream; the launcher's status (0 = ok). ``biases``
-        holds a tensor for every problem or None for every problem."""
+    def operands(self, xs: Any, ws: Any, biases: Any, outs: Any) -> tuple:
+        """The launcher's operands for these tensors: the addresses of this call's arrays,
+        filled with the tensors' (``biases``: a tensor for every problem or None for every
+        problem), then the group size."""
         ax, aw, ab, ad = self.arrays
         for g in range(self.groups):
             ax[g] = xs[g].data_ptr()
@@ -275,8 +276,16 @@ class GroupCall:
             for g in range(self.groups):
                 ab[g] = biases[g].data_ptr()
         x_addr, w_addr, b_addr, d_addr, rows_addr = self.addresses
-        return self.prepared(device, x_addr, w_addr, b_addr if with_bias else 0, d_addr,
-                             rows_addr, self.groups)
+        return (x_addr, w_addr, b_addr if with_bias else 0, d_addr, rows_addr, self.groups)
+
+    def __call__(self, device: int, xs: Any, ws: Any, biases: Any, outs: Any) -> int:
+        """Launch on ``device``'s current stream; the launcher's status (0 = ok)."""
+        return self.prepared(device, *self.operands(xs, ws, biases, outs))
+
+    def launch(self, device: int, stream: int, xs: Any, ws: Any, biases: Any,
+               outs: Any) -> int:
+        """Launch on the raw ``stream`` of ``device`` (bench arms)."""
+        return self.prepared.launch(device, stream, *self.operands(xs, ws, biases, outs))
 
 
 @attrs.define(eq=False)
