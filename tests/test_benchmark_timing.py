@@ -19,7 +19,7 @@ LABEL = "back to back (launch overlap credited)"
 def scripts():
     return {name: script(name) for name in
             ("graph_timing", "gemm_vs_torch", "scaled_mm_vs_torch", "epilogue_variants",
-             "gemm_log_softmax_vs_torch", "bmm_vs_torch")}
+             "gemm_log_softmax_vs_torch", "bmm_vs_torch", "group_gemm_vs_torch")}
 
 
 def _timer():
@@ -174,6 +174,29 @@ def test_epilogue_variants_options_and_header(scripts):
     assert mod.header(args)[0] == f"- timing mode: {LABEL}"
     assert "graphs of 4 calls" in mod.header(args)[1]
     assert "subtracted" in mod.header(mod.parse_args([]))[0]
+
+
+def test_group_gemm_vs_torch_shapes_and_report(scripts):
+    mod = scripts["group_gemm_vs_torch"]
+    args = mod._args([])
+    points = mod.shapes(args)
+    assert (256, 256, (100, 100, 100, 199), "projections") in points
+    assert {p[3] for p in points} == {"projections", "experts"}
+    assert any(0 in p[2] and 1 in p[2] for p in points), "empty and one-row problems"
+    assert mod.shapes(mod._args(["--shapes", "256x256x5-0-1"])) == [(256, 256, (5, 0, 1),
+                                                                      "given")]
+    with pytest.raises(SystemExit, match="N=250 K=256 G=1 is not a group the kernels take"):
+        mod.shapes(mod._args(["--shapes", "250x256x10"]))
+    with pytest.raises(SystemExit, match="is not NxKxROWS"):
+        mod.shapes(mod._args(["--shapes", "256x256"]))
+    point = {"N": 256, "K": 256, "G": 4, "rows": [100, 100, 100, 199], "M": 499,
+             "kind": "projections", "torch_us": 20.0, "best": "a", "best_us": 16.0,
+             "default_us": 25.0, "failed": ["b: relative error 1 > 4 x torch's 0.001"]}
+    text = mod.report([point], [scripts["graph_timing"].mode_line(False)], "GPU")
+    assert "| 256 | 256 | 4 | 100-100-100-199 | 20.00 | a | 16.00 | 1.250 | 0.800 | 4.1 |" \
+        in text
+    assert "- projections: 1 points" in text and "geomean torch/best 1.250" in text
+    assert "  - b: relative error" in text
 
 
 def test_run_sh_knows_the_e2e_phases():

@@ -95,6 +95,11 @@
 #                    and (1024, 256) with uneven rows incl. 1 and 0 vs fp32, new operands, a
 #                    graph replaying its own records, the op's counted torch path, torch.compile;
 #                    compiles 4 units -> one line a test (gpu_tests_group.log, junit XML beside)
+#   bench-group      benchmarks/group_gemm_vs_torch.py: the grouped launchers of the split-free
+#                    sm80_mma configs (CUTLASS 2.x GemmGrouped on sm90) vs the loop of addmm,
+#                    separated, at attention projections of different inputs and expert-style
+#                    uneven groups -> h200_group_gemm.md, .jsonl; GROUP_CONFIGS picks the
+#                    configs (default: every grouped config, 42 units on sm90)
 #   bench-bmm        benchmarks/bmm_vs_torch.py: sm90 configs' batched launchers, both layouts,
 #                    vs torch.bmm, separated, at attention's shapes and a sweep -> h200_bmm.md,
 #                    .jsonl; BMM_CONFIGS picks the configs (default: the lane's default, its
@@ -215,7 +220,7 @@ for phase in "${PHASES[@]}"; do
     gpu-tests-residual|distributed|e2e-compile|e2e-compile-tuned|e2e-compile-fp8) ;;
     heldout-tuned|gpu-tests-families|gpu-tests-logsoftmax|bench-logsoftmax) ;;
     gpu-tests-recurrent|bench-recurrent) ;;
-    gpu-tests-bmm|bench-bmm|gpu-tests-group) ;;
+    gpu-tests-bmm|bench-bmm|gpu-tests-group|bench-group) ;;
     *) die "unknown phase $phase (see --help)" ;;
   esac
 done
@@ -425,6 +430,16 @@ phase_gpu_tests_group() {
     "$(grep -c ' FAILED' "$dir/gpu_tests_group.log") failed," \
     "$(grep -c ' SKIPPED' "$dir/gpu_tests_group.log") skipped"
   grep -E " FAILED|^(FAILED|ERROR) " "$dir/gpu_tests_group.log" | head -10
+}
+
+phase_bench_group() {
+  local dir=$1
+  el "group_gemm vs the loop of torch linears: projections and uneven groups (separated)"
+  timeout 540 python3 benchmarks/group_gemm_vs_torch.py --jobs 16 \
+    ${GROUP_CONFIGS:+--configs "$GROUP_CONFIGS"} \
+    --out "$dir/h200_group_gemm.md" > "$dir/bench_group.log" 2>&1
+  echo "  rc=$?"; grep -E "^- (projections|experts):" "$dir/h200_group_gemm.md" 2>/dev/null
+  tail -3 "$dir/bench_group.log"
 }
 
 phase_bench_bmm() {
