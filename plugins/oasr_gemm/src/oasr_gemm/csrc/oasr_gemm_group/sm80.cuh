@@ -101,7 +101,7 @@ struct Kernel {
               reinterpret_cast<const void*>(cutlass::Kernel<GemmKernel>), kSmem, dev)) {
         return 0;
       }
-      int per_sm = Device::maximum_active_blocks(kSmem);
+      int per_sm = Device::maximum_active_blocks();
       v = per_sm > 0 ? per_sm * sm_count(dev) : 0;
       cache[dev & 63].store(v, std::memory_order_relaxed);
     }
