@@ -3,8 +3,11 @@
 ``oasr_recurrent.lstm_step(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None)`` is one step of one
 LSTM layer, exactly ``torch.lstm_cell``: ``x (B, I)``, ``h, c (B, H)`` in, ``(h1, c1)``
 out. On CUDA in fp16/bf16 one kernel launch computes the four gates of every hidden unit and
-the pointwise update (fp32 math). ``oasr_recurrent.lstm_layer_step(lstm, x_t, state)`` runs an
-``nn.LSTM`` one token step through it (the RNN-T prediction network while decoding). Each call
+the pointwise update (fp32 math). ``oasr_recurrent.rnn_step(x, h, w_ih, w_hh, b_ih=None,
+b_hh=None, nonlinearity="tanh")`` is one step of one ``nn.RNN`` layer, exactly
+``torch.rnn_tanh_cell`` / ``torch.rnn_relu_cell`` (torch's cell serves it).
+``oasr_recurrent.lstm_layer_step(lstm, x_t, state)`` runs an
+``nn.LSTM`` one token step through ``lstm_step`` (the RNN-T prediction network while decoding). Each call
 shape resolves once per tuning epoch, through ``oasr_core.select``, to a config of the
 device's lane or to torch (every shape no tuning entry covers).
 
@@ -20,12 +23,16 @@ __version__ = "0.1.0"
 
 _OPS = {"lstm_step", "stats", "reset_stats"}
 _LAYER = {"lstm_layer_step"}
+_RNN = {"rnn_step"}
 
-__all__ = ["__version__", *sorted(_OPS | _LAYER)]
+__all__ = ["__version__", *sorted(_OPS | _LAYER | _RNN)]
 
 _from_ops = lazy_attributes(__name__, "ops", _OPS)
 _from_layer = lazy_attributes(__name__, "layer", _LAYER)
+_from_rnn = lazy_attributes(__name__, "rnn", _RNN)
 
 
 def __getattr__(name: str):
+    if name in _RNN:
+        return _from_rnn(name)
     return (_from_layer if name in _LAYER else _from_ops)(name)
