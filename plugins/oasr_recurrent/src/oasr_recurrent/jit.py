@@ -11,6 +11,7 @@ Nothing here runs at import; building happens in :func:`oasr_core.jit.load` call
 from __future__ import annotations
 
 import functools
+from pathlib import Path
 
 from oasr_core.jit import kit
 from oasr_core.kit import ProductionSet
@@ -22,6 +23,9 @@ from oasr_recurrent.ops_names import FAMILY, LANE
 
 MODULE_PREFIX = {LANE: "recurrent_sm80"}
 COMPILE_SET_ENV = "OASR_RECURRENT_COMPILE_SET"
+EQUIVALENTS = Path(__file__).with_name("equivalent_impls.json")
+"""Implementation hashes recorded as building the same machine code as an earlier one
+(:func:`oasr_core.jit.kit.canonical_impl_hash`)."""
 
 PRODUCTION = ProductionSet(family=FAMILY, compile_set_env=COMPILE_SET_ENV, space=space,
                            fits_arch=fits_arch, always=lambda lane, arch: ALWAYS)
@@ -44,10 +48,11 @@ class RecurrentKernelModule(KernelModule):
 def impl_hash() -> str:
     """A short hash of what decides the family's binaries (every config's unit text, the
     flags and the family's headers: :meth:`MODULES.impl_inputs
-    <oasr_core.kit.production.LaneModules.impl_inputs>`) and the kit's headers. A tuning
-    entry measured under another hash is stale."""
+    <oasr_core.kit.production.LaneModules.impl_inputs>`) and the kit's headers, named as
+    ``equivalent_impls.json`` records it. A tuning entry measured under another hash is
+    stale."""
     return kit.impl_hash(MODULES.impl_inputs(codegen.headers()),
-                         [codegen.CSRC / "oasr_recurrent"])
+                         [codegen.CSRC / "oasr_recurrent"], EQUIVALENTS)
 
 
 def soft_validators() -> dict[str, str | None]:

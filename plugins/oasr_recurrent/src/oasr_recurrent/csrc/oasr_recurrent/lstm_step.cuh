@@ -1,4 +1,7 @@
-// oasr_recurrent: one step of one LSTM layer in one launch (torch.lstm_cell's semantics).
+// oasr_recurrent: one step of one recurrent layer in one launch: an LSTM step
+// (torch.lstm_cell's semantics, LstmStep) or an Elman RNN step (torch.rnn_tanh_cell /
+// torch.rnn_relu_cell, RnnStep). One kernel template serves both; its Cell parameter holds
+// the gate rows per hidden unit and the pointwise epilogue.
 //
 // A unit exports, beside the kit's call record (oasr_kit/launcher.cuh):
 //
@@ -32,6 +35,10 @@
 //   3. after one barrier its threads add the partials and both biases and apply the
 //      pointwise update, writing h1 and c1 of its units and rows.
 // So the four gates and the update of a unit never leave the CTA, and one launch does the step.
+//
+// An RNN step is the same with one gate row per unit (w_ih (H, I), w_hh (H, H), biases (H)):
+// h1 = act(x w_ih^T + b_ih + h w_hh^T + b_hh), act tanh or relu (RnnAct); c0 and c1 are
+// unused (null).
 #pragma once
 
 #include <cuda_bf16.h>
@@ -88,6 +95,39 @@ __device__ __forceinline__ void unpack8(uint4 v, float (&f)[kVector]) {
 
 __device__ __forceinline__ float sigmoid(float v) { return 1.f / (1.f + expf(-v)); }
 
+// The LSTM cell: gate rows i, f, g, o per unit; c1 = sigmoid(f) c0 + sigmoid(i) tanh(g),
+// h1 = sigmoid(o) tanh(c1).
+struct LstmCell {
+  static constexpr int kGates = 4;
+  static constexpr bool kCellState = true;
+
+  template <class E, class T>
+  __device__ __forceinline__ static void update(const float (&g)[kGates], size_t at,
+                                                const T* __restrict__ c0, T* __restrict__ h1,
+                                                T* __restrict__ c1) {
+    const float c_new = sigmoid(g[1]) * E::widen(c0[at]) + sigmoid(g[0]) * tanhf(g[2]);
+    c1[at] = E::narrow(c_new);
+    h1[at] = E::narrow(sigmoid(g[3]) * tanhf(c_new));
+  }
+};
+
+enum RnnAct : int32_t { kTanh = 0, kRelu = 1 };
+
+// The Elman RNN cell: one gate row per unit; h1 = act(gate), no cell state.
+template <int Act>
+struct RnnCell {
+  static_assert(Act == kTanh || Act == kRelu, "an RnnAct code");
+  static constexpr int kGates = 1;
+  static constexpr bool kCellState = false;
+
+  template <class E, class T>
+  __device__ __forceinline__ static void update(const float (&g)[kGates], size_t at,
+                                                const T* __restrict__, T* __restrict__ h1,
+                                                T* __restrict__) {
+    h1[at] = E::narrow(Act == kTanh ? tanhf(g[0]) : fmaxf(g[0], 0.f));
+  }
+};
+
 // acc[r] += w[k0 .. k0 + n) . staged row r [offset + k0 ..), over the vectors this warp owns.
 template <class E, int Rows, int KSplit>
 __device__ __forceinline__ void dot_rows(const typename E::T* __restrict__ w, int vectors,
@@ -110,18 +150,20 @@ __device__ __forceinline__ void dot_rows(const typename E::T* __restrict__ w, in
   }
 }
 
-// x (batch, input); h, c0, h1, c1 (batch, hidden); w_ih (4 hidden, input), w_hh (4 hidden,
-// hidden); b_ih, b_hh (4 hidden) or null.
-template <int DType, int Units, int Rows, int Threads, int KSplit,
+// x (batch, input); h, c0, h1, c1 (batch, hidden); w_ih (G hidden, input), w_hh (G hidden,
+// hidden); b_ih, b_hh (G hidden) or null; G = Cell::kGates (c0, c1 unused without a cell
+// state).
+template <class Cell, int DType, int Units, int Rows, int Threads, int KSplit,
           class E = Element<DType>, class T = typename E::T>
 __global__ void __launch_bounds__(Threads)
-    lstm_step_kernel(const T* __restrict__ x, const T* __restrict__ h, const T* __restrict__ c0,
+    cell_step_kernel(const T* __restrict__ x, const T* __restrict__ h, const T* __restrict__ c0,
                      const T* __restrict__ w_ih, const T* __restrict__ w_hh, const T* b_ih,
                      const T* b_hh, T* __restrict__ h1, T* __restrict__ c1, int batch,
                      int input, int hidden) {
   constexpr int kWarps = Threads / 32;
   constexpr int kGroups = kWarps / KSplit;
-  constexpr int kGateRows = 4 * Units;
+  constexpr int kGates = Cell::kGates;
+  constexpr int kGateRows = kGates * Units;
   extern __shared__ __align__(16) unsigned char smem[];
 
   const int stride = input + hidden;  // one staged row: [x | h]
@@ -185,9 +227,9 @@ __global__ void __launch_bounds__(Threads)
     if (unit >= hidden || b >= batch) {
       continue;
     }
-    float g[4];
+    float g[kGates];
 #pragma unroll
-    for (int gate = 0; gate < 4; ++gate) {
+    for (int gate = 0; gate < kGates; ++gate) {
       float sum = 0.f;
 #pragma unroll
       for (int k = 0; k < KSplit; ++k) {
@@ -202,30 +244,28 @@ __global__ void __launch_bounds__(Threads)
       }
       g[gate] = sum;
     }
-    const size_t at = size_t(b) * hidden + unit;
-    const float c_new = sigmoid(g[1]) * E::widen(c0[at]) + sigmoid(g[0]) * tanhf(g[2]);
-    c1[at] = E::narrow(c_new);
-    h1[at] = E::narrow(sigmoid(g[3]) * tanhf(c_new));
+    Cell::template update<E, T>(g, size_t(b) * hidden + unit, c0, h1, c1);
   }
 }
 
-// One config: Units hidden units and Rows batch rows per CTA, Threads threads, KSplit warps
-// per gate row (oasr_recurrent.space).
-template <int DType, int Units, int Rows, int Threads, int KSplit>
-struct LstmStep {
+// One config of one cell: Units hidden units and Rows batch rows per CTA, Threads threads,
+// KSplit warps per gate row (oasr_recurrent.space).
+template <class Cell, int DType, int Units, int Rows, int Threads, int KSplit>
+struct CellStep {
   using T = typename Element<DType>::T;
+  static constexpr int kGates = Cell::kGates;
   static_assert(Threads % 32 == 0 && Threads <= 1024, "whole warps, at most 1024 threads");
   static_assert((Threads / 32) % KSplit == 0, "KSplit divides the warps");
-  static_assert(4 * Units >= (Threads / 32) / KSplit, "every warp group owns a gate row");
+  static_assert(kGates * Units >= (Threads / 32) / KSplit, "every warp group owns a gate row");
 
   static int64_t smem_bytes(int64_t input, int64_t hidden) {
     return int64_t(Rows) * (input + hidden) * int64_t(sizeof(T)) +
-           int64_t(KSplit) * 4 * Units * Rows * int64_t(sizeof(float));
+           int64_t(KSplit) * kGates * Units * Rows * int64_t(sizeof(float));
   }
 
   static bool runs(int64_t batch, int64_t input, int64_t hidden) {
     return batch > 0 && input > 0 && hidden > 0 && input % kVector == 0 &&
-           hidden % kVector == 0 && batch <= INT32_MAX && 4 * hidden <= INT32_MAX &&
+           hidden % kVector == 0 && batch <= INT32_MAX && kGates * hidden <= INT32_MAX &&
            input + hidden <= INT32_MAX && (batch + Rows - 1) / Rows <= 65535 &&
            smem_bytes(input, hidden) <= kSmemCap;
   }
@@ -244,8 +284,8 @@ struct LstmStep {
     if (c == nullptr || !runs(c->m, c->k, c->n)) {
       return kErrShape;
     }
-    if (x == nullptr || h == nullptr || c0 == nullptr || w_ih == nullptr || w_hh == nullptr ||
-        h1 == nullptr || c1 == nullptr) {
+    if (x == nullptr || h == nullptr || w_ih == nullptr || w_hh == nullptr || h1 == nullptr ||
+        (Cell::kCellState && (c0 == nullptr || c1 == nullptr))) {
       return kErrShape;
     }
     // Rows of x, h and the weights are read as 16-byte vectors; the rest element-wise.
@@ -259,10 +299,10 @@ struct LstmStep {
       return kErrDevice;
     }
     const int smem = int(smem_bytes(c->k, c->n));
-    auto kernel = lstm_step_kernel<DType, Units, Rows, Threads, KSplit>;
+    auto kernel = cell_step_kernel<Cell, DType, Units, Rows, Threads, KSplit>;
     // The limit is raised once per device to the cap every supported shape fits under.
     if (smem >= (48 << 10) &&
-        !allow_smem<LstmStep>(reinterpret_cast<const void*>(kernel), int(kSmemCap), dev)) {
+        !allow_smem<CellStep>(reinterpret_cast<const void*>(kernel), int(kSmemCap), dev)) {
       return kErrInit;
     }
     const dim3 grid(unsigned((c->n + Units - 1) / Units), unsigned((c->m + Rows - 1) / Rows));
@@ -274,5 +314,13 @@ struct LstmStep {
     return launch_status();
   }
 };
+
+// The LSTM step of one config (oasr_recurrent.codegen names it).
+template <int DType, int Units, int Rows, int Threads, int KSplit>
+using LstmStep = CellStep<LstmCell, DType, Units, Rows, Threads, KSplit>;
+
+// The Elman RNN step of one config, activation Act (an RnnAct code).
+template <int Act, int DType, int Units, int Rows, int Threads, int KSplit>
+using RnnStep = CellStep<RnnCell<Act>, DType, Units, Rows, Threads, KSplit>;
 
 }  // namespace oasr_recurrent
