@@ -53,3 +53,50 @@ def test_the_c_abi_refuses_without_a_gpu(built):
         rows = config.params["rows"]
         wide = kernel.workspace_fn(64, 4096, 4096, 0)
         assert wide == (0 if rows * 8192 * 2 <= 96 * 1024 else -1), config.id
+
+
+RNN_KINDS = ("u4_r4_t128_s1", "u1_r1_t128_s4")
+"""The lane default and a K split: both build for the one-gate-row cells."""
+
+
+@pytest.fixture(scope="module")
+def rnn_built(tmp_path_factory):
+    from oasr_core.testing import prebuilt_module
+
+    from oasr_recurrent import codegen, lanes
+
+    configs = [lanes.config(LANE, cid) for cid in RNN_KINDS]
+
+    def spec():
+        units = [u for c in configs for cell in ("rnn_tanh_step", "rnn_relu_step")
+                 for u in codegen.cell_units(c, cell, ("fp16",))]
+        return core_jit.JitSpec(name="recurrent_rnn_compile_test",
+                                arch=core_jit.family_target("sm90"), units=tuple(units),
+                                include_dirs=(str(codegen.CSRC),),
+                                extra_flags=codegen.EXTRA_FLAGS)
+
+    for built_spec, report in prebuilt_module(tmp_path_factory, spec):
+        yield configs, built_spec, report
+
+
+def test_the_rnn_units_export_their_launchers_and_take_no_cell_state(rnn_built):
+    import torch
+    from oasr_core.kernel_testing import assert_exports_only_launchers
+
+    from oasr_recurrent.lanes import symbol
+
+    configs, spec, report = rnn_built
+    assert_exports_only_launchers(spec, report)
+    module = core_jit.load(spec, build_missing=False)
+    for config in configs:
+        for cell in ("rnn_tanh_step", "rnn_relu_step"):
+            kernel = Kernel.bind_symbol(module, config, symbol(config, cell))
+            call = call_args(16, 640, 640, "fp16")
+            no_state = (16, 16, 0, 16, 16, 0, 0, 16, 0)  # c0, c1 null: the RNN cell's call
+            if not torch.cuda.is_available():
+                status = kernel.fn(ctypes.addressof(call), *no_state, 0)
+                assert core_jit.kit.STATUS[status] == "no CUDA device", (config.id, cell)
+            no_h1 = (16, 16, 0, 16, 16, 0, 0, 0, 0)
+            assert kernel.fn(ctypes.addressof(call), *no_h1, 0) == 2, "null h1"
+            assert kernel.workspace_fn(16, 640, 640, 0) == 0
+            assert kernel.workspace_fn(16, 644, 640, 0) == -1

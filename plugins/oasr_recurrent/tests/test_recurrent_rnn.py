@@ -119,3 +119,38 @@ def test_autograd_through_the_eager_step_is_torchs():
     w_hh.requires_grad_(True)
     rnn.rnn_step(x, h, w_ih, w_hh, b_ih, b_hh, "relu").sum().backward()
     assert w_hh.grad is not None and w_hh.grad.shape == w_hh.shape
+
+
+def test_the_rnn_units_are_the_lstm_units_with_the_rnn_kernel_types():
+    from oasr_recurrent import codegen, lanes, space
+    from oasr_recurrent.ops_names import LANE
+
+    config = lanes.config(LANE, space.DEFAULT)
+    lstm = codegen.unit_source(config)
+    assert codegen.unit_source(config, cell="lstm_step") == lstm
+    assert "oasr_recurrent::LstmStep<0, 4, 4, 128, 1>" in lstm
+    (unit,) = codegen.cell_units(config, "rnn_relu_step", ("bf16",))
+    assert unit.name == "rnn_relu_step_u4_r4_t128_s1"
+    assert unit.exports == ("oasr_recurrent_sm80_rnn_relu_step_u4_r4_t128_s1",
+                            "oasr_recurrent_sm80_rnn_relu_step_u4_r4_t128_s1_workspace")
+    assert "using K1 = oasr_recurrent::RnnStep<1, 1, 4, 4, 128, 1>;" in unit.source
+    assert "LstmStep" not in unit.source and "K0" not in unit.source
+    tanh = codegen.unit_source(config, cell="rnn_tanh_step")
+    assert "oasr_recurrent::RnnStep<0, 0, 4, 4, 128, 1>" in tanh
+    assert codegen.cell_units(config, "lstm_step") == codegen.jit_units(config)
+
+
+def test_an_rnn_cell_builds_where_every_warp_group_owns_one_of_its_gate_rows():
+    from oasr_recurrent import codegen, lanes, space
+    from oasr_recurrent.ops_names import LANE
+
+    ids = [c.id for c in lanes.space(LANE) if space.cell_feasible(c, "rnn_tanh_step")]
+    assert "u4_r4_t128_s1" in ids and "u1_r1_t128_s4" in ids
+    assert "u1_r1_t128_s1" not in ids and "u2_r1_t256_s2" not in ids
+    assert all(space.cell_feasible(c, "lstm_step") for c in lanes.space(LANE))
+    narrow = lanes.config(LANE, "u1_r1_t128_s1")
+    with pytest.raises(ValueError, match=r"config u1_r1_t128_s1 does not build for "
+                                         r"rnn_relu_step \(too few gate rows"):
+        codegen.cell_units(narrow, "rnn_relu_step")
+    with pytest.raises(KeyError, match="cell 'gru_step' is not one of"):
+        lanes.symbol(narrow, "gru_step")

@@ -6,8 +6,8 @@ out. On CUDA in fp16/bf16 one kernel launch computes the four gates of every hid
 the pointwise update (fp32 math). ``oasr_recurrent.rnn_step(x, h, w_ih, w_hh, b_ih=None,
 b_hh=None, nonlinearity="tanh")`` is one step of one ``nn.RNN`` layer, exactly
 ``torch.rnn_tanh_cell`` / ``torch.rnn_relu_cell`` (torch's cell serves it).
-``oasr_recurrent.lstm_layer_step(lstm, x_t, state)`` runs an
-``nn.LSTM`` one token step through ``lstm_step`` (the RNN-T prediction network while decoding). Each call
+``oasr_recurrent.lstm_layer_step(lstm, x_t, state)`` runs an ``nn.LSTM`` one token step
+through ``lstm_step`` (the RNN-T prediction network while decoding). Each ``lstm_step`` call
 shape resolves once per tuning epoch, through ``oasr_core.select``, to a config of the
 device's lane or to torch (every shape no tuning entry covers).
 

@@ -11,7 +11,7 @@ from __future__ import annotations
 
 from oasr_core.kit.lanes import LaneSpaces
 
-from oasr_recurrent.ops_names import FAMILY, LANES
+from oasr_recurrent.ops_names import CELL_OPS, FAMILY, LANES
 
 # The lane's data and predicates, as the kit's lane_records reads them from this module.
 from oasr_recurrent.space import (  # noqa: F401
@@ -33,10 +33,13 @@ space = SPACES.space
 config = SPACES.config
 
 
-def symbol(config) -> str:
-    """The launcher symbol of ``config``; the workspace query's is this plus
-    ``_workspace``."""
+def symbol(config, cell: str = "lstm_step") -> str:
+    """The launcher symbol of ``config`` for ``cell`` (one of ``CELL_OPS``; the LSTM step's
+    names no cell); the workspace query's is this plus ``_workspace``."""
     if config.lane not in LANES:
         raise KeyError(f"config {config.id!r} belongs to lane {config.lane!r}, not a "
                        f"{FAMILY} lane")
-    return f"oasr_recurrent_sm80_{config.params['unit']}"
+    if cell not in CELL_OPS:
+        raise KeyError(f"cell {cell!r} is not one of {CELL_OPS}")
+    prefix = "" if cell == "lstm_step" else f"{cell}_"
+    return f"oasr_recurrent_sm80_{prefix}{config.params['unit']}"

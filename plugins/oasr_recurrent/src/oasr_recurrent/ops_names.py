@@ -15,3 +15,8 @@ LANE = "sm80_recurrent"
 LANES = (LANE,)
 GATES = 4
 """Gate rows per hidden unit (i, f, g, o: torch's order in ``w_ih`` / ``w_hh``)."""
+CELL_OPS = ("lstm_step", "rnn_tanh_step", "rnn_relu_step")
+"""The cells the lane's kernel template computes (``csrc/oasr_recurrent/lstm_step.cuh``); the
+Elman RNN steps have kernels and units but are not yet ops of :data:`OPS`."""
+CELL_GATES = {"lstm_step": GATES, "rnn_tanh_step": 1, "rnn_relu_step": 1}
+"""Gate rows per hidden unit of each cell."""

@@ -30,7 +30,7 @@ from __future__ import annotations
 from oasr_core.kit.lanes import CUTLASS2_ARCHES
 from oasr_core.types import Config, Problem
 
-from oasr_recurrent.ops_names import FAMILY, GATES, LANE, LANES
+from oasr_recurrent.ops_names import CELL_GATES, FAMILY, GATES, LANE, LANES
 
 ARCHES = {LANE: CUTLASS2_ARCHES}
 """Per lane: sm80, sm86, sm89 and sm90 (the kernels use only CUDA cores and 16-byte loads)."""
@@ -81,6 +81,16 @@ def is_feasible(config: Config) -> bool:
         return False
     warps = threads // 32
     return warps % ksplit == 0 and GATES * units >= warps // ksplit
+
+
+def cell_feasible(config: Config, cell: str) -> bool:
+    """Whether ``config`` builds for ``cell`` (one of ``CELL_OPS``): :func:`is_feasible` and
+    every warp group owning one of the cell's gate rows (``gates * units >= warps /
+    ksplit``; an RNN step has one gate row per unit)."""
+    if not is_feasible(config):
+        return False
+    p = config.params
+    return CELL_GATES[cell] * p["units"] >= p["threads"] // 32 // p["ksplit"]
 
 
 def fits_arch(config: Config, arch: str) -> bool:
