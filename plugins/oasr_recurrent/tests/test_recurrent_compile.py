@@ -63,17 +63,13 @@ RNN_KINDS = ("u4_r4_t128_s1", "u1_r1_t128_s4")
 def rnn_built(tmp_path_factory):
     from oasr_core.testing import prebuilt_module
 
-    from oasr_recurrent import codegen, lanes
+    from oasr_recurrent import lanes
 
     configs = [lanes.config(LANE, cid) for cid in RNN_KINDS]
 
     def spec():
-        units = [u for c in configs for cell in ("rnn_tanh_step", "rnn_relu_step")
-                 for u in codegen.cell_units(c, cell, ("fp16",))]
-        return core_jit.JitSpec(name="recurrent_rnn_compile_test",
-                                arch=core_jit.family_target("sm90"), units=tuple(units),
-                                include_dirs=(str(codegen.CSRC),),
-                                extra_flags=codegen.EXTRA_FLAGS)
+        return jit.cell_spec(configs, ("rnn_tanh_step", "rnn_relu_step"), "sm90",
+                             name="recurrent_rnn_compile_test", dtypes=("fp16",))
 
     for built_spec, report in prebuilt_module(tmp_path_factory, spec):
         yield configs, built_spec, report

@@ -38,6 +38,17 @@ MODULES = LaneModules(production=PRODUCTION, prefix=MODULE_PREFIX, units=codegen
 """The lane's modules (the kit's :class:`~oasr_core.kit.production.LaneModules`)."""
 
 
+def cell_spec(configs, cells, arch: str, *, name: str, dtypes=codegen.DTYPES):
+    """A :class:`oasr_core.jit.JitSpec` linking the units of ``configs`` for each of ``cells``
+    (:func:`oasr_recurrent.codegen.cell_units`; a ``ValueError`` for a config a cell does not
+    build for) on ``arch``: the RNN steps' units, which no production module links yet."""
+    from oasr_core import jit as core_jit
+
+    units = [u for c in configs for cell in cells for u in codegen.cell_units(c, cell, dtypes)]
+    return core_jit.JitSpec(name=name, arch=core_jit.family_target(arch), units=tuple(units),
+                            include_dirs=(str(codegen.CSRC),), extra_flags=codegen.EXTRA_FLAGS)
+
+
 class RecurrentKernelModule(KernelModule):
     """``Lane.jit_module``: the JIT module of one recurrent config."""
 
