@@ -59,11 +59,11 @@ def _shape(t: Any) -> tuple[int, ...]:
     return tuple(t.shape)
 
 
-def check_arguments(x: Any, h: Any, w_ih: Any, w_hh: Any, b_ih: Any, b_hh: Any) -> None:
-    """Raise one ``ValueError`` line naming the first argument whose size disagrees with
-    ``x (B, I)`` / ``h (B, H)`` (the torch cells take batched operands here, as
-    ``lstm_step`` does)."""
-    where = "oasr_recurrent.rnn_step"
+def check_arguments(x: Any, h: Any, w_ih: Any, w_hh: Any, b_ih: Any, b_hh: Any, *,
+                    gates: int = 1, where: str = "oasr_recurrent.rnn_step") -> None:
+    """Raise one ``ValueError`` line, headed ``where``, naming the first argument whose size
+    disagrees with ``x (B, I)`` / ``h (B, H)`` and ``gates`` gate rows per hidden unit (the
+    torch cells take batched operands here, as ``lstm_step`` does)."""
     for name, t in (("x", x), ("h", h), ("w_ih", w_ih), ("w_hh", w_hh)):
         if not isinstance(t, torch.Tensor):
             raise ValueError(f"{where}: {name} must be a tensor; got {type(t).__name__}")
@@ -73,8 +73,9 @@ def check_arguments(x: Any, h: Any, w_ih: Any, w_hh: Any, b_ih: Any, b_hh: Any) 
     hidden, input_size = h.shape[1], x.shape[1]
     if x.shape[0] != h.shape[0]:
         raise ValueError(f"{where}: x {_shape(x)} and h {_shape(h)} disagree on the batch")
-    expected = (("w_ih", w_ih, (hidden, input_size)), ("w_hh", w_hh, (hidden, hidden)),
-                ("b_ih", b_ih, (hidden,)), ("b_hh", b_hh, (hidden,)))
+    rows = gates * hidden
+    expected = (("w_ih", w_ih, (rows, input_size)), ("w_hh", w_hh, (rows, hidden)),
+                ("b_ih", b_ih, (rows,)), ("b_hh", b_hh, (rows,)))
     for name, t, shape in expected:
         if t is not None and (not isinstance(t, torch.Tensor) or _shape(t) != shape):
             got = _shape(t) if isinstance(t, torch.Tensor) else type(t).__name__
