@@ -20,6 +20,9 @@ With CUDA: the models at their own widths on the GPU (by default the batch and f
 ``benchmarks/h200/heldout.sh``'s e2e runs; ``--batch``, ``--frames``), fp16,
 ``torch.inference_mode()``; a forward's host time is from the call to its return, from an
 idle device (the GPU's time is not the subject; ``benchmarks/e2e.py`` times whole forwards).
+No kernel is timed here, so the spec's separator kernel does not apply: each figure is the
+host's wall time of one forward call (forwards run one after another, each starting from an
+idle device), labelled host time in the report.
 Without CUDA: the same code at small widths (d 32, feed-forward 64; host time dominates a
 CPU forward there, as it does a small model's on a GPU), fp16 CPU tensors that report CUDA
 device 0 and a runtime that takes an sm90 device as current, so the ops file their plans

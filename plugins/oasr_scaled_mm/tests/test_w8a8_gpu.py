@@ -27,6 +27,7 @@ plugin alone, as that plugin's own tests do.
 
 from __future__ import annotations
 
+import abc
 import functools
 import importlib
 import math
@@ -44,7 +45,7 @@ accumulation."""
 E4M3_DTYPE = torch.float8_e4m3fn
 
 
-class UnderTest:
+class UnderTest(abc.ABC):
     """One W8A8 format under test: its family's modules and how its outputs are checked."""
 
     name: str
@@ -81,21 +82,21 @@ class UnderTest:
         r = self.reference
         return r.scale(r.exact_acc(a.reshape(-1, a.shape[-1]), w), a_scale, w_scale, bias)
 
+    @abc.abstractmethod
     def mm_want(self, a, w, a_scale, w_scale, bias, out_dtype):
         """What the mm op's output is checked against."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def quant_want(self, value, out_scale):
         """What the quant op's output is checked against, from the fp32 ``value``."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def check(self, got, want, what) -> float:
         """Assert the format's claim of ``got`` against ``want``; the error it measured."""
-        raise NotImplementedError
 
+    @abc.abstractmethod
     def saturated(self, q) -> int:
         """How many of the quant op's outputs ``q`` sit at the saturation value."""
-        raise NotImplementedError
 
     def explain(self, out, op, a, w, a_scale, w_scale, bias) -> str:
         """More words for a bench arm the gate refused."""
