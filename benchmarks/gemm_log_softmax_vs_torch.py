@@ -29,12 +29,12 @@ from __future__ import annotations
 
 import argparse
 import json
-import math
 import random
 import sys
 import time
 from pathlib import Path
 
+import vs_torch
 from graph_timing import GraphArms, add_mode_argument, mode_line
 
 REFERENCE = ((5008, 256), (1024, 256), (1024, 512))
@@ -176,11 +176,6 @@ def _arch() -> str:
     return f"sm{major}{minor}"
 
 
-def _geomean(values) -> float:
-    values = [v for v in values if v and v > 0 and not math.isnan(v)]
-    return math.exp(sum(map(math.log, values)) / len(values)) if values else float("nan")
-
-
 def report(points: list[dict], header: list[str], gpu: str, back_to_back: bool = False) -> str:
     """The markdown report: environment and protocol first, then per kind of head a table
     and a summary."""
@@ -205,14 +200,8 @@ def report(points: list[dict], header: list[str], gpu: str, back_to_back: bool =
                 f"{(p['best_us'] or nan):.2f} | {r:.3f} | {d:.3f} | "
                 f"{s.get('gemm', nan):.2f} + {s.get('rows', nan):.2f} | "
                 f"{s.get('addmm', nan):.2f} + {s.get('log_softmax', nan):.2f} |")
-        ok = [r for r in ratios if not math.isnan(r)]
-        lines += ["", f"- {kind}: {len(rows)} points; faster than torch: "
-                  f"{sum(r > 1 for r in ok)}; >= 5% faster: {sum(r >= 1.05 for r in ok)}; "
-                  f"geomean torch/best {_geomean(ok):.3f}; worst {min(ok, default=nan):.3f}; "
-                  f"best {max(ok, default=nan):.3f}"]
-    failed = sorted({f for p in points for f in p["failed"]})
-    lines += ["", f"- configs failing the numerics gate or refusing somewhere: {len(failed)}",
-              *(f"  - {f}" for f in failed[:40])]
+        lines += vs_torch.summary_lines(kind, len(rows), ratios)
+    lines += vs_torch.failed_lines(points)
     return "\n".join(lines) + "\n"
 
 

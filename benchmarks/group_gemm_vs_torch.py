@@ -28,7 +28,6 @@ Usage (H200; the grouped module comes from the carried JIT cache, or compile it 
 from __future__ import annotations
 
 import argparse
-import math
 import sys
 import time
 
@@ -179,14 +178,8 @@ def report(points: list[dict], header: list[str], gpu: str, back_to_back: bool =
                 f"| {p['N']} | {p['K']} | {p['G']} | {'-'.join(map(str, p['rows']))} | "
                 f"{p['torch_us']:.2f} | {p['best']} | {(p['best_us'] or nan):.2f} | {r:.3f} | "
                 f"{d:.3f} | {tflops:.1f} |")
-        ok = [r for r in ratios if not math.isnan(r)]
-        lines += ["", f"- {kind}: {len(rows)} points; faster than torch: "
-                  f"{sum(r > 1 for r in ok)}; >= 5% faster: {sum(r >= 1.05 for r in ok)}; "
-                  f"geomean torch/best {vs_torch.geomean(ok):.3f}; "
-                  f"worst {min(ok, default=nan):.3f}; best {max(ok, default=nan):.3f}"]
-    failed = sorted({f for p in points for f in p["failed"]})
-    lines += ["", f"- configs failing the numerics gate or refusing somewhere: {len(failed)}",
-              *(f"  - {f}" for f in failed[:40])]
+        lines += vs_torch.summary_lines(kind, len(rows), ratios)
+    lines += vs_torch.failed_lines(points)
     return "\n".join(lines) + "\n"
 
 

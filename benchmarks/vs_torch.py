@@ -178,6 +178,25 @@ def geomean(values: Iterable[float | None]) -> float:
     return math.exp(sum(math.log(v) for v in kept) / len(kept)) if kept else float("nan")
 
 
+def summary_lines(kind: str, count: int, ratios: Iterable[float]) -> list[str]:
+    """A report's closing line of one kind of point: how many, how many faster than torch and
+    by 5 %, the geomean, worst and best of torch / best (NaN ratios left out)."""
+    nan = float("nan")
+    ok = [r for r in ratios if not math.isnan(r)]
+    return ["", f"- {kind}: {count} points; faster than torch: "
+            f"{sum(r > 1 for r in ok)}; >= 5% faster: {sum(r >= 1.05 for r in ok)}; "
+            f"geomean torch/best {geomean(ok):.3f}; "
+            f"worst {min(ok, default=nan):.3f}; best {max(ok, default=nan):.3f}"]
+
+
+def failed_lines(points: Iterable[dict[str, Any]], most: int = 40) -> list[str]:
+    """The configs that failed the numerics gate or refused at any point (``failed`` of each
+    point), the first ``most`` named."""
+    failed = sorted({f for p in points for f in p["failed"]})
+    return ["", f"- configs failing the numerics gate or refusing somewhere: {len(failed)}",
+            *(f"  - {f}" for f in failed[:most])]
+
+
 def ratio(a: float | None, b: float | None) -> float:
     """``a / b``, NaN where either is missing or zero."""
     return a / b if a and b else float("nan")
