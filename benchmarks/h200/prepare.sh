@@ -12,6 +12,11 @@
 #            --configs, the subset module `run.sh --subset` loads; every other family's lanes
 #            whole (`oasr tune prebuild --all`). The cache key names no device, so the GPU
 #            machine finds these libraries
+#   gpu-tests  compile the modules the GPU tests load (gemm's sample, conv1d's depthwise and dense
+#            test modules, the W8A8 whole spaces, conv2d, recurrent, gemm_log_softmax, group_gemm)
+#            into $OASR_JIT_DIR: pytest under benchmarks/h200/compile_gpu_tests.py, which
+#            answers as an sm90 device and compiles each module a test loads instead of running
+#            it, so run.sh's GPU test phases only run tests
 #   pack     .jit-h200.tgz: the newest library of each module in $OASR_JIT_DIR (lib/ only:
 #            the objects stay here), gzipped; run.sh unpacks it into .jit-h200
 # Options:
@@ -33,7 +38,7 @@ while (($#)); do
     --jobs) JOBS=${2:?--jobs needs a number}; shift ;;
     -h|--help) usage; exit 0 ;;
     -*) die "unknown option $1 (see --help)" ;;
-    wheels|jit|pack) STEPS+=("$1") ;;
+    wheels|jit|gpu-tests|pack) STEPS+=("$1") ;;
     *) die "unknown step $1 (see --help)" ;;
   esac
   shift
@@ -74,6 +79,17 @@ step_jit() {
         --arch 9.0a --all --jobs "$JOBS"
     fi
   done
+}
+
+step_gpu_tests() {
+  local paths=(plugins/oasr_gemm/tests/test_gemm_gpu.py plugins/oasr_conv1d/tests
+               plugins/oasr_conv2d/tests plugins/oasr_scaled_mm/tests plugins/oasr_recurrent/tests
+               plugins/oasr_gemm/tests/test_gemm_log_softmax_gpu.py
+               plugins/oasr_gemm/tests/test_gemm_group_gpu.py)
+  echo "prepare.sh: the GPU tests' modules into $OASR_JIT_DIR (sm90, $JOBS nvcc processes)"
+  OASR_CUDA_ARCH_LIST=9.0a OASR_COMPILE_JOBS=$JOBS PYTHONPATH=benchmarks/h200 \
+    python3 -m pytest -m gpu -p compile_gpu_tests -q -p no:cacheprovider "${paths[@]}" \
+    | sed -n '/^compile_gpu_tests:/,$p' || true
 }
 
 step_pack() {
