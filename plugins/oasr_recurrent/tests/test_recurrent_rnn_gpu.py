@@ -87,3 +87,20 @@ def test_every_kind_matches_the_fp32_torch_cell(cid, cell):
                 assert verdict, f"{where}: {verdict.reason}"
                 ran += 1
     assert ran == len(WIDTHS) * len(BATCHES) * 2
+
+
+@pytest.mark.parametrize("cell", list(CELLS))
+def test_a_nan_input_row_stays_nan_as_in_torch(cell):
+    """A NaN in one batch row's input reaches every unit of that row's new state through both
+    activations (relu included: torch.relu keeps a NaN), and no other row."""
+    kernel = _kernels()[(KINDS[0], cell)]
+    x, h, w_ih, w_hh, b_ih, b_hh = operands = _operands(4, 320, 320, "fp16", True, seed=5)
+    x[1, 7] = float("nan")
+    h1 = torch.empty_like(h)
+    status = kernel.prepare(4, 320, 320, "fp16")(
+        x.get_device(), *pointers(x, h, None, w_ih, w_hh, b_ih, b_hh, h1, None))
+    assert status == 0
+    torch.cuda.synchronize()
+    ref = CELLS[cell](*(_f32(t) for t in operands))
+    assert torch.equal(h1.isnan(), ref.isnan())
+    assert bool(h1[1].isnan().all()) and not bool(h1[[0, 2, 3]].isnan().any())

@@ -113,7 +113,10 @@ struct LstmCell {
 
 enum RnnAct : int32_t { kTanh = 0, kRelu = 1 };
 
-// The Elman RNN cell: one gate row per unit; h1 = act(gate), no cell state.
+// The Elman RNN cell: one gate row per unit; h1 = act(gate), no cell state. Its relu keeps a
+// NaN gate NaN, as torch.relu does (fmaxf would return the 0).
+__device__ __forceinline__ float relu_keeping_nan(float x) { return x < 0.f ? 0.f : x; }
+
 template <int Act>
 struct RnnCell {
   static_assert(Act == kTanh || Act == kRelu, "an RnnAct code");
@@ -124,7 +127,7 @@ struct RnnCell {
   __device__ __forceinline__ static void update(const float (&g)[kGates], size_t at,
                                                 const T* __restrict__, T* __restrict__ h1,
                                                 T* __restrict__) {
-    h1[at] = E::narrow(Act == kTanh ? tanhf(g[0]) : fmaxf(g[0], 0.f));
+    h1[at] = E::narrow(Act == kTanh ? tanhf(g[0]) : relu_keeping_nan(g[0]));
   }
 };
 
