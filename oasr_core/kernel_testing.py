@@ -2,12 +2,11 @@
 
 A family's compile tests build a few configs' units with the core JIT on a machine without a
 GPU (:func:`compiled_module`: a fresh JIT directory; :func:`smoke_module`: the suite's
-background prebuild, the root ``conftest.py``'s ``smoke_builds``) and check that the library
-exports each config's launcher and workspace query and nothing else
-(:func:`assert_exports_only_launchers`); each gives a test module its ``built`` fixture and
-that test. Its GPU tests are marked and skipped without a device
-(:func:`gpu_marks`) and run every config of a lane that fits the device's arch
-(:func:`device_config_ids`, :func:`device_arch`).
+background prebuild, :mod:`oasr_core.smoke_builds`) and check that the library exports each
+config's launcher and workspace query and nothing else (:func:`assert_exports_only_launchers`);
+each gives a test module its ``built`` fixture and that test. Its GPU tests are marked and
+skipped without a device (:func:`gpu_marks`) and run every config of a lane that fits the
+device's arch (:func:`device_config_ids`, :func:`device_arch`).
 
 Importing this module imports neither torch nor a plugin; the functions import torch when
 called.
@@ -89,8 +88,8 @@ def compiled_module(modules: Any, lane: str, ids: Sequence[str], *, name: str,
 
 def smoke_module() -> tuple[Callable[..., Any], Callable[..., None]]:
     """``built, test_the_units_export_only_their_launchers = smoke_module()`` in a test module
-    whose ``SMOKE_UNITS()`` names specs for the suite's background prebuild (the root
-    ``conftest.py``'s ``smoke_builds``): ``built``, a module-scoped fixture, gives ``[(spec,
+    whose ``SMOKE_UNITS()`` names specs for the suite's background prebuild (the test
+    kit's :mod:`oasr_core.smoke_builds`): ``built``, a module-scoped fixture, gives ``[(spec,
     report)]`` of those specs, their cache being the process's ``OASR_JIT_DIR`` until it ends;
     the test checks each build and its exports (:func:`assert_exports_only_launchers`)."""
 

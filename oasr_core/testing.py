@@ -61,6 +61,9 @@ from oasr_core.plugins import OasrPluginManager, make_plugin_manager
 from oasr_core.registry import Registry
 from oasr_core.types import Config, Family, Lane, Problem, Sentinel, thaw
 
+pytest_plugins = ["oasr_core.smoke_builds"]
+"""The background nvcc compiles of the suites' ``SMOKE_UNITS`` (the ``smoke_builds`` fixture)."""
+
 FAKE_FAMILY = "fake"
 FAKE_OP = "fake"
 FAKE_LANE = "fake_lane"
