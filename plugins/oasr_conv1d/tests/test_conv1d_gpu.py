@@ -153,8 +153,18 @@ def test_the_op_serves_a_tuned_config_and_matches_torch(tmp_path, monkeypatch):
     assert ops.stats() == {}, "served by the kernel, not torch"
     ref = numerics.reference(x, w, b, 1, 15, 1, 256, "silu")
     assert numerics.numerics_gate(y, numerics.torch_conv(x, w, b, 1, 15, 1, 256, "silu"), ref)
-    ops.conv1d_activation(x, w, b, "gelu", padding=15, groups=256)
-    assert ops.stats() == {"torch:selected": 1}, "no entry for GELU: torch serves it"
+    # No entry for GELU: the untuned route answers. At M = B * T = 1200 it serves the
+    # heuristic's depthwise config (measured to beat torch there); below lanes.UNTUNED_MIN_M
+    # torch serves it, counted.
+    ops.reset_stats()
+    y = ops.conv1d_activation(x, w, b, "gelu", padding=15, groups=256)
+    assert ops.stats() == {}, "the untuned route serves GELU at M 1200 with a kernel"
+    ref = numerics.reference(x, w, b, 1, 15, 1, 256, "gelu")
+    assert numerics.numerics_gate(y, numerics.torch_conv(x, w, b, 1, 15, 1, 256, "gelu"), ref)
+    small = x[:1, :64].contiguous()
+    assert small.shape[0] * small.shape[1] < lanes.UNTUNED_MIN_M
+    ops.conv1d_activation(small, w, b, "gelu", padding=15, groups=256)
+    assert ops.stats() == {"torch:selected": 1}, "no entry, below the untuned M: torch"
 
 
 def test_graph_capture_after_an_eager_warm_up(tmp_path, monkeypatch):
