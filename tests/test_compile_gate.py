@@ -63,6 +63,27 @@ def test_outputs_that_disagree_keep_inductors_graph(monkeypatch) -> None:
     assert gate._relative_error(torch.ones(2), [torch.ones(2), None]) == 0.0
 
 
+def test_a_quantized_rewrite_is_judged_by_the_schemes_error_not_full_precisions(
+        monkeypatch) -> None:
+    # The fp8 rewrite of the wide Conformer on the H200 (h200_compile_conformer_wide_fp8.md):
+    # 8.578 ms against Inductor's unquantized 8.916 ms, outputs 3.4% apart.
+    outs = {gate.KEEP_OASR: [torch.tensor([1.068, 2.0])],
+            gate.KEEP_INDUCTOR: [torch.tensor([1.0, 2.0])]}
+    _scripted(monkeypatch, [8.578] * 5, [8.916] * 5, outs)
+    with pytest.warns(RuntimeWarning, match="outputs differ"):
+        full = gate.choose(lambda *a: None, lambda *a: None, [], sites=48)
+    assert full.keep == "inductor"
+    assert gate.agreement("none") == gate.AGREEMENT
+    bound = gate.agreement("fp8_w8a8")
+    assert bound == gate.QUANTIZED_AGREEMENT == gate.agreement("int8_w8a8")
+    v = gate.choose(lambda *a: None, lambda *a: None, [], sites=48, bound=bound)
+    assert (v.keep, v.oasr_ms, v.inductor_ms) == ("oasr", 8.578, 8.916)
+    outs[gate.KEEP_OASR] = [torch.tensor([1.8, 2.0])]  # past any scheme's error: Inductor's
+    with pytest.warns(RuntimeWarning, match="outputs differ"):
+        assert gate.choose(lambda *a: None, lambda *a: None, [], sites=48,
+                           bound=bound).keep == "inductor"
+
+
 def test_verdicts_are_stored_merged_and_damaged_files_read_as_unknown(tmp_path) -> None:
     path = tmp_path / "gate.json"
     assert gate.recall("a", path) is None
@@ -70,12 +91,14 @@ def test_verdicts_are_stored_merged_and_damaged_files_read_as_unknown(tmp_path) 
     gate.remember("b", gate.Verdict("inductor", 2.0, 1.0, 5, 3, "x"), path)
     assert (gate.recall("a", path), gate.recall("b", path)) == ("oasr", "inductor")
     document = json.loads(path.read_text())
-    assert document["schema_version"] == 1 and document["decisions"]["a"]["oasr_ms"] == 1.0
+    assert document["schema_version"] == 2 and document["decisions"]["a"]["oasr_ms"] == 1.0
     path.write_text("{not json")
     assert gate.recall("a", path) is None
     path.write_text(json.dumps({"schema_version": 99, "decisions": {"a": {"keep": "oasr"}}}))
     assert gate.recall("a", path) is None
-    path.write_text(json.dumps({"schema_version": 1, "decisions": {"a": {"keep": "cudnn"}}}))
+    path.write_text(json.dumps({"schema_version": 1, "decisions": {"a": {"keep": "oasr"}}}))
+    assert gate.recall("a", path) is None  # stored before the quantized bound: measured again
+    path.write_text(json.dumps({"schema_version": 2, "decisions": {"a": {"keep": "cudnn"}}}))
     assert gate.recall("a", path) is None
     gate.remember("a", gate.Verdict("oasr"), path)  # a damaged file is replaced whole
     assert gate.recall("a", path) == "oasr"
@@ -153,6 +176,10 @@ def test_the_backend_builds_both_keeps_the_verdicts_graph_and_then_builds_once(
     monkeypatch.setattr(gate, "measurable", lambda inputs: True)
     times = ([0.9] * 5, [1.0] * 5) if faster == "oasr" else ([1.1] * 5, [1.0] * 5)
     _scripted(monkeypatch, *times)
+    bounds: list = []
+    choose = gate.choose
+    monkeypatch.setattr(gate, "choose", lambda *a, bound, **k: bounds.append(bound) or choose(
+        *a, bound=bound, **k))
     torch.manual_seed(0)
     model = Block().eval().bfloat16()
     x = torch.randn(1, 1024, 256, dtype=torch.bfloat16)
@@ -165,6 +192,7 @@ def test_the_backend_builds_both_keeps_the_verdicts_graph_and_then_builds_once(
         assert built == [["oasr.gemm_activation.default", "oasr.gemm_residual.default"], []]
         [verdict] = backend.verdicts
         assert (verdict.keep, verdict.sites) == (faster, 2)
+        assert bounds == [gate.AGREEMENT]  # full precision: the full-precision bound
         assert float((out.float() - ref.float()).abs().max()) <= 2e-2 * float(ref.abs().max())
         stored = json.loads(gate.decisions_path().read_text())["decisions"]
         assert [d["keep"] for d in stored.values()] == [faster]

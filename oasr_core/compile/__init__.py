@@ -143,7 +143,8 @@ class OasrBackend:
         if sites == 0:
             return rewritten
         inductor = compile_fx(plain, example_inputs)
-        verdict = gate.choose(rewritten, inductor, example_inputs, sites)
+        verdict = gate.choose(rewritten, inductor, example_inputs, sites,
+                              bound=gate.agreement(self.quantization))
         gate.remember(key, verdict)
         self.verdicts.append(verdict)
         return rewritten if verdict.keep == gate.KEEP_OASR else inductor
