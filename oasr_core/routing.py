@@ -39,12 +39,13 @@ The decision reads the current CUDA device's arch (a layer later run on a device
 another arch is, at worst, torch's where a kernel might have served) and is made for the
 ``dtype`` given to :func:`route`.
 
-An ``nn.LSTM`` is routed to the plugins' answer for ``LSTM`` (``oasr_layer``), which carries
-the module's forward (``answer.forward``, ``(layer, input, hx=None)``, bound as the module's
-forward): a recurrent family steps an input of one time step (a transducer's prediction
-network while decoding) through its op and runs every other call (a sequence, a packed or
-bidirectional one, training) with the module's own forward; its ``torch_only`` keeps the
-module's own forward outright where no tier serves any of its layers.
+An ``nn.LSTM`` / ``nn.RNN`` is routed to the plugins' answer for ``LSTM`` / ``RNN``
+(``oasr_layer``; :data:`RECURRENT_KINDS`, all under the ``lstm`` switch of :func:`route`),
+which carries the module's forward (``answer.forward``, ``(layer, input, hx=None)``, bound as
+the module's forward): a recurrent family steps an input of one time step (a transducer's
+prediction network while decoding) through its op and runs every other call (a sequence, a
+packed or bidirectional one, training) with the module's own forward; its ``torch_only``
+keeps the module's own forward outright where no tier serves any of its layers.
 
 With a quantization scheme, an ``nn.LayerNorm`` whose output only routed quantized linears
 read, each as its sole input (found by tracing the model's code,
@@ -175,15 +176,22 @@ def _conv_forward(conv: Any, layer: Any, x: Any) -> Any:
     return conv(xt, layer).transpose(1, 2)
 
 
+RECURRENT_KINDS = ("LSTM", "RNN")
+"""The recurrent layers :func:`route` sends to the plugins' ``oasr_layer`` answer of their
+class name (``nn.LSTM``, ``nn.RNN``): its ``lstm`` switch routes them all."""
+
+
 def route(model: Any, *, dtype: str = "fp16", quantization: str = "none",
           linear: bool = True, conv1d: bool = True, lstm: bool = True,
           pm: Any = None) -> dict[str, int]:
-    """Send ``model``'s ``nn.Linear``, ``nn.Conv1d`` and ``nn.LSTM`` layers through oasr's ops.
+    """Send ``model``'s ``nn.Linear``, ``nn.Conv1d`` and recurrent (``nn.LSTM``, ``nn.RNN``)
+    layers through oasr's ops.
 
     ``dtype`` is the activation dtype the model runs in (``fp16``, ``bf16``);
     ``quantization`` a scheme a W8A8 family serves (``"int8_w8a8"``, ``"fp8_w8a8"``) or
     ``"none"``. Returns how many layers of each kind were routed (``{"Linear": n,
-    "Conv1d": m}``; ``"LSTM"`` when the model holds an ``nn.LSTM`` a plugin serves; and
+    "Conv1d": m}``; ``"LSTM"`` / ``"RNN"`` when the model holds such a layer a plugin serves
+    (``lstm`` switches every recurrent kind, :data:`RECURRENT_KINDS`); and
     with a scheme ``"LayerNorm"``: the norms before quantized linears, see the module
     docstring). A scheme no installed plugin serves raises
     :class:`~oasr_core.errors.ConfigurationError`; a kind no plugin serves is left to torch.
@@ -202,9 +210,10 @@ def route(model: Any, *, dtype: str = "fp16", quantization: str = "none",
                                  "(hook oasr_linear); install a GEMM family plugin")
     conv = served_layers(pm, dtype=dtype, quantization=quantization,
                          kinds=("Conv1d",)).get("Conv1d") if conv1d else None
-    recurrent = served_layers(pm, dtype=dtype, quantization=quantization,
-                              kinds=("LSTM",)).get("LSTM") if lstm else None
-    recurrent_forward = getattr(recurrent, "forward", None)
+    served = served_layers(pm, dtype=dtype, quantization=quantization,
+                           kinds=RECURRENT_KINDS) if lstm else {}
+    recurrent = [(kind, getattr(nn, kind), answer) for kind, answer in served.items()
+                 if getattr(answer, "forward", None) is not None]
     counts = {"Linear": 0, "Conv1d": 0}
     norms = _norms_to_route(model, pm, dtype, quantization) if lin is not None else {}
     if quantization != "none":
@@ -224,10 +233,12 @@ def route(model: Any, *, dtype: str = "fp16", quantization: str = "none",
                   else functools.partial(_conv_forward, conv, module),
                   getattr(conv, "torch_only", None), dtype)
             counts["Conv1d"] += 1
-        elif recurrent_forward is not None and isinstance(module, nn.LSTM):
-            _bind(module, functools.partial(recurrent_forward, module),
-                  getattr(recurrent, "torch_only", None), dtype)
-            counts["LSTM"] = counts.get("LSTM", 0) + 1
+        elif (found := next(((kind, answer) for kind, cls, answer in recurrent
+                             if isinstance(module, cls)), None)) is not None:
+            kind, answer = found
+            _bind(module, functools.partial(answer.forward, module),
+                  getattr(answer, "torch_only", None), dtype)
+            counts[kind] = counts.get(kind, 0) + 1
         elif id(module) in norms:
             module.forward = functools.partial(_norm_forward, norms[id(module)], module)
             counts["LayerNorm"] += 1

@@ -6,7 +6,7 @@ from oasr_core.testing import family_contract
 from oasr_core.types import Sentinel
 
 import oasr_recurrent.hooks
-from oasr_recurrent.ops_names import DIMS, LANE
+from oasr_recurrent.ops_names import DIMS, LANE, OPS
 from oasr_recurrent.space import DEFAULT, make_problem
 
 PROBLEMS = (
@@ -26,7 +26,8 @@ TestRecurrentContract = family_contract(
 
 def test_family_record():
     (family,) = oasr_recurrent.hooks.oasr_register_families()
-    assert family.name == "recurrent" and family.ops == ("lstm_step",)
+    assert family.name == "recurrent" and family.ops == OPS
+    assert OPS == ("lstm_step", "rnn_tanh_step", "rnn_relu_step")
     assert family.dims == DIMS == ("I", "H") and family.dynamic_axis == "M"
     assert not family.exact_points
     assert family.untuned_choice is Sentinel.TORCH and family.fallback is Sentinel.DEFAULT

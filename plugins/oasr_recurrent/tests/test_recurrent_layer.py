@@ -9,7 +9,7 @@ import torch
 from oasr_core.routing import own_forwards, route, through_ops, unroute
 
 from oasr_recurrent import ops
-from oasr_recurrent.layer import layer_widths, lstm_forward, lstm_layer_step, steps, torch_only
+from oasr_recurrent.layer import layer_forward, layer_widths, lstm_layer_step, steps, torch_only
 
 
 def _lstm(input_size=16, hidden=24, layers=2, **kwargs):
@@ -77,7 +77,7 @@ def test_what_the_step_does_not_serve_runs_the_modules_forward():
         torch.manual_seed(3)
         assert torch.equal(y, training(torch.ones(1, 2, 16))[0])
     assert ops.stats() == {}
-    with pytest.raises(ValueError, match=r"^lstm_layer_step: x_t of shape \(2, 3, 16\) is not one "
+    with pytest.raises(ValueError, match=r"^layer_step: x_t of shape \(2, 3, 16\) is not one "
                                          r"step of input size 16 \(batch_first=True\)$"):
         lstm_layer_step(_lstm(batch_first=True), torch.randn(2, 3, 16))
 
@@ -87,13 +87,13 @@ def test_the_routed_forward_steps_only_one_token_inputs():
     ops.reset_stats()
     with torch.no_grad():
         x = torch.randn(4, 1, 16)
-        _equal(lstm_forward(lstm, x), lstm(x))
+        _equal(layer_forward(lstm, x), lstm(x))
         assert ops.stats() == {"torch:cpu": 2}
         ops.reset_stats()
         seq = torch.randn(4, 7, 16)
-        _equal(lstm_forward(lstm, seq), lstm(seq))
+        _equal(layer_forward(lstm, seq), lstm(seq))
         packed = torch.nn.utils.rnn.pack_padded_sequence(seq, [7, 5, 3, 1], batch_first=True)
-        got = lstm_forward(lstm, packed)
+        got = layer_forward(lstm, packed)
         want = lstm(packed)
         assert torch.equal(got[0].data, want[0].data)
     assert ops.stats() == {}, "sequences and packed input are the module's own"

@@ -7,7 +7,7 @@ import pytest
 from oasr_core.types import Config
 
 from oasr_recurrent import codegen, jit, lanes, space
-from oasr_recurrent.ops_names import LANE
+from oasr_recurrent.ops_names import CELL_OPS, LANE
 from oasr_recurrent.space import config, make_problem
 
 
@@ -88,13 +88,56 @@ def test_a_unit_exports_its_launcher_and_workspace_query_for_both_dtypes():
         codegen.unit_source(c, ["fp32"])
 
 
-def test_the_modules_link_one_unit_per_config():
+def _cell_units():
+    return sum(space.cell_feasible(c, cell) for c in lanes.space(LANE) for cell in CELL_OPS)
+
+
+def test_the_modules_link_one_unit_per_config_and_cell():
     full = jit.MODULES.full_spec(LANE, "sm90")
-    assert full.name == "recurrent_sm80" and len(full.units) == len(lanes.space(LANE))
+    assert full.name == "recurrent_sm80" and len(full.units) == _cell_units() == 14 + 2 * 9
     (prod,) = jit.MODULES.lane_specs(LANE, "sm90", "production")
     assert [u.name for u in prod.units] == [space.DEFAULT]
     one = jit.RecurrentKernelModule(lanes.config(LANE, "u2_r1_t256_s2"), "sm90").spec()
-    assert one.name == "recurrent_sm80_u2_r1_t256_s2" and len(one.units) == 1
+    assert one.name == "recurrent_sm80_u2_r1_t256_s2" and len(one.units) == 1  # LSTM only
+    two = jit.RecurrentKernelModule(lanes.config(LANE, "u1_r1_t128_s4"), "sm90").spec()
+    assert [u.name for u in two.units] == ["u1_r1_t128_s4", "rnn_tanh_step_u1_r1_t128_s4",
+                                           "rnn_relu_step_u1_r1_t128_s4"]
+
+
+def test_the_production_module_links_each_ops_configs():
+    """Per op, the configs the tiers name for it: the LSTM step's with the lane default (the
+    module an LSTM-only tier had before), an RNN step's alone, a config that does not build
+    for the cell dropped."""
+    lstm_only = jit.MODULES.production_spec(LANE, "sm90", {"lstm_step": ["u8_r16_t256_s1"]})
+    assert [u.name for u in lstm_only.units] == [space.DEFAULT, "u8_r16_t256_s1"]
+    lstm_units = [u for cid in (space.DEFAULT, "u8_r16_t256_s1")
+                  for u in codegen.jit_units(lanes.config(LANE, cid))]
+    assert lstm_only.name == "recurrent_sm80" and list(lstm_only.units) == lstm_units
+    spec = jit.MODULES.production_spec(
+        LANE, "sm90", {"rnn_tanh_step": ["u1_r1_t128_s4", "u2_r1_t256_s2"],
+                       "rnn_relu_step": ["u1_r1_t128_s4"]})
+    assert [u.name for u in spec.units] == [space.DEFAULT, "rnn_tanh_step_u1_r1_t128_s4",
+                                            "rnn_relu_step_u1_r1_t128_s4"]
+    cells = jit.production_cells(LANE, "sm90", {"rnn_relu_step": ["u1_r1_t128_s4"]})
+    assert {op: [c.id for c in cs] for op, cs in cells.items()} == {
+        "lstm_step": [space.DEFAULT], "rnn_tanh_step": [], "rnn_relu_step": ["u1_r1_t128_s4"]}
+
+
+def test_the_libraries_want_each_ops_units(monkeypatch):
+    """A loaded module is kept while it holds every (op, config) the epoch wants."""
+    from oasr_recurrent import launch
+
+    monkeypatch.setattr(jit, "referenced", lambda lane, arch: {
+        "lstm_step": frozenset(), "rnn_tanh_step": frozenset({"u1_r1_t128_s4"})})
+    wanted = set(jit.wanted(LANE, "sm90"))
+    assert wanted == {("lstm_step", space.DEFAULT), ("rnn_tanh_step", "u1_r1_t128_s4")}
+    assert launch.held({space.DEFAULT: {"lstm_step": 1}, "u1_r1_t128_s4": {
+        "rnn_tanh_step": 1}}) >= wanted
+    assert not launch.held({space.DEFAULT: {"lstm_step": 1}, "u1_r1_t128_s4": {
+        "rnn_relu_step": 1}}) >= wanted
+    monkeypatch.setenv(jit.COMPILE_SET_ENV, "all")
+    assert jit.wanted(LANE, "sm90") == ()
+    assert len(jit.MODULES.production_spec(LANE, "sm90").units) == _cell_units()
 
 
 def test_the_implementation_hash_covers_the_header():
@@ -102,4 +145,4 @@ def test_the_implementation_hash_covers_the_header():
     assert len(first) == 16 and first == jit.soft_validators()["impl_hash"]
     names = [name for name, _data in jit.MODULES.impl_inputs(codegen.headers())]
     assert "header:oasr_recurrent/lstm_step.cuh" in names
-    assert sum(n.startswith("unit:") for n in names) == len(lanes.space(LANE))
+    assert sum(n.startswith("unit:") for n in names) == _cell_units()

@@ -84,7 +84,7 @@ def test_the_ops_plan_selects_the_tiers_config(tmp_path, monkeypatch):
     assert picked.config.id == "u4_r4_t128_s1" and picked.tier.value == "system"
     monkeypatch.setattr(launch.LIBRARIES, "get", lambda lane, arch: None)
     monkeypatch.setattr(ops, "device_arch_of", lambda dev: "sm90")
-    key = (torch.float16, 16, 640, 640, 0)
+    key = ("lstm_step", torch.float16, 16, 640, 640, 0)
     assert ops._plan(key) == "torch", "no module loaded: torch serves"
     assert ops._PLANS.table[key] == "torch"
 

@@ -19,6 +19,7 @@ from oasr_core.jit import kit
 from oasr_core.types import Config
 
 from oasr_recurrent.lanes import symbol
+from oasr_recurrent.ops_names import CELL_OPS
 from oasr_recurrent.space import cell_feasible
 
 CSRC = Path(__file__).resolve().parent / "csrc"
@@ -87,3 +88,10 @@ def cell_units(config: Config, cell: str, dtypes: Iterable[str] = DTYPES) -> lis
                             source=unit_source(config, dtypes, cell),
                             exports=(name, name + "_workspace"))]
 
+
+def config_units(config: Config, dtypes: Iterable[str] = DTYPES) -> list:
+    """Every unit of ``config``: its LSTM step's, then each other cell's it builds for (the
+    units a whole-space module links, and what the implementation hash reads)."""
+    dtypes = tuple(dtypes)
+    return [u for cell in CELL_OPS if cell == "lstm_step" or cell_feasible(config, cell)
+            for u in cell_units(config, cell, dtypes)]

@@ -18,7 +18,7 @@ def oasr_register_lanes():
 
     return lane_records(FAMILY, LANES, lanes, jit_module=jit.RecurrentKernelModule,
                         is_available=launch.is_available,
-                        description="LSTM step: four gates and the update in one launch")
+                        description="recurrent cell step: gates and update in one launch")
 
 
 @hookimpl
@@ -28,21 +28,23 @@ def oasr_register_families():
 
     from oasr_recurrent.ops_names import DIMS, FAMILY, OPS
 
-    # Untuned shapes serve torch (torch.lstm_cell through the op's torch path): nothing
+    # Untuned shapes serve torch (torch's cell through the op's torch path): nothing
     # measured yet says where the lane default beats it, so an uncovered shape is never
     # slower than not installing oasr. Builds partition against the lane default.
     return [family_record(
         "oasr_recurrent", name=FAMILY, ops=OPS, dims=DIMS, **HALF_DTYPES, dynamic_axis="M",
         sentinels={Sentinel.DEFAULT, Sentinel.TORCH}, fallback=Sentinel.DEFAULT,
         untuned=Sentinel.TORCH,
-        description="fp16/bf16 LSTM step (the RNN-T prediction network while decoding)")]
+        description="fp16/bf16 LSTM / RNN cell step (the RNN-T prediction network while "
+                    "decoding)")]
 
 
 @hookimpl
 def oasr_layer(kind, dtype, quantization):
-    """``nn.LSTM`` (kind ``LSTM``) one time step at a time through the family's op
-    (:mod:`oasr_recurrent.layer`, imported on the first call)."""
-    if kind != "LSTM":
+    """``nn.LSTM`` (kind ``LSTM``) and ``nn.RNN`` (kind ``RNN``) one time step at a time
+    through the family's cell ops (:mod:`oasr_recurrent.layer`, imported on the first
+    call)."""
+    if kind not in ("LSTM", "RNN"):
         return None
     from oasr_recurrent.layer import layer_for
 

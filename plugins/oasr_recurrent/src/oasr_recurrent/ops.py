@@ -33,12 +33,12 @@ from oasr_core.kit import TORCH
 from oasr_core.kit.ops import HALF_DTYPES, custom_op, resolve, torch_path
 from oasr_core.runtime import device_arch_of
 
-from oasr_recurrent.launch import SERVING, status_text
+from oasr_recurrent.launch import SERVING, LaunchError, status_text
 from oasr_recurrent.numerics import torch_step
 from oasr_recurrent.ops_names import FAMILY, GATES
 from oasr_recurrent.space import VECTOR
 
-__all__ = ["lstm_step", "stats", "reset_stats", "clear_memo", "check_arguments"]
+__all__ = ["lstm_step", "stats", "reset_stats", "clear_memo", "check_arguments", "serve"]
 
 _compiling = torch.compiler.is_compiling
 _grad_enabled = torch.is_grad_enabled
@@ -85,15 +85,16 @@ def check_arguments(x: Any, h: Any, c: Any, w_ih: Any, w_hh: Any, b_ih: Any,
                              f"H={hidden}; got {got}")
 
 
-def _unsupported(x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w_ih: torch.Tensor,
-                 w_hh: torch.Tensor, b_ih: torch.Tensor | None,
+def _unsupported(x: torch.Tensor, h: torch.Tensor, c: torch.Tensor | None,
+                 w_ih: torch.Tensor, w_hh: torch.Tensor, b_ih: torch.Tensor | None,
                  b_hh: torch.Tensor | None) -> str | None:
     """Why the kernels cannot take these operands (None: they can), as the torch path's
-    reason. ``x`` is on a CUDA device (the caller checked)."""
+    reason. ``x`` is on a CUDA device (the caller checked); ``c`` is None for a cell without
+    a cell state."""
     dtype = x.dtype
     if dtype not in HALF_DTYPES:
         return "dtype"
-    operands = (h, c, w_ih, w_hh) + tuple(b for b in (b_ih, b_hh) if b is not None)
+    operands = (h, w_ih, w_hh) + tuple(t for t in (c, b_ih, b_hh) if t is not None)
     dev = x.get_device()
     for t in operands:
         if t.dtype != dtype:
@@ -115,47 +116,65 @@ def _run(x: torch.Tensor, h: torch.Tensor, c: torch.Tensor, w_ih: torch.Tensor,
          w_hh: torch.Tensor, b_ih: torch.Tensor | None,
          b_hh: torch.Tensor | None) -> tuple[torch.Tensor, torch.Tensor]:
     check_arguments(x, h, c, w_ih, w_hh, b_ih, b_hh)
+    return serve("lstm_step", _torch_path, x, h, c, w_ih, w_hh, b_ih, b_hh)
+
+
+def serve(op: str, torch_path: Any, x: torch.Tensor, h: torch.Tensor, c: torch.Tensor | None,
+          w_ih: torch.Tensor, w_hh: torch.Tensor, b_ih: torch.Tensor | None,
+          b_hh: torch.Tensor | None) -> Any:
+    """One step of the cell ``op`` on checked operands: the tiers' kernel, or
+    ``torch_path(reason, x, h, c, w_ih, w_hh, b_ih, b_hh)`` (the kit's counted torch path)
+    where it cannot or need not serve (module docstring). Returns the op's output: ``(h1,
+    c1)`` for ``lstm_step``, ``h1`` for a cell without a cell state (``c`` None)."""
     dev = x.get_device()
     if dev < 0:
-        return _torch_path("cpu", x, h, c, w_ih, w_hh, b_ih, b_hh)
+        return torch_path("cpu", x, h, c, w_ih, w_hh, b_ih, b_hh)
     batch, input_size = x.shape
     hidden = h.shape[1]
-    key = (x.dtype, batch, input_size, hidden, dev)
+    key = (op, x.dtype, batch, input_size, hidden, dev)
     plan = _PLANS.table.get(key)
     if plan is TORCH:
-        return _torch_path("selected", x, h, c, w_ih, w_hh, b_ih, b_hh)
+        return torch_path("selected", x, h, c, w_ih, w_hh, b_ih, b_hh)
     reason = _unsupported(x, h, c, w_ih, w_hh, b_ih, b_hh)
     if reason is not None:
-        return _torch_path(reason, x, h, c, w_ih, w_hh, b_ih, b_hh)
+        return torch_path(reason, x, h, c, w_ih, w_hh, b_ih, b_hh)
     if plan is None:
         plan = resolve(dev, _plan, key)
         if plan is TORCH:
-            return _torch_path("selected", x, h, c, w_ih, w_hh, b_ih, b_hh)
-    h1, c1 = plan.output(x, hidden), plan.output(x, hidden)
-    status = plan(dev, x.data_ptr(), h.data_ptr(), c.data_ptr(), w_ih.data_ptr(),
-                  w_hh.data_ptr(), 0 if b_ih is None else b_ih.data_ptr(),
-                  0 if b_hh is None else b_hh.data_ptr(), h1.data_ptr(), c1.data_ptr())
+            return torch_path("selected", x, h, c, w_ih, w_hh, b_ih, b_hh)
+    h1 = plan.output(x, hidden)
+    c1 = None if c is None else plan.output(x, hidden)
+    status = plan(dev, x.data_ptr(), h.data_ptr(), 0 if c is None else c.data_ptr(),
+                  w_ih.data_ptr(), w_hh.data_ptr(), 0 if b_ih is None else b_ih.data_ptr(),
+                  0 if b_hh is None else b_hh.data_ptr(), h1.data_ptr(),
+                  0 if c1 is None else c1.data_ptr())
     if status:
-        return _torch_path.refused(key, plan.config, status_text(status),
-                                   f"op=lstm_step B={batch} I={input_size} H={hidden}",
-                                   x, h, c, w_ih, w_hh, b_ih, b_hh)
-    return h1, c1
+        return torch_path.refused(key, plan.config, status_text(status),
+                                  f"op={op} B={batch} I={input_size} H={hidden}",
+                                  x, h, c, w_ih, w_hh, b_ih, b_hh)
+    return h1 if c1 is None else (h1, c1)
 
 
 def _plan(key: tuple) -> Any:
-    """Resolve one call shape: select a config, bind its launcher, prepare the call (the
-    miss path, :func:`oasr_core.kit.ops.resolve`)."""
+    """Resolve one call shape: select a config, bind its launcher for the op, prepare the
+    call (the miss path, :func:`oasr_core.kit.ops.resolve`)."""
     import oasr_core
 
-    tdtype, batch, input_size, hidden, dev = key
+    op, tdtype, batch, input_size, hidden, dev = key
     dtype, arch = HALF_DTYPES[tdtype], device_arch_of(dev)
+
+    def prepare(cells: Any) -> Any:
+        kernel = cells.get(op)
+        if kernel is None:
+            raise LaunchError(f"the loaded module has no {op} unit of this config")
+        return kernel.prepare(batch, input_size, hidden, dtype)
+
     return SERVING.plan(
         key, arch,
-        select=lambda: oasr_core.select(FAMILY, "lstm_step", dtype, (input_size, hidden),
+        select=lambda: oasr_core.select(FAMILY, op, dtype, (input_size, hidden),
                                         batch, arch).config,
-        kernel_key=lambda config: config.id,
-        prepare=lambda kernel: kernel.prepare(batch, input_size, hidden, dtype),
-        what=f"op=lstm_step {dtype} I={input_size} H={hidden}")
+        kernel_key=lambda config: config.id, prepare=prepare,
+        what=f"op={op} {dtype} I={input_size} H={hidden}")
 
 
 def _fake(x, h, c, w_ih, w_hh, b_ih, b_hh):

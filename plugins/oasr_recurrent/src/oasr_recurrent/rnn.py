@@ -7,10 +7,12 @@ one ``nn.RNN`` layer: ``x (B, I)``, ``h (B, H)``, ``w_ih (H, I)``, ``w_hh (H, H)
 Arguments whose sizes disagree raise one ``ValueError`` line naming the argument; a
 nonlinearity other than ``tanh`` / ``relu`` raises one naming it.
 
-The steps are keyed as the ops ``rnn_tanh_step`` and ``rnn_relu_step`` (:data:`OPS`, dims
-``I``, ``H``, ``M`` = the batch). No kernel of the family computes them yet, so every call is
-the torch path, counted on the family's counters (:func:`oasr_recurrent.ops.stats`) by reason:
-``cpu`` for CPU tensors, ``no_kernel`` for every other call.
+The steps are the family's ops ``rnn_tanh_step`` and ``rnn_relu_step`` (:data:`OPS`, dims
+``I``, ``H``, ``M`` = the batch), served as ``lstm_step`` is (:func:`oasr_recurrent.ops.
+serve`): a call shape resolves once per tuning epoch through ``oasr_core.select`` to a config
+of the lane (one launch of its RNN unit) or to torch's cell: every shape no tuning entry
+covers, and what the kernels do not take (CPU tensors, fp32, ..., autograd), counted on the
+family's counters (:func:`oasr_recurrent.ops.stats`) by reason.
 
 ``torch.ops.oasr.rnn_tanh_step`` and ``torch.ops.oasr.rnn_relu_step`` are the same steps
 registered with ``torch.library`` (with fake implementations), so they trace under
@@ -19,12 +21,15 @@ registered with ``torch.library`` (with fake implementations), so they trace und
 
 from __future__ import annotations
 
+import functools
 from typing import Any
 
 import torch
 from oasr_core.kit.ops import custom_op, torch_path
 
+from oasr_recurrent import numerics
 from oasr_recurrent.launch import SERVING
+from oasr_recurrent.ops import serve
 
 __all__ = ["NONLINEARITIES", "OPS", "check_arguments", "op_of", "rnn_step", "torch_cell"]
 
@@ -50,9 +55,9 @@ def torch_cell(nonlinearity: str, x: Any, h: Any, w_ih: Any, w_hh: Any, b_ih: An
     return _CELLS[nonlinearity](x, h, w_ih, w_hh, b_ih, b_hh)
 
 
-_torch_path = torch_path(SERVING, torch_cell)
-"""``_torch_path(reason, nonlinearity, x, h, w_ih, w_hh, b_ih, b_hh)``: the torch cell,
-counted."""
+_TORCH_PATHS = {op: torch_path(SERVING, functools.partial(numerics.torch_cell, op))
+                for op in OPS}
+"""Per op, ``path(reason, x, h, None, w_ih, w_hh, b_ih, b_hh)``: the torch cell, counted."""
 
 
 def _shape(t: Any) -> tuple[int, ...]:
@@ -97,8 +102,8 @@ def _run(nonlinearity: str, x: torch.Tensor, h: torch.Tensor, w_ih: torch.Tensor
          w_hh: torch.Tensor, b_ih: torch.Tensor | None,
          b_hh: torch.Tensor | None) -> torch.Tensor:
     check_arguments(x, h, w_ih, w_hh, b_ih, b_hh)
-    reason = "cpu" if x.get_device() < 0 else "no_kernel"
-    return _torch_path(reason, nonlinearity, x, h, w_ih, w_hh, b_ih, b_hh)
+    op = op_of(nonlinearity)
+    return serve(op, _TORCH_PATHS[op], x, h, None, w_ih, w_hh, b_ih, b_hh)
 
 
 def _fake(x, h, w_ih, w_hh, b_ih, b_hh):

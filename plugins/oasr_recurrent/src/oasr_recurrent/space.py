@@ -1,4 +1,5 @@
-"""The lstm_step config space of the family's lane, as data, and its feasibility rules.
+"""The config space of the family's lane (one space for every cell op), as data, and its
+feasibility rules.
 
 Every config is an :class:`oasr_core.types.Config` whose ``params`` name each kernel
 parameter (``csrc/oasr_recurrent/lstm_step.cuh`` says what each does), so a tuning file reads
@@ -20,9 +21,10 @@ tile), and a K split where the rows are too few to keep every warp busy.
 Static rules (:func:`is_feasible`): the parameters' ranges, ``ksplit`` dividing the warps,
 and every warp group owning at least one gate row (``4 * units >= warps / ksplit``).
 
-Per problem (:func:`supports`): ``I`` and ``H`` multiples of 8 (16-byte rows of fp16/bf16
-weights and states), and the CTA's staged inputs (``rows`` rows of ``x`` and ``h``, fp16/bf16)
-plus its fp32 partial sums within :data:`SMEM_CAP`.
+Per problem (:func:`supports`, whose ``op`` names the cell): the config building for the cell
+(:func:`cell_feasible`), ``I`` and ``H`` multiples of 8 (16-byte rows of fp16/bf16 weights and
+states), and the CTA's staged inputs (``rows`` rows of ``x`` and ``h``, fp16/bf16) plus its
+fp32 partial sums (one per accumulated row of the cell) within :data:`SMEM_CAP`.
 """
 
 from __future__ import annotations
@@ -30,7 +32,7 @@ from __future__ import annotations
 from oasr_core.kit.lanes import CUTLASS2_ARCHES
 from oasr_core.types import Config, Problem
 
-from oasr_recurrent.ops_names import CELL_GATES, FAMILY, GATES, LANE, LANES
+from oasr_recurrent.ops_names import CELL_ROWS, FAMILY, GATES, LANE, LANES
 
 ARCHES = {LANE: CUTLASS2_ARCHES}
 """Per lane: sm80, sm86, sm89 and sm90 (the kernels use only CUDA cores and 16-byte loads)."""
@@ -85,12 +87,12 @@ def is_feasible(config: Config) -> bool:
 
 def cell_feasible(config: Config, cell: str) -> bool:
     """Whether ``config`` builds for ``cell`` (one of ``CELL_OPS``): :func:`is_feasible` and
-    every warp group owning one of the cell's gate rows (``gates * units >= warps /
-    ksplit``; an RNN step has one gate row per unit)."""
+    every warp group owning one of the cell's accumulated rows (``rows * units >= warps /
+    ksplit``, ``CELL_ROWS``; an RNN step has one per unit)."""
     if not is_feasible(config):
         return False
     p = config.params
-    return CELL_GATES[cell] * p["units"] >= p["threads"] // 32 // p["ksplit"]
+    return CELL_ROWS[cell] * p["units"] >= p["threads"] // 32 // p["ksplit"]
 
 
 def fits_arch(config: Config, arch: str) -> bool:
@@ -98,12 +100,13 @@ def fits_arch(config: Config, arch: str) -> bool:
     return is_feasible(config) and arch in ARCHES[config.lane]
 
 
-def smem(config: Config, input_size: int, hidden: int) -> int:
-    """Shared memory of ``config`` at ``(I, H)``: its rows of ``x`` and ``h`` (16-bit) and the
-    fp32 partial sums of its gate rows (one per K-split warp)."""
+def smem(config: Config, input_size: int, hidden: int, cell: str = "lstm_step") -> int:
+    """Shared memory of ``config`` at ``(I, H)`` for ``cell``: its rows of ``x`` and ``h``
+    (16-bit) and the fp32 partial sums of the cell's accumulated rows (one per K-split
+    warp)."""
     p = config.params
     staged = p["rows"] * (input_size + hidden) * ELEMENT_BYTES
-    partials = p["ksplit"] * GATES * p["units"] * p["rows"] * 4
+    partials = p["ksplit"] * CELL_ROWS[cell] * p["units"] * p["rows"] * 4
     return staged + partials
 
 
@@ -114,15 +117,17 @@ def shape_ok(input_size: int, hidden: int) -> bool:
 
 
 def supports(config: Config, problem: Problem) -> bool:
-    """Per-problem predicate: ``config`` can run ``problem`` (dims ``I``, ``H``; ``m`` = B)."""
+    """Per-problem predicate: ``config`` can run ``problem`` (its op a cell of ``CELL_ROWS``,
+    dims ``I``, ``H``; ``m`` = B)."""
     i, h = problem.dim("I"), problem.dim("H")
-    return (problem.m >= 1 and shape_ok(i, h) and is_feasible(config)
-            and smem(config, i, h) <= SMEM_CAP)
+    return (problem.m >= 1 and problem.op in CELL_ROWS and shape_ok(i, h)
+            and cell_feasible(config, problem.op) and smem(config, i, h, problem.op) <= SMEM_CAP)
 
 
-def make_problem(input_size: int, hidden: int, batch: int, dtype: str = "fp16") -> Problem:
-    """The :class:`~oasr_core.types.Problem` of one ``lstm_step`` call (``m`` = the batch)."""
+def make_problem(input_size: int, hidden: int, batch: int, dtype: str = "fp16",
+                 op: str = "lstm_step") -> Problem:
+    """The :class:`~oasr_core.types.Problem` of one ``op`` call (``m`` = the batch)."""
     from oasr_recurrent.ops_names import DIMS
 
-    return Problem(family=FAMILY, op="lstm_step", dtype=dtype,
+    return Problem(family=FAMILY, op=op, dtype=dtype,
                    dims=tuple(zip(DIMS, (input_size, hidden), strict=True)), m=batch)
