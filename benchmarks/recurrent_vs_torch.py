@@ -1,20 +1,21 @@
-"""Every compiled lstm_step config and the served op against torch's LSTM step, in one run.
+"""Every compiled config of each recurrent op and the served ops against torch's cells, in one
+run.
 
 The RNN-T prediction network decodes one token step at a time, B hypotheses together. Per
-point (an LSTM layer's widths ``I x H`` and a batch ``B``; ``--widths``, ``--batches``), fp16
-by default:
+op (``--ops``: ``lstm_step``, ``rnn_tanh_step``, ``rnn_relu_step``) and point (a layer's
+widths ``I x H`` and a batch ``B``; ``--widths``, ``--batches``), fp16 by default:
 
 - every config of the lane that supports the problem is first run once and checked by the
   family's numerics gate (a failing config is reported and dropped);
 - arms timed as CUDA graphs of ``--graph-calls`` calls, in the same process: each config's
-  prepared launch, ``torch`` (``torch.lstm_cell``: the op's torch path), ``nn.LSTM`` (a
-  one-layer ``nn.LSTM`` of the same widths over one time step with its state: what a
-  decoder calls without oasr, cuDNN on the GPU) and ``served`` (``oasr_recurrent.lstm_step``
-  as the loaded tiers serve it: torch where no entry covers the shape). A screening round over
-  all arms, then ``--reps`` interleaved, shuffled rounds of the ``--top`` fastest configs and
-  the fixed arms; medians per call. Each call is followed by a tiny unrelated kernel whose
-  separately measured cost is subtracted (``graph_timing.py``; ``--back-to-back`` turns that
-  off). Ratios are torch / x (> 1: faster than torch).
+  prepared launch, ``torch`` (the op's torch path: ``torch.lstm_cell``, ``torch.rnn_tanh_cell``,
+  ``torch.rnn_relu_cell``), ``module`` (a one-layer ``nn.LSTM`` / ``nn.RNN`` of the same
+  widths over one time step with its state: what a decoder calls without oasr, cuDNN on the
+  GPU) and ``served`` (the op as the loaded tiers serve it: torch where no entry covers the
+  shape). A screening round over all arms, then ``--reps`` interleaved, shuffled rounds of the
+  ``--top`` fastest configs and the fixed arms; medians per call. Each call is followed by a
+  tiny unrelated kernel whose separately measured cost is subtracted (``graph_timing.py``;
+  ``--back-to-back`` turns that off). Ratios are torch / x (> 1: faster than torch).
 
 Then the eager host cost per decoding step (``--host-steps`` steps of the reference
 prediction networks' LSTMs, 1 x 640 and 2 x 320, at each batch): wall microseconds per step
@@ -47,6 +48,10 @@ from graph_timing import GraphArms, mode_line
 WIDTHS = "320x320,640x640,640x1024,256x320,512x1024,1024x1024"
 BATCHES = "1,4,16,64"
 PREDICTORS = (("rnnt_predictor 1x640", 640, 640, 1), ("rnnt_predictor_2x320", 320, 320, 2))
+OPS = "lstm_step,rnn_tanh_step,rnn_relu_step"
+TORCH_CELL = {"lstm_step": "torch.lstm_cell", "rnn_tanh_step": "torch.rnn_tanh_cell",
+              "rnn_relu_step": "torch.rnn_relu_cell"}
+"""The op's torch path, as the report names it."""
 
 
 def _args(argv):
@@ -54,6 +59,7 @@ def _args(argv):
     vs_torch.add_run_arguments(p, graph_calls=16)
     p.add_argument("--widths", default=WIDTHS, help="comma list of IxH")
     p.add_argument("--batches", default=BATCHES, help="comma list of B")
+    p.add_argument("--ops", default=OPS, help="comma list of the ops timed")
     p.add_argument("--host-steps", type=int, default=2000)
     p.add_argument("--host-config", default="u4_r4_t128_s1",
                    help="the config a user tier names for the host-cost loop")
@@ -69,14 +75,16 @@ def _specs(arch):
 
 
 def _kernels(specs, arch):
-    """Every compiled config; installed as the op's library so ``served`` runs from it."""
+    """Every compiled config's launchers per op (``{id: {op: Kernel}}``); installed as the
+    ops' library so ``served`` runs from it."""
     from oasr_recurrent import jit, launch
-    from oasr_recurrent.lanes import symbol
     from oasr_recurrent.ops_names import LANE
 
+    from oasr_core import jit as core_jit
+
     (spec,) = specs
-    kernels = vs_torch.bind_compiled(spec, jit.lane_configs(LANE, arch), launch.Kernel.bind,
-                                     symbol)
+    kernels = launch.bind_module(core_jit.load(spec, build_missing=False),
+                                 jit.lane_configs(LANE, arch))
     launch.LIBRARIES.install(LANE, arch, kernels)
     return kernels
 
@@ -88,40 +96,71 @@ def _points(run, args):
 
     points = []
     with torch.no_grad():
-        for width in args.widths.split(","):
-            input_size, hidden = (int(v) for v in width.split("x"))
-            for batch in (int(b) for b in args.batches.split(",")):
-                p = _point(run.kernels, input_size, hidden, batch, args, run.rng, run.timer)
-                points.append(p)
-                print(f"I={input_size} H={hidden} B={batch}: torch {p['torch_us']:.2f} us, "
-                      f"nn.LSTM {p['lstm_us']:.2f} us, best {p['best']} "
-                      f"{p['best_us'] or float('nan'):.2f} us, served {p['served']} "
-                      f"{p['served_us']:.2f} us", flush=True)
-                run.jsonl.add(p)
+        for op in args.ops.split(","):
+            for width in args.widths.split(","):
+                input_size, hidden = (int(v) for v in width.split("x"))
+                for batch in (int(b) for b in args.batches.split(",")):
+                    p = _point(run.kernels, op, input_size, hidden, batch, args, run.rng,
+                               run.timer)
+                    points.append(p)
+                    print(f"{op} I={input_size} H={hidden} B={batch}: torch "
+                          f"{p['torch_us']:.2f} us, module {p['module_us']:.2f} us, best "
+                          f"{p['best']} {p['best_us'] or float('nan'):.2f} us, served "
+                          f"{p['served']} {p['served_us']:.2f} us", flush=True)
+                    run.jsonl.add(p)
     return points
 
 
-def _point(kernels, input_size, hidden, batch, args, rng, timer):
+def _module(op, input_size, hidden, tdtype, w_ih, w_hh, b_ih, b_hh):
+    """A one-layer ``nn.LSTM`` / ``nn.RNN`` of ``op``'s cell holding the given weights."""
+    import torch
+
+    if op == "lstm_step":
+        module = torch.nn.LSTM(input_size, hidden, 1)
+    else:
+        module = torch.nn.RNN(input_size, hidden, 1, nonlinearity=op.split("_")[1])
+    module = module.cuda().to(tdtype).eval()
+    with torch.no_grad():
+        module.weight_ih_l0.copy_(w_ih)
+        module.weight_hh_l0.copy_(w_hh)
+        module.bias_ih_l0.copy_(b_ih)
+        module.bias_hh_l0.copy_(b_hh)
+    return module
+
+
+def _served(op):
+    """``op`` as a function of the family's operands ``(x, h, c, w_ih, w_hh, b_ih, b_hh)``."""
+    from oasr_recurrent import ops, rnn
+
+    if op == "lstm_step":
+        return ops.lstm_step
+    nonlinearity = op.split("_")[1]
+    return lambda x, h, _c, *weights: rnn.rnn_step(x, h, *weights, nonlinearity=nonlinearity)
+
+
+def _point(kernels, op, input_size, hidden, batch, args, rng, timer):
     import torch
     from oasr_recurrent import launch, numerics, ops, space
 
     import oasr_core
 
     tdtype = {"fp16": torch.float16, "bf16": torch.bfloat16}[args.dtype]
-    problem = space.make_problem(input_size, hidden, batch, args.dtype)
+    problem = space.make_problem(input_size, hidden, batch, args.dtype, op=op)
     operands = numerics.make_operands(batch, input_size, hidden, args.dtype, device="cuda",
-                                      seed=args.seed + batch * 31 + hidden)
+                                      seed=args.seed + batch * 31 + hidden, op=op)
     x, h, c, w_ih, w_hh, b_ih, b_hh = operands
-    ref = numerics.reference(*operands)
-    base = numerics.stacked(*numerics.torch_step(*operands))
+    ref = numerics.reference(*operands, op=op)
+    base = numerics.judged(numerics.torch_cell(op, *operands))
     dev = torch.cuda.current_device()
     out = torch.empty((2, batch, hidden), dtype=tdtype, device="cuda")
+    outputs = (out[0], out[1] if c is not None else None)
     arms, failed = {}, []
-    for cid, kernel in kernels.items():
-        if not space.supports(kernel.config, problem):
+    for cid, cells in kernels.items():
+        kernel = cells.get(op)
+        if kernel is None or not space.supports(kernel.config, problem):
             continue
         try:
-            verdict = numerics.numerics_gate(numerics.stacked(*kernel.run(*operands)), base,
+            verdict = numerics.numerics_gate(numerics.judged(kernel.run(*operands)), base,
                                              ref, dtype=args.dtype)
         except launch.LaunchError as exc:
             failed.append(f"{cid}: {exc}")
@@ -130,34 +169,31 @@ def _point(kernels, input_size, hidden, batch, args, rng, timer):
             failed.append(f"{cid}: {verdict.reason}")
             continue
         prepared = kernel.prepare(batch, input_size, hidden, args.dtype)
-        ptrs = launch.pointers(*operands, out[0], out[1])
+        ptrs = launch.pointers(*operands, *outputs)
         arms[cid] = (lambda pc=prepared, q=ptrs: pc.launch(
             dev, torch._C._cuda_getCurrentRawStream(dev), *q))
-    lstm = torch.nn.LSTM(input_size, hidden, 1).cuda().to(tdtype).eval()
-    with torch.no_grad():
-        lstm.weight_ih_l0.copy_(w_ih)
-        lstm.weight_hh_l0.copy_(w_hh)
-        lstm.bias_ih_l0.copy_(b_ih)
-        lstm.bias_hh_l0.copy_(b_hh)
-    x_seq, state = x.unsqueeze(0), (h.unsqueeze(0), c.unsqueeze(0))
+    module = _module(op, input_size, hidden, tdtype, w_ih, w_hh, b_ih, b_hh)
+    x_seq = x.unsqueeze(0)
+    state = (h.unsqueeze(0), c.unsqueeze(0)) if c is not None else h.unsqueeze(0)
+    served = _served(op)
     ops.reset_stats()
-    served_gate = numerics.numerics_gate(numerics.stacked(*ops.lstm_step(*operands)), base, ref,
+    served_gate = numerics.numerics_gate(numerics.judged(served(*operands)), base, ref,
                                          dtype=args.dtype)
     served_on = "torch" if ops.stats() else oasr_core.select(
-        "recurrent", "lstm_step", args.dtype, (input_size, hidden), batch).choice_id
+        "recurrent", op, args.dtype, (input_size, hidden), batch).choice_id
     graphs = GraphArms(args.graph_calls, back_to_back=args.back_to_back, timer=timer)
-    graphs.add("torch", lambda: numerics.torch_step(*operands))
-    graphs.add("nn.LSTM", lambda: lstm(x_seq, state))
-    graphs.add("served", lambda: ops.lstm_step(*operands))
+    graphs.add("torch", lambda: numerics.torch_cell(op, *operands))
+    graphs.add("module", lambda: module(x_seq, state))
+    graphs.add("served", lambda: served(*operands))
     for cid, fn in arms.items():
         graphs.add(cid, fn)
-    screen, per_call, best = graphs.screened(("torch", "nn.LSTM", "served"), args.top,
+    screen, per_call, best = graphs.screened(("torch", "module", "served"), args.top,
                                              args.reps, rng)
     graphs.release()
     weight_bytes = (w_ih.numel() + w_hh.numel()) * w_ih.element_size()
     return {
-        "I": input_size, "H": hidden, "B": batch, "dtype": args.dtype,
-        "torch_us": per_call["torch"], "lstm_us": per_call["nn.LSTM"],
+        "op": op, "I": input_size, "H": hidden, "B": batch, "dtype": args.dtype,
+        "torch_us": per_call["torch"], "module_us": per_call["module"],
         "served_us": per_call["served"], "served": served_on, "served_gate": bool(served_gate),
         "best": best, "best_us": per_call.get(best) if best else None,
         "best_gbps": weight_bytes / (per_call[best] * 1e3) if best else None,
@@ -245,7 +281,7 @@ def _host_cost(args, arch):
 
 
 def _report(points, host, header, build_lines, gpu):
-    lines = [f"# lstm_step vs torch ({gpu})", "", *header, "", "## Eager host cost per "
+    lines = [f"# recurrent steps vs torch ({gpu})", "", *header, "", "## Eager host cost per "
              "decoding step", "", "| model | B | nn.LSTM wall us | oasr wall us | nn.LSTM / oasr |"
              " nn.LSTM issue us | oasr issue us | oasr fallbacks |", "|---|---|---|---|---|---|"
              "---|---|"]
@@ -255,29 +291,39 @@ def _report(points, host, header, build_lines, gpu):
                      f"{vs_torch.ratio(r['nn.LSTM_wall_us'], r['oasr_wall_us']):.2f}x | "
                      f"{r['nn.LSTM_issue_us']:.2f} | {r['oasr_issue_us']:.2f} | "
                      f"{r['oasr_fallbacks'] or 'none'} |")
-    best = [p["torch_us"] / p["best_us"] for p in points if p["best_us"]]
-    lstm = [p["lstm_us"] / p["best_us"] for p in points if p["best_us"]]
-    served = [p["torch_us"] / p["served_us"] for p in points]
-    lines += ["", "## Summary (GPU time per call, CUDA graphs)", "",
-              f"- best config / torch.lstm_cell: geomean {vs_torch.geomean(best):.3f}x, min "
-              f"{min(best, default=float('nan')):.3f}x, max {max(best, default=float('nan')):.3f}x",
-              f"- best config / nn.LSTM one step: geomean {vs_torch.geomean(lstm):.3f}x",
-              f"- served / torch.lstm_cell: geomean {vs_torch.geomean(served):.3f}x", "",
-              "## Build", "", *build_lines, "", "## Points", "",
-              "| I x H | B | torch us | nn.LSTM us | best | best us | best/torch | best/nn.LSTM |"
-              " weights GB/s | served | served us | gated out |",
-              "|---|---|---|---|---|---|---|---|---|---|---|---|"]
-    for p in points:
-        lines.append(
-            f"| {p['I']}x{p['H']} | {p['B']} | {p['torch_us']:.2f} | {p['lstm_us']:.2f} | "
-            f"{p['best']} | {p['best_us'] or float('nan'):.2f} | "
-            f"{vs_torch.ratio(p['torch_us'], p['best_us']):.3f}x | "
-            f"{vs_torch.ratio(p['lstm_us'], p['best_us']):.3f}x | "
-            f"{p['best_gbps'] or float('nan'):.0f} | "
-            f"{p['served']}{'' if p['served_gate'] else ' (GATE FAILED)'} | "
-            f"{p['served_us']:.2f} | {len(p['failed'])} |")
-    lines += vs_torch.refused_section(points, lambda p: f"{p['I']}x{p['H']} B={p['B']}")
-    return "\n".join(lines) + "\n"
+    ops = list(dict.fromkeys(p["op"] for p in points))
+    lines += ["", "## Summary (GPU time per call, CUDA graphs)", ""]
+    for op in ops:
+        mine = [p for p in points if p["op"] == op]
+        cell, module = TORCH_CELL[op], "nn.LSTM" if op == "lstm_step" else "nn.RNN"
+        best = [p["torch_us"] / p["best_us"] for p in mine if p["best_us"]]
+        vs_module = [p["module_us"] / p["best_us"] for p in mine if p["best_us"]]
+        served = [p["torch_us"] / p["served_us"] for p in mine]
+        lines += [f"- {op}: best config / {cell}: geomean {vs_torch.geomean(best):.3f}x, min "
+                  f"{min(best, default=float('nan')):.3f}x, max "
+                  f"{max(best, default=float('nan')):.3f}x",
+                  f"- {op}: best config / {module} one step: geomean "
+                  f"{vs_torch.geomean(vs_module):.3f}x",
+                  f"- {op}: served / {cell}: geomean {vs_torch.geomean(served):.3f}x"]
+    lines += ["", "## Build", "", *build_lines, "", "## Points", ""]
+    for op in ops:
+        lines += [f"### {op}", "",
+                  "| I x H | B | torch us | module us | best | best us | best/torch | "
+                  "best/module | weights GB/s | served | served us | gated out |",
+                  "|---|---|---|---|---|---|---|---|---|---|---|---|"]
+        for p in (p for p in points if p["op"] == op):
+            lines.append(
+                f"| {p['I']}x{p['H']} | {p['B']} | {p['torch_us']:.2f} | "
+                f"{p['module_us']:.2f} | {p['best']} | {p['best_us'] or float('nan'):.2f} | "
+                f"{vs_torch.ratio(p['torch_us'], p['best_us']):.3f}x | "
+                f"{vs_torch.ratio(p['module_us'], p['best_us']):.3f}x | "
+                f"{p['best_gbps'] or float('nan'):.0f} | "
+                f"{p['served']}{'' if p['served_gate'] else ' (GATE FAILED)'} | "
+                f"{p['served_us']:.2f} | {len(p['failed'])} |")
+        lines.append("")
+    lines += vs_torch.refused_section(points,
+                                      lambda p: f"{p['op']} {p['I']}x{p['H']} B={p['B']}")
+    return "\n".join(lines).rstrip("\n") + "\n"
 
 
 def main(argv=None) -> int:
@@ -294,7 +340,8 @@ def main(argv=None) -> int:
     header = [mode_line(args.back_to_back),
               f"- lane sm80_recurrent on {run.arch}; dtype {args.dtype}; graph of "
               f"{args.graph_calls} calls, L2 warm (one weight copy); {args.reps} rounds for "
-              f"the top {args.top} + torch, nn.LSTM, served",
+              f"the top {args.top} + torch, the module (nn.LSTM / nn.RNN), served; ops "
+              f"{args.ops}",
               f"- eager host loop: {args.host_steps} steps per arm, synchronised once; the "
               f"routed LSTM's tier names {args.host_config}",
               f"- torch {torch.__version__} (CUDA {torch.version.cuda}, cuDNN "

@@ -153,14 +153,16 @@
 #                    (--e2e-budget each; the build compiles what it measures and the production
 #                    modules its tables name), then the e2e bench of each model with that tier,
 #                    graph and eager (h200_e2e_heldout_<model>_tuned.md, the tables beside them)
-#   gpu-tests-recurrent  the recurrent family: its lane's whole-space module on sm90 (14 small
-#                    units, seconds on 16 cores), `pytest -m gpu plugins/oasr_recurrent` (every
-#                    config at the prediction networks' widths x B 1, 3, 16, 64 vs fp32, graphs,
-#                    the op through the tiers, a routed nn.LSTM decoding; gpu_tests_recurrent.log)
-#   bench-recurrent  benchmarks/recurrent_vs_torch.py: every lstm_step config, torch.lstm_cell,
-#                    nn.LSTM's one step and the served op at 6 widths x B 1, 4, 16, 64, separated;
-#                    the eager host cost per decoding step of the reference prediction networks,
-#                    nn.LSTM against the routed module (recurrent_vs_torch.md, .jsonl)
+#   gpu-tests-recurrent  the recurrent family: its lane's whole-space module on sm90 (32 small
+#                    units: every cell's, seconds on 16 cores), `pytest -m gpu plugins/oasr_recurrent`
+#                    (every config of each cell at the prediction networks' widths vs fp32, graphs,
+#                    the ops through the tiers, a routed nn.LSTM / nn.RNN decoding;
+#                    gpu_tests_recurrent.log)
+#   bench-recurrent  benchmarks/recurrent_vs_torch.py: every config of each op (lstm_step,
+#                    rnn_tanh_step, rnn_relu_step), torch's cell, nn.LSTM's / nn.RNN's one step and
+#                    the served op at 6 widths x B 1, 4, 16, 64, separated; the eager host cost per
+#                    decoding step of the reference prediction networks, nn.LSTM against the
+#                    routed module (recurrent_vs_torch.md, .jsonl)
 #   gpu-tests-families  `pytest -m gpu` of gemm, conv1d, conv2d, scaled_mm (int8) and its fp8 rows,
 #                    each family its own run and time limit (GPU_TESTS_LIMIT, default 300 s),
 #                    one line a test (gpu_tests_<family>.log, junit XML beside it), so a run cut
@@ -904,7 +906,7 @@ phase_gpu_tests_recurrent() {
   timeout 300 python3 benchmarks/recurrent_vs_torch.py --prebuild-only --jobs 16 \
     > "$dir/prebuild_recurrent.log" 2>&1
   echo "  rc=$?"; tail -3 "$dir/prebuild_recurrent.log"; rm -f "$dir/prebuild_recurrent.log"
-  el "GPU tests of the recurrent plugin (every config, graphs, the op through the tiers, a routed LSTM)"
+  el "GPU tests of the recurrent plugin (every config, graphs, the op through the tiers, a routed LSTM and RNN)"
   OASR_TUNE_SYSTEM_DB=off timeout "${GPU_TESTS_LIMIT:-300}" python3 -m pytest -m gpu \
     plugins/oasr_recurrent/tests -v -rfE --tb=short -p no:cacheprovider \
     > "$dir/gpu_tests_recurrent.log" 2>&1
@@ -919,7 +921,7 @@ phase_bench_recurrent() {
   local dir=$1
   local -x OASR_RECURRENT_COMPILE_SET=all
   el "recurrent_vs_torch (served = torch untuned: no table ships)"
-  OASR_TUNE_SYSTEM_DB=off timeout 500 python3 benchmarks/recurrent_vs_torch.py --jobs 16 \
+  OASR_TUNE_SYSTEM_DB=off timeout 1200 python3 benchmarks/recurrent_vs_torch.py --jobs 16 \
     --out "$dir/recurrent_vs_torch.md" > "$dir/recurrent_vs_torch.log" 2>&1
   echo "  rc=$?"; sed -n '/^## Eager host cost/,/^## Build/p' "$dir/recurrent_vs_torch.md" \
     2>/dev/null

@@ -1,11 +1,12 @@
-"""GPU tests of the Elman RNN step kernels (run on the H200 with ``pytest -m gpu``; the run's
+"""GPU tests of the Elman RNN steps (run on the H200 with ``pytest -m gpu``; the run's
 ``gpu-tests-recurrent`` phase collects them with the family's other GPU tests).
 
-The RNN units of a few configs of every kind (one row per CTA, a K split, many rows) are
-built into one module (:func:`oasr_recurrent.jit.cell_spec`); each runs a tanh and a relu
-step at (I, H) in {(320, 320), (640, 640)} and B in {1, 16}, both dtypes, with and without
-biases, against the fp32 torch cell of the same operands and through the family's numerics
-gate against torch's own half-precision cell.
+Every config that builds for the RNN cells (the lane's whole-space module: one row per CTA, a
+K split, many rows) runs a tanh and a relu step at (I, H) in {(320, 320), (640, 640)} and B
+in {1, 16}, both dtypes, with and without biases, against the fp32 torch cell of the same
+operands and through the family's numerics gate against torch's own half-precision cell.
+Then the ops as served (torch untuned, the kernel a user-tier entry names, captured in a CUDA
+graph) and a routed ``nn.RNN`` decoding token by token against its torch self.
 """
 
 from __future__ import annotations
@@ -14,20 +15,21 @@ import functools
 
 import pytest
 import torch
-from oasr_core.kernel_testing import device_arch, gpu_marks
+from oasr_core.kernel_testing import device_arch, device_config_ids, gpu_marks
 
-from oasr_recurrent import jit, lanes, numerics
+from oasr_recurrent import jit, lanes, numerics, ops, space
 from oasr_recurrent.launch import pointers
 from oasr_recurrent.ops_names import LANE
 
 pytestmark = gpu_marks()
-KINDS = ("u4_r1_t128_s1", "u1_r1_t128_s4", "u4_r4_t128_s1", "u8_r16_t256_s1")
 CELLS = {"rnn_tanh_step": torch.rnn_tanh_cell, "rnn_relu_step": torch.rnn_relu_cell}
+KINDS = tuple(cid for cid in device_config_ids(jit.PRODUCTION, LANE)
+              if space.cell_feasible(lanes.config(LANE, cid), "rnn_tanh_step"))
+"""Every config of the device's space that builds for the RNN cells (9 of the 14)."""
 WIDTHS = ((320, 320), (640, 640))
 BATCHES = (1, 16)
 TOLERANCE = {"fp16": (2e-3, 2e-3), "bf16": (1.6e-2, 1e-2)}
 """(atol, rtol): the fp32 step rounded once to the dtype."""
-TDTYPE = {"fp16": torch.float16, "bf16": torch.bfloat16}
 
 
 @functools.cache
@@ -36,25 +38,17 @@ def _kernels():
 
     from oasr_recurrent.launch import Kernel
 
-    configs = [lanes.config(LANE, cid) for cid in KINDS]
-    module = core_jit.load(jit.cell_spec(configs, tuple(CELLS), device_arch(),
-                                         name="recurrent_rnn_gpu_test"))
-    return {(c.id, cell): Kernel.bind_symbol(module, c, lanes.symbol(c, cell))
-            for c in configs for cell in CELLS}
+    module = core_jit.load(jit.MODULES.full_spec(LANE, device_arch()))
+    return {(cid, cell): Kernel.bind(module, lanes.config(LANE, cid), cell)
+            for cid in KINDS for cell in CELLS}
 
 
 def _operands(batch, input_size, hidden, dtype, bias, seed):
-    gen = torch.Generator().manual_seed(seed)
-    bound = hidden ** -0.5
-
-    def uniform(*shape, scale=1.0):
-        t = (torch.rand(*shape, generator=gen) * 2 - 1) * scale
-        return t.to(device="cuda", dtype=TDTYPE[dtype])
-
-    return (uniform(batch, input_size), uniform(batch, hidden),
-            uniform(hidden, input_size, scale=bound), uniform(hidden, hidden, scale=bound),
-            uniform(hidden, scale=bound) if bias else None,
-            uniform(hidden, scale=bound) if bias else None)
+    """``(x, h, w_ih, w_hh, b_ih, b_hh)`` of an RNN step on the GPU (the family's operands)."""
+    x, h, _c, w_ih, w_hh, b_ih, b_hh = numerics.make_operands(
+        batch, input_size, hidden, dtype, bias=bias, device="cuda", seed=seed,
+        op="rnn_tanh_step")
+    return x, h, w_ih, w_hh, b_ih, b_hh
 
 
 def _f32(t):
@@ -104,3 +98,83 @@ def test_a_nan_input_row_stays_nan_as_in_torch(cell):
     ref = CELLS[cell](*(_f32(t) for t in operands))
     assert torch.equal(h1.isnan(), ref.isnan())
     assert bool(h1[1].isnan().all()) and not bool(h1[[0, 2, 3]].isnan().any())
+
+
+def _user_tier(tmp_path, monkeypatch, op, signatures, config_id):
+    """A user tier naming ``config_id`` for ``op`` at every batch of ``signatures``."""
+    import oasr_core
+    from oasr_core.testing import write_system_table
+
+    from oasr_recurrent import hooks
+
+    (family,) = hooks.oasr_register_families()
+    write_system_table(tmp_path, family, LANE, device_arch(),
+                       {config_id: lanes.config(LANE, config_id)},
+                       {f"recurrent|op={op}|dt=half|I={i}|H={h}":
+                        {"regions": [[None, config_id]]} for i, h in signatures})
+    monkeypatch.setenv("OASR_TUNE_USER_DB", str(tmp_path / "system"))
+    oasr_core.reload()
+
+
+@pytest.mark.parametrize("cell", list(CELLS))
+def test_the_op_serves_torch_untuned_and_the_tiers_kernel_when_tuned(tmp_path, monkeypatch,
+                                                                     cell):
+    import oasr_recurrent
+
+    nonlinearity = cell.split("_")[1]
+    x, h, w_ih, w_hh, b_ih, b_hh = operands = _operands(16, 640, 640, "fp16", True, seed=9)
+    ops.reset_stats()
+    want = oasr_recurrent.rnn_step(*operands, nonlinearity=nonlinearity)
+    assert ops.stats() == {"torch:selected": 1}
+    _user_tier(tmp_path, monkeypatch, cell, [(640, 640)], "u4_r4_t128_s1")
+    ops.reset_stats()
+    h1 = oasr_recurrent.rnn_step(*operands, nonlinearity=nonlinearity)
+    assert ops.stats() == {}, "the tier's kernel served"
+    torch.testing.assert_close(h1.float(), want.float(), atol=4e-3, rtol=4e-3)
+    graph = torch.cuda.CUDAGraph()
+    with torch.cuda.graph(graph):
+        captured = getattr(torch.ops.oasr, cell)(*operands)
+    graph.replay()
+    torch.cuda.synchronize()
+    assert torch.equal(captured, h1)
+    ops.reset_stats()
+    oasr_recurrent.rnn_step(x.float(), h.float(), w_ih.float(), w_hh.float(), b_ih.float(),
+                            b_hh.float(), nonlinearity)
+    oasr_recurrent.rnn_step(x, h.t().contiguous().t(), w_ih, w_hh, b_ih, b_hh, nonlinearity)
+    assert ops.stats() == {"torch:dtype": 1, "torch:noncontiguous": 1}
+
+
+@pytest.mark.parametrize("nonlinearity", ["tanh", "relu"])
+@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
+def test_a_routed_rnn_decodes_like_torch(tmp_path, monkeypatch, dtype, nonlinearity):
+    from oasr_core.routing import route, unroute
+
+    _user_tier(tmp_path, monkeypatch, f"rnn_{nonlinearity}_step", [(320, 640), (640, 640)],
+               "u4_r1_t128_s1")
+    torch.manual_seed(0)
+    plain = torch.nn.RNN(320, 640, 2, nonlinearity=nonlinearity, batch_first=True)
+    plain = plain.cuda().to(dtype).eval()
+    routed = torch.nn.Sequential(torch.nn.RNN(320, 640, 2, nonlinearity=nonlinearity,
+                                              batch_first=True)).cuda().to(dtype).eval()
+    routed[0].load_state_dict(plain.state_dict())
+    name = "fp16" if dtype is torch.float16 else "bf16"
+    assert route(routed, dtype=name, linear=False, conv1d=False)["RNN"] == 1
+    assert "forward" in routed[0].__dict__, "a tier serves its layers: routed"
+    embed = torch.randn(100, 320, device="cuda", dtype=dtype)
+    tokens = torch.zeros(4, 1, dtype=torch.long, device="cuda")
+    ours = theirs = None
+    ops.reset_stats()
+    atol = 2e-2 if dtype is torch.float16 else 6e-2
+    with torch.no_grad():
+        for step in range(12):
+            x = embed[tokens]
+            y, ours = routed[0](x, ours)
+            y2, theirs = plain(x, theirs)
+            torch.testing.assert_close(y, y2, atol=atol, rtol=atol,
+                                       msg=lambda m, s=step: f"step {s}: {m}")
+            tokens = (y2[:, 0, :100].argmax(-1, keepdim=True)) % 100
+        assert ops.stats() == {}, "every layer step launched the kernel"
+        seq = torch.randn(4, 9, 320, device="cuda", dtype=dtype)
+        torch.testing.assert_close(routed[0](seq)[0], plain(seq)[0])
+        assert ops.stats() == {}, "a sequence is the module's own forward, not the op's"
+    unroute(routed)
