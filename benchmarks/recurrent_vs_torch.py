@@ -2,14 +2,16 @@
 run.
 
 The RNN-T prediction network decodes one token step at a time, B hypotheses together. Per
-op (``--ops``: ``lstm_step``, ``rnn_tanh_step``, ``rnn_relu_step``) and point (a layer's
-widths ``I x H`` and a batch ``B``; ``--widths``, ``--batches``), fp16 by default:
+op (``--ops``: ``lstm_step``, ``rnn_tanh_step``, ``rnn_relu_step``, ``gru_step``) and point
+(a layer's widths ``I x H`` and a batch ``B``; ``--widths``, ``--batches``), fp16 by
+default:
 
 - every config of the lane that supports the problem is first run once and checked by the
   family's numerics gate (a failing config is reported and dropped);
 - arms timed as CUDA graphs of ``--graph-calls`` calls, in the same process: each config's
   prepared launch, ``torch`` (the op's torch path: ``torch.lstm_cell``, ``torch.rnn_tanh_cell``,
-  ``torch.rnn_relu_cell``), ``module`` (a one-layer ``nn.LSTM`` / ``nn.RNN`` of the same
+  ``torch.rnn_relu_cell``, ``torch.gru_cell``), ``module`` (a one-layer ``nn.LSTM`` /
+  ``nn.RNN`` / ``nn.GRU`` of the same
   widths over one time step with its state: what a decoder calls without oasr, cuDNN on the
   GPU) and ``served`` (the op as the loaded tiers serve it: torch where no entry covers the
   shape). A screening round over all arms, then ``--reps`` interleaved, shuffled rounds of the
@@ -48,10 +50,13 @@ from graph_timing import GraphArms, mode_line
 WIDTHS = "320x320,640x640,640x1024,256x320,512x1024,1024x1024"
 BATCHES = "1,4,16,64"
 PREDICTORS = (("rnnt_predictor 1x640", 640, 640, 1), ("rnnt_predictor_2x320", 320, 320, 2))
-OPS = "lstm_step,rnn_tanh_step,rnn_relu_step"
+OPS = "lstm_step,rnn_tanh_step,rnn_relu_step,gru_step"
 TORCH_CELL = {"lstm_step": "torch.lstm_cell", "rnn_tanh_step": "torch.rnn_tanh_cell",
-              "rnn_relu_step": "torch.rnn_relu_cell"}
+              "rnn_relu_step": "torch.rnn_relu_cell", "gru_step": "torch.gru_cell"}
 """The op's torch path, as the report names it."""
+MODULE = {"lstm_step": "nn.LSTM", "rnn_tanh_step": "nn.RNN", "rnn_relu_step": "nn.RNN",
+          "gru_step": "nn.GRU"}
+"""The module whose one step the op computes, as the report names it."""
 
 
 def _args(argv):
@@ -112,11 +117,12 @@ def _points(run, args):
 
 
 def _module(op, input_size, hidden, tdtype, w_ih, w_hh, b_ih, b_hh):
-    """A one-layer ``nn.LSTM`` / ``nn.RNN`` of ``op``'s cell holding the given weights."""
+    """A one-layer ``nn.LSTM`` / ``nn.RNN`` / ``nn.GRU`` of ``op``'s cell holding the given
+    weights."""
     import torch
 
-    if op == "lstm_step":
-        module = torch.nn.LSTM(input_size, hidden, 1)
+    if op in ("lstm_step", "gru_step"):
+        module = getattr(torch.nn, MODULE[op][3:])(input_size, hidden, 1)
     else:
         module = torch.nn.RNN(input_size, hidden, 1, nonlinearity=op.split("_")[1])
     module = module.cuda().to(tdtype).eval()
@@ -130,10 +136,12 @@ def _module(op, input_size, hidden, tdtype, w_ih, w_hh, b_ih, b_hh):
 
 def _served(op):
     """``op`` as a function of the family's operands ``(x, h, c, w_ih, w_hh, b_ih, b_hh)``."""
-    from oasr_recurrent import ops, rnn
+    from oasr_recurrent import gru, ops, rnn
 
     if op == "lstm_step":
         return ops.lstm_step
+    if op == "gru_step":
+        return lambda x, h, _c, *weights: gru.gru_step(x, h, *weights)
     nonlinearity = op.split("_")[1]
     return lambda x, h, _c, *weights: rnn.rnn_step(x, h, *weights, nonlinearity=nonlinearity)
 
@@ -295,7 +303,7 @@ def _report(points, host, header, build_lines, gpu):
     lines += ["", "## Summary (GPU time per call, CUDA graphs)", ""]
     for op in ops:
         mine = [p for p in points if p["op"] == op]
-        cell, module = TORCH_CELL[op], "nn.LSTM" if op == "lstm_step" else "nn.RNN"
+        cell, module = TORCH_CELL[op], MODULE[op]
         best = [p["torch_us"] / p["best_us"] for p in mine if p["best_us"]]
         vs_module = [p["module_us"] / p["best_us"] for p in mine if p["best_us"]]
         served = [p["torch_us"] / p["served_us"] for p in mine]
@@ -340,7 +348,7 @@ def main(argv=None) -> int:
     header = [mode_line(args.back_to_back),
               f"- lane sm80_recurrent on {run.arch}; dtype {args.dtype}; graph of "
               f"{args.graph_calls} calls, L2 warm (one weight copy); {args.reps} rounds for "
-              f"the top {args.top} + torch, the module (nn.LSTM / nn.RNN), served; ops "
+              f"the top {args.top} + torch, the module (nn.LSTM / nn.RNN / nn.GRU), served; ops "
               f"{args.ops}",
               f"- eager host loop: {args.host_steps} steps per arm, synchronised once; the "
               f"routed LSTM's tier names {args.host_config}",

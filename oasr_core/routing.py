@@ -39,7 +39,7 @@ The decision reads the current CUDA device's arch (a layer later run on a device
 another arch is, at worst, torch's where a kernel might have served) and is made for the
 ``dtype`` given to :func:`route`.
 
-An ``nn.LSTM`` / ``nn.RNN`` is routed to the plugins' answer for ``LSTM`` / ``RNN``
+An ``nn.LSTM`` / ``nn.RNN`` / ``nn.GRU`` is routed to the plugins' answer for its class name
 (``oasr_layer``; :data:`RECURRENT_KINDS`, all under the ``lstm`` switch of :func:`route`),
 which carries the module's forward (``answer.forward``, ``(layer, input, hx=None)``, bound as
 the module's forward): a recurrent family steps an input of one time step (a transducer's
@@ -176,22 +176,22 @@ def _conv_forward(conv: Any, layer: Any, x: Any) -> Any:
     return conv(xt, layer).transpose(1, 2)
 
 
-RECURRENT_KINDS = ("LSTM", "RNN")
+RECURRENT_KINDS = ("LSTM", "RNN", "GRU")
 """The recurrent layers :func:`route` sends to the plugins' ``oasr_layer`` answer of their
-class name (``nn.LSTM``, ``nn.RNN``): its ``lstm`` switch routes them all."""
+class name (``nn.LSTM``, ``nn.RNN``, ``nn.GRU``): its ``lstm`` switch routes them all."""
 
 
 def route(model: Any, *, dtype: str = "fp16", quantization: str = "none",
           linear: bool = True, conv1d: bool = True, lstm: bool = True,
           pm: Any = None) -> dict[str, int]:
-    """Send ``model``'s ``nn.Linear``, ``nn.Conv1d`` and recurrent (``nn.LSTM``, ``nn.RNN``)
-    layers through oasr's ops.
+    """Send ``model``'s ``nn.Linear``, ``nn.Conv1d`` and recurrent (``nn.LSTM``, ``nn.RNN``,
+    ``nn.GRU``) layers through oasr's ops.
 
     ``dtype`` is the activation dtype the model runs in (``fp16``, ``bf16``);
     ``quantization`` a scheme a W8A8 family serves (``"int8_w8a8"``, ``"fp8_w8a8"``) or
     ``"none"``. Returns how many layers of each kind were routed (``{"Linear": n,
-    "Conv1d": m}``; ``"LSTM"`` / ``"RNN"`` when the model holds such a layer a plugin serves
-    (``lstm`` switches every recurrent kind, :data:`RECURRENT_KINDS`); and
+    "Conv1d": m}``; ``"LSTM"`` / ``"RNN"`` / ``"GRU"`` when the model holds such a layer a
+    plugin serves (``lstm`` switches every recurrent kind, :data:`RECURRENT_KINDS`); and
     with a scheme ``"LayerNorm"``: the norms before quantized linears, see the module
     docstring). A scheme no installed plugin serves raises
     :class:`~oasr_core.errors.ConfigurationError`; a kind no plugin serves is left to torch.

@@ -28,7 +28,7 @@ def test_the_report_states_the_protocol_and_puts_the_host_cost_first():
     args = bench._args([])
     assert (args.widths, args.batches, args.back_to_back) == (bench.WIDTHS, bench.BATCHES,
                                                               False)
-    assert args.ops.split(",") == ["lstm_step", "rnn_tanh_step", "rnn_relu_step"]
+    assert args.ops.split(",") == ["lstm_step", "rnn_tanh_step", "rnn_relu_step", "gru_step"]
     point = {"op": "lstm_step", "I": 640, "H": 640, "B": 1, "dtype": "fp16", "torch_us": 9.0,
              "module_us": 12.0, "served_us": 9.1, "served": "torch", "served_gate": True,
              "best": "u1_r1_t128_s1", "best_us": 3.0, "best_gbps": 2184.0,

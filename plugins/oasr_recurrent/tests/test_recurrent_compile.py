@@ -1,7 +1,7 @@
 """Real nvcc compiles of the lane's units on a machine without a GPU (opt-in: ``-m compile``;
 a few seconds per unit): configs of every kind (one row per CTA, a K split, many rows) link
-into a module exporting only their launchers, and the C ABI refuses what it must without a
-device."""
+their units of every cell (LSTM, RNN tanh / relu, GRU) into a module exporting only their
+launchers, and the C ABI refuses what it must without a device."""
 
 from __future__ import annotations
 
@@ -18,7 +18,8 @@ from oasr_recurrent.ops_names import LANE
 pytestmark = pytest.mark.compile
 
 KINDS = ("u4_r4_t128_s1", "u1_r1_t128_s4", "u8_r16_t256_s1")
-"""The lane default, a K split over all four warps, the widest batch tile."""
+"""The lane default, a K split over all four warps, the widest batch tile (each builds for
+every cell)."""
 
 
 built, test_the_units_export_only_their_launchers = compiled_module(
@@ -55,44 +56,25 @@ def test_the_c_abi_refuses_without_a_gpu(built):
         assert wide == (0 if rows * 8192 * 2 <= 96 * 1024 else -1), config.id
 
 
-RNN_KINDS = ("u4_r4_t128_s1", "u1_r1_t128_s4")
-"""The lane default and a K split: both build for the one-gate-row cells."""
-
-
-@pytest.fixture(scope="module")
-def rnn_built(tmp_path_factory):
-    from oasr_core.testing import prebuilt_module
-
-    from oasr_recurrent import lanes
-
-    configs = [lanes.config(LANE, cid) for cid in RNN_KINDS]
-
-    def spec():
-        return jit.cell_spec(configs, ("rnn_tanh_step", "rnn_relu_step"), "sm90",
-                             name="recurrent_rnn_compile_test", dtypes=("fp16",))
-
-    for built_spec, report in prebuilt_module(tmp_path_factory, spec):
-        yield configs, built_spec, report
-
-
-def test_the_rnn_units_export_their_launchers_and_take_no_cell_state(rnn_built):
+@pytest.mark.parametrize("cell", ["rnn_tanh_step", "rnn_relu_step", "gru_step"])
+def test_the_stateless_cells_units_take_no_cell_state(built, cell):
+    """The module links each kind's units of every cell it builds for; an RNN or GRU unit
+    takes null c0 / c1 and refuses a null h1."""
     import torch
-    from oasr_core.kernel_testing import assert_exports_only_launchers
 
-    from oasr_recurrent.lanes import symbol
+    from oasr_recurrent import space
 
-    configs, spec, report = rnn_built
-    assert_exports_only_launchers(spec, report)
+    configs, spec, _report = built
     module = core_jit.load(spec, build_missing=False)
     for config in configs:
-        for cell in ("rnn_tanh_step", "rnn_relu_step"):
-            kernel = Kernel.bind_symbol(module, config, symbol(config, cell))
-            call = call_args(16, 640, 640, "fp16")
-            no_state = (16, 16, 0, 16, 16, 0, 0, 16, 0)  # c0, c1 null: the RNN cell's call
-            if not torch.cuda.is_available():
-                status = kernel.fn(ctypes.addressof(call), *no_state, 0)
-                assert core_jit.kit.STATUS[status] == "no CUDA device", (config.id, cell)
-            no_h1 = (16, 16, 0, 16, 16, 0, 0, 0, 0)
-            assert kernel.fn(ctypes.addressof(call), *no_h1, 0) == 2, "null h1"
-            assert kernel.workspace_fn(16, 640, 640, 0) == 0
-            assert kernel.workspace_fn(16, 644, 640, 0) == -1
+        assert space.cell_feasible(config, cell), config.id
+        kernel = Kernel.bind(module, config, cell)
+        call = call_args(16, 640, 640, "fp16")
+        no_state = (16, 16, 0, 16, 16, 0, 0, 16, 0)  # c0, c1 null: the cell's call
+        if not torch.cuda.is_available():
+            status = kernel.fn(ctypes.addressof(call), *no_state, 0)
+            assert core_jit.kit.STATUS[status] == "no CUDA device", (config.id, cell)
+        no_h1 = (16, 16, 0, 16, 16, 0, 0, 0, 0)
+        assert kernel.fn(ctypes.addressof(call), *no_h1, 0) == 2, "null h1"
+        assert kernel.workspace_fn(16, 640, 640, 0) == 0
+        assert kernel.workspace_fn(16, 644, 640, 0) == -1

@@ -27,7 +27,7 @@ TestRecurrentContract = family_contract(
 def test_family_record():
     (family,) = oasr_recurrent.hooks.oasr_register_families()
     assert family.name == "recurrent" and family.ops == OPS
-    assert OPS == ("lstm_step", "rnn_tanh_step", "rnn_relu_step")
+    assert OPS == ("lstm_step", "rnn_tanh_step", "rnn_relu_step", "gru_step")
     assert family.dims == DIMS == ("I", "H") and family.dynamic_axis == "M"
     assert not family.exact_points
     assert family.untuned_choice is Sentinel.TORCH and family.fallback is Sentinel.DEFAULT

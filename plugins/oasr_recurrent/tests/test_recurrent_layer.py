@@ -134,7 +134,8 @@ def test_route_does_not_count_an_lstm_when_asked_not_to_or_when_none_serves(plug
 
 @pytest.mark.filterwarnings("ignore:LSTM with projections")
 def test_modules_the_step_cannot_serve_keep_their_own_forward_whatever_the_tiers():
-    for lstm in (_lstm(bidirectional=True), _lstm(proj_size=8), torch.nn.GRU(16, 24)):
+    for lstm in (_lstm(bidirectional=True), _lstm(proj_size=8),
+                 torch.nn.GRU(16, 24, bidirectional=True)):
         assert torch_only(lstm, "fp16")
 
 

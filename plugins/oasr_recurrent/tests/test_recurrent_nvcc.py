@@ -11,8 +11,7 @@ from oasr_core import jit as core_jit
 from oasr_core.kernel_testing import smoke_module
 from oasr_core.kit import LaunchError
 
-from oasr_recurrent import lanes, space
-from oasr_recurrent.jit import RecurrentKernelModule
+from oasr_recurrent import jit, lanes, space
 from oasr_recurrent.launch import Kernel, call_args
 from oasr_recurrent.ops_names import LANE
 
@@ -24,8 +23,10 @@ def _config():
 
 
 def SMOKE_UNITS():
-    """The specs the root conftest's background prebuild compiles for this module."""
-    return [RecurrentKernelModule(_config(), "sm90").spec(("fp16",))]
+    """The specs the root conftest's background prebuild compiles for this module: the
+    default's LSTM step unit alone (its other cells' units are the compile test's)."""
+    return [jit.cell_spec([_config()], ("lstm_step",), "sm90",
+                          name=f"{jit.MODULE_PREFIX[LANE]}_{space.DEFAULT}", dtypes=("fp16",))]
 
 
 built, test_the_unit_exports_only_its_abi = smoke_module()

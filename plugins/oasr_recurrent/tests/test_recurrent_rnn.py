@@ -148,9 +148,11 @@ def test_an_rnn_cell_builds_where_every_warp_group_owns_one_of_its_gate_rows():
     assert "u4_r4_t128_s1" in ids and "u1_r1_t128_s4" in ids
     assert "u1_r1_t128_s1" not in ids and "u2_r1_t256_s2" not in ids
     assert all(space.cell_feasible(c, "lstm_step") for c in lanes.space(LANE))
+    assert all(space.cell_feasible(c, "gru_step") for c in lanes.space(LANE)), \
+        "four accumulated rows per unit, as the LSTM's"
     narrow = lanes.config(LANE, "u1_r1_t128_s1")
     with pytest.raises(ValueError, match=r"config u1_r1_t128_s1 does not build for "
                                          r"rnn_relu_step \(too few gate rows"):
         codegen.cell_units(narrow, "rnn_relu_step")
-    with pytest.raises(KeyError, match="cell 'gru_step' is not one of"):
-        lanes.symbol(narrow, "gru_step")
+    with pytest.raises(KeyError, match="cell 'gru' is not one of"):
+        lanes.symbol(narrow, "gru")

@@ -94,14 +94,15 @@ def _cell_units():
 
 def test_the_modules_link_one_unit_per_config_and_cell():
     full = jit.MODULES.full_spec(LANE, "sm90")
-    assert full.name == "recurrent_sm80" and len(full.units) == _cell_units() == 14 + 2 * 9
+    assert full.name == "recurrent_sm80" and len(full.units) == _cell_units() == 14 + 2 * 9 + 14
     (prod,) = jit.MODULES.lane_specs(LANE, "sm90", "production")
     assert [u.name for u in prod.units] == [space.DEFAULT]
     one = jit.RecurrentKernelModule(lanes.config(LANE, "u2_r1_t256_s2"), "sm90").spec()
-    assert one.name == "recurrent_sm80_u2_r1_t256_s2" and len(one.units) == 1  # LSTM only
+    assert [u.name for u in one.units] == ["u2_r1_t256_s2", "gru_step_u2_r1_t256_s2"]
     two = jit.RecurrentKernelModule(lanes.config(LANE, "u1_r1_t128_s4"), "sm90").spec()
     assert [u.name for u in two.units] == ["u1_r1_t128_s4", "rnn_tanh_step_u1_r1_t128_s4",
-                                           "rnn_relu_step_u1_r1_t128_s4"]
+                                           "rnn_relu_step_u1_r1_t128_s4",
+                                           "gru_step_u1_r1_t128_s4"]
 
 
 def test_the_production_module_links_each_ops_configs():
@@ -120,7 +121,8 @@ def test_the_production_module_links_each_ops_configs():
                                             "rnn_relu_step_u1_r1_t128_s4"]
     cells = jit.production_cells(LANE, "sm90", {"rnn_relu_step": ["u1_r1_t128_s4"]})
     assert {op: [c.id for c in cs] for op, cs in cells.items()} == {
-        "lstm_step": [space.DEFAULT], "rnn_tanh_step": [], "rnn_relu_step": ["u1_r1_t128_s4"]}
+        "lstm_step": [space.DEFAULT], "rnn_tanh_step": [], "rnn_relu_step": ["u1_r1_t128_s4"],
+        "gru_step": []}
 
 
 def test_the_libraries_want_each_ops_units(monkeypatch):

@@ -41,7 +41,7 @@ def headers() -> list[Path]:
 
 
 CELL_TYPE = {"lstm_step": "LstmStep<", "rnn_tanh_step": "RnnStep<0, ",
-             "rnn_relu_step": "RnnStep<1, "}
+             "rnn_relu_step": "RnnStep<1, ", "gru_step": "GruStep<"}
 """The kernel type template of each cell (``RnnAct`` codes: 0 tanh, 1 relu)."""
 
 

@@ -35,16 +35,17 @@ def oasr_register_families():
         "oasr_recurrent", name=FAMILY, ops=OPS, dims=DIMS, **HALF_DTYPES, dynamic_axis="M",
         sentinels={Sentinel.DEFAULT, Sentinel.TORCH}, fallback=Sentinel.DEFAULT,
         untuned=Sentinel.TORCH,
-        description="fp16/bf16 LSTM / RNN cell step (the RNN-T prediction network while "
+        description="fp16/bf16 LSTM / RNN / GRU cell step (the RNN-T prediction network while "
                     "decoding)")]
 
 
 @hookimpl
 def oasr_layer(kind, dtype, quantization):
-    """``nn.LSTM`` (kind ``LSTM``) and ``nn.RNN`` (kind ``RNN``) one time step at a time
+    """``nn.LSTM``, ``nn.RNN`` and ``nn.GRU`` (kinds ``LSTM``, ``RNN``, ``GRU``) one time step
+    at a time
     through the family's cell ops (:mod:`oasr_recurrent.layer`, imported on the first
     call)."""
-    if kind not in ("LSTM", "RNN"):
+    if kind not in ("LSTM", "RNN", "GRU"):
         return None
     from oasr_recurrent.layer import layer_for
 

@@ -1,13 +1,15 @@
-"""An ``nn.LSTM`` or ``nn.RNN`` one token step at a time through the family's cell ops, and
-the family's answer to ``oasr_layer("LSTM" | "RNN", ...)`` (:func:`oasr_core.route`).
+"""An ``nn.LSTM``, ``nn.RNN`` or ``nn.GRU`` one token step at a time through the family's
+cell ops, and the family's answer to ``oasr_layer("LSTM" | "RNN" | "GRU", ...)``
+(:func:`oasr_core.route`).
 
 :func:`layer_step` (also named :func:`lstm_layer_step`) is ``module(x_t, state)`` for an input
 of one time step: each layer's step is one call of the module's cell op (:func:`op_of`:
-``lstm_step``, or ``rnn_tanh_step`` / ``rnn_relu_step`` for an ``nn.RNN``; the kernel where
+``lstm_step``, ``rnn_tanh_step`` / ``rnn_relu_step`` for an ``nn.RNN``, ``gru_step`` for an
+``nn.GRU``; the kernel where
 the tiers choose one, torch's cell otherwise), the layers chained through their hidden state.
 It takes what the module takes for such a step: ``x_t`` batch-first ``(B, 1, I)``,
 sequence-first ``(1, B, I)`` or unbatched ``(1, I)``, ``state`` None (zeros), ``(h0, c0)``
-(an LSTM) or ``h0`` (an RNN), each ``(L, B, H)`` (unbatched ``(L, H)``), and returns
+(an LSTM) or ``h0`` (an RNN, a GRU), each ``(L, B, H)`` (unbatched ``(L, H)``), and returns
 ``(output, state)`` shaped as the module's own forward returns them.
 
 :func:`layer_forward` is a routed module's forward (``recurrent_layer.forward``): an input of
@@ -36,23 +38,24 @@ def _ops() -> Any:
     return _OPS
 
 
-KINDS = {"LSTM": "LSTM", "RNN_TANH": "RNN", "RNN_RELU": "RNN"}
+KINDS = {"LSTM": "LSTM", "RNN_TANH": "RNN", "RNN_RELU": "RNN", "GRU": "GRU"}
 """The ``oasr_layer`` kind of each ``nn.RNNBase`` mode the step serves."""
-_OPS_OF_MODE = {"LSTM": "lstm_step", "RNN_TANH": "rnn_tanh_step", "RNN_RELU": "rnn_relu_step"}
+_OPS_OF_MODE = {"LSTM": "lstm_step", "RNN_TANH": "rnn_tanh_step", "RNN_RELU": "rnn_relu_step",
+                "GRU": "gru_step"}
 
 
 def steps(module: Any) -> bool:
     """Whether :func:`layer_step` serves ``module`` (in eval mode): a unidirectional
-    ``nn.LSTM`` without projection, or a unidirectional ``nn.RNN``."""
+    ``nn.LSTM`` without projection, or a unidirectional ``nn.RNN`` or ``nn.GRU``."""
     import torch.nn as nn
 
-    return (isinstance(module, (nn.LSTM, nn.RNN)) and module.mode in _OPS_OF_MODE
+    return (isinstance(module, (nn.LSTM, nn.RNN, nn.GRU)) and module.mode in _OPS_OF_MODE
             and not module.bidirectional and getattr(module, "proj_size", 0) == 0)
 
 
 def op_of(module: Any) -> str:
     """The cell op a layer of ``module`` steps through (``lstm_step``, ``rnn_tanh_step``,
-    ``rnn_relu_step``)."""
+    ``rnn_relu_step``, ``gru_step``)."""
     return _OPS_OF_MODE[module.mode]
 
 
@@ -65,6 +68,13 @@ def _cell_step(op: str) -> Any:
     ops = _ops()
     if op == "lstm_step":
         return ops.lstm_step
+    if op == "gru_step":
+        from oasr_recurrent.gru import gru_step
+
+        def gru(x: Any, h: Any, _c: Any, w_ih: Any, w_hh: Any, b_ih: Any, b_hh: Any) -> Any:
+            return gru_step(x, h, w_ih, w_hh, b_ih, b_hh), None
+
+        return gru
     from oasr_recurrent.rnn import rnn_step
 
     nonlinearity = op.split("_")[1]
@@ -134,8 +144,8 @@ def _stacked(states: list[Any]) -> Any:
 
 
 def layer_forward(module: Any, input: Any, hx: Any = None) -> Any:
-    """A routed ``nn.LSTM`` / ``nn.RNN``'s forward: one time step through :func:`layer_step`,
-    every other call the module's own forward (module docstring)."""
+    """A routed ``nn.LSTM`` / ``nn.RNN`` / ``nn.GRU``'s forward: one time step through
+    :func:`layer_step`, every other call the module's own forward (module docstring)."""
     import torch
 
     if (isinstance(input, torch.Tensor) and not module.training and steps(module)
@@ -168,9 +178,9 @@ def torch_only(module: Any, dtype: str) -> bool:
 
 
 def recurrent_layer(x: Any, layer: Any, activation: str | None = None) -> Any:
-    """``layer(x)`` for an ``nn.LSTM`` or ``nn.RNN`` ``layer`` (the ``oasr_layer`` protocol's
-    form): its output sequence; ``activation`` must be None (a recurrent layer's own
-    nonlinearities are its cell's)."""
+    """``layer(x)`` for an ``nn.LSTM``, ``nn.RNN`` or ``nn.GRU`` ``layer`` (the
+    ``oasr_layer`` protocol's form): its output sequence; ``activation`` must be None (a
+    recurrent layer's own nonlinearities are its cell's)."""
     if activation is not None:
         raise ValueError(f"recurrent_layer: a recurrent layer takes no activation after it; "
                          f"got {activation!r}")
@@ -182,7 +192,7 @@ recurrent_layer.torch_only = torch_only  # type: ignore[attr-defined]
 
 
 def layer_for(kind: str, dtype: str, quantization: str) -> Any:
-    """``oasr_layer``'s answer: :func:`recurrent_layer` for ``LSTM`` and ``RNN`` in
+    """``oasr_layer``'s answer: :func:`recurrent_layer` for ``LSTM``, ``RNN`` and ``GRU`` in
     fp16/bf16, else None."""
     if kind in set(KINDS.values()) and dtype in DTYPES and quantization == "none":
         return recurrent_layer

@@ -3,11 +3,11 @@ CPU-testable).
 
 Each op's torch path is torch's cell (:func:`torch_cell`: ``torch.lstm_cell`` for
 ``lstm_step``, what an LSTM cell runs without oasr; ``torch.rnn_tanh_cell`` /
-``torch.rnn_relu_cell`` for the RNN steps). The gate is the kit's
-:func:`oasr_core.kit.gates.relative_to_torch` on the step's outputs as one tensor
-(:func:`judged`: an LSTM's two stacked ``(2, B, H)``, ``h1`` then ``c1``; an RNN step's
-``h1``): a candidate's error against the fp32 reference (the same half-precision operands,
-every op in fp32) is bounded by multiples of torch's own error.
+``torch.rnn_relu_cell`` for the RNN steps, ``torch.gru_cell`` for ``gru_step``). The gate is
+the kit's :func:`oasr_core.kit.gates.relative_to_torch` on the step's outputs as one tensor
+(:func:`judged`: an LSTM's two stacked ``(2, B, H)``, ``h1`` then ``c1``; an RNN or GRU
+step's ``h1``): a candidate's error against the fp32 reference (the same half-precision
+operands, every op in fp32) is bounded by multiples of torch's own error.
 """
 
 from __future__ import annotations
@@ -39,7 +39,8 @@ def torch_cell(op: str, x: Any, h: Any, c: Any, w_ih: Any, w_hh: Any, b_ih: Any 
 
     if op == "lstm_step":
         return torch_step(x, h, c, w_ih, w_hh, b_ih, b_hh)
-    cell = {"rnn_tanh_step": torch.rnn_tanh_cell, "rnn_relu_step": torch.rnn_relu_cell}[op]
+    cell = {"rnn_tanh_step": torch.rnn_tanh_cell, "rnn_relu_step": torch.rnn_relu_cell,
+            "gru_step": torch.gru_cell}[op]
     return cell(x, h, w_ih, w_hh, b_ih, b_hh)
 
 
@@ -72,9 +73,9 @@ def make_operands(batch: int, input_size: int, hidden: int, dtype: str = "fp16",
                   op: str = "lstm_step") -> tuple[Any, ...]:
     """Random ``(x (B, I), h (B, H), c (B, H), w_ih (G H, I), w_hh (G H, H), b_ih, b_hh)`` of
     ``op`` (``G`` its gate rows per unit, ``CELL_GATES``; ``c`` None without a cell state),
-    as ``nn.LSTM`` / ``nn.RNN`` initialise their weights (uniform in +-1/sqrt(H)) and with
-    states in (-1, 1), so gates stay in the range where every nonlinearity matters; ``bias``
-    False gives None biases."""
+    as ``nn.LSTM`` / ``nn.RNN`` / ``nn.GRU`` initialise their weights (uniform in
+    +-1/sqrt(H)) and with states in (-1, 1), so gates stay in the range where every
+    nonlinearity matters; ``bias`` False gives None biases."""
     import torch
 
     tdtype = {"fp16": torch.float16, "bf16": torch.bfloat16, "fp32": torch.float32}[dtype]

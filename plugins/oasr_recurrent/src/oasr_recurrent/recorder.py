@@ -2,16 +2,18 @@
 
 ``recorder_patches()`` is the family's ``Family.recorder_patches``. It observes
 
-- ``torch.lstm`` (what ``nn.LSTM``'s forward calls, seen at dispatch) and ``torch.rnn_tanh`` /
-  ``torch.rnn_relu`` (``nn.RNN``'s): a call over one time step of a unidirectional layer
-  (an LSTM without projection) is one point of the cell's op per layer (``lstm_step``,
-  ``rnn_tanh_step``, ``rnn_relu_step``), dims ``(I, H)`` (``I`` the input size for the first
-  layer, ``H`` for the others) and ``M`` = the batch; any other call (a sequence, a packed
-  sequence, a bidirectional or projected layer) is a counted
+- ``torch.lstm`` (what ``nn.LSTM``'s forward calls, seen at dispatch), ``torch.rnn_tanh`` /
+  ``torch.rnn_relu`` (``nn.RNN``'s) and ``torch.gru`` (``nn.GRU``'s): a call over one time
+  step of a unidirectional layer (an LSTM without projection) is one point of the cell's op
+  per layer (``lstm_step``, ``rnn_tanh_step``, ``rnn_relu_step``, ``gru_step``), dims
+  ``(I, H)`` (``I`` the input size for the first layer, ``H`` for the others) and ``M`` =
+  the batch; any other call (a sequence, a packed sequence, a bidirectional or projected
+  layer) is a counted
   :class:`~oasr_core.census.recorder.Skip`, since the module's own forward serves it;
-- torch's cells (``torch.lstm_cell``, ``torch.rnn_tanh_cell``, ``torch.rnn_relu_cell``: an
-  ``nn.LSTMCell`` / ``nn.RNNCell``, and the ops' torch paths) and the family's ops
-  ``oasr_recurrent.ops.lstm_step`` and ``oasr_recurrent.rnn.rnn_step``: one point each.
+- torch's cells (``torch.lstm_cell``, ``torch.rnn_tanh_cell``, ``torch.rnn_relu_cell``,
+  ``torch.gru_cell``: an ``nn.LSTMCell`` / ``nn.RNNCell`` / ``nn.GRUCell``, and the ops' torch
+  paths) and the family's ops ``oasr_recurrent.ops.lstm_step``,
+  ``oasr_recurrent.rnn.rnn_step`` and ``oasr_recurrent.gru.gru_step``: one point each.
 
 Only floating-point operands are recorded (an fp32 CPU probe is recorded as the deployment
 dtype by the census). Importing this module imports neither torch nor the ops; the functions
@@ -27,7 +29,9 @@ from oasr_core.census.recorder import Call, RecorderPatch, Skip, dtype_name
 from oasr_recurrent.ops_names import CELL_GATES, CELL_STATE, DIMS, FAMILY
 
 _FLOAT = frozenset({"fp16", "bf16", "fp32"})
-_LAYERS = {"lstm_step": "LSTM", "rnn_tanh_step": "RNN", "rnn_relu_step": "RNN"}
+_LAYERS = {"lstm_step": ("an", "LSTM"), "rnn_tanh_step": ("an", "RNN"),
+           "rnn_relu_step": ("an", "RNN"), "gru_step": ("a", "GRU")}
+"""Each op's layer, with its article, as the skip reasons name it."""
 
 
 def step_call(dtype: Any, batch: int, input_size: int, hidden: int,
@@ -47,28 +51,29 @@ def step_call(dtype: Any, batch: int, input_size: int, hidden: int,
 
 def record_layer(op: str, args: Any, kwargs: Any) -> list[Call] | Skip | None:
     """A recurrent layer's call of ``op``'s cell (``torch.lstm``, ``torch.rnn_tanh``,
-    ``torch.rnn_relu``): its dense form ``(input, hx, params, has_biases, num_layers,
+    ``torch.rnn_relu``, ``torch.gru``): its dense form ``(input, hx, params, has_biases, num_layers,
     dropout, train, bidirectional, batch_first)`` or packed form ``(data, batch_sizes, hx,
-    params, ...)``; ``hx`` is ``(h0, c0)`` for the LSTM, ``h0`` for the RNN."""
+    params, ...)``; ``hx`` is ``(h0, c0)`` for the LSTM, ``h0`` for the others."""
     if len(args) < 3 or not hasattr(args[0], "dim"):
         return None
-    x, layer = args[0], _LAYERS[op]
+    x, (article, name) = args[0], _LAYERS[op]
+    layer = f"{article} {name}"
     stateful = CELL_STATE[op]
     if hasattr(args[1], "dim") and (stateful or hasattr(args[2], "dim")):
-        return Skip(f"an {layer} over a packed sequence", f"data {tuple(x.shape)}")
+        return Skip(f"{layer} over a packed sequence", f"data {tuple(x.shape)}")
     hx, params = args[1], args[2]
     layers, bidirectional = int(args[4]), bool(args[7])
     batch_first = bool(args[8]) if len(args) > 8 else bool(kwargs.get("batch_first", False))
     h0 = hx[0] if stateful else hx
     example = f"input {tuple(x.shape)} h0 {tuple(h0.shape)}"
     if bidirectional:
-        return Skip(f"a bidirectional {layer}", example)
+        return Skip(f"a bidirectional {name}", example)
     hidden = int(hx[1].shape[-1]) if stateful else int(h0.shape[-1])
     if stateful and h0.shape[-1] != hidden:
         return Skip("an LSTM with a projection (proj_size)", example)
     seq_dim = 1 if batch_first and x.dim() == 3 else 0
     if x.dim() not in (2, 3) or int(x.shape[seq_dim]) != 1:
-        return Skip(f"an {layer} over more than one time step (its own forward serves it)",
+        return Skip(f"{layer} over more than one time step (its own forward serves it)",
                     example)
     batch = int(x.shape[1 - seq_dim]) if x.dim() == 3 else 1
     per_layer = len(params) // max(layers, 1)
@@ -95,6 +100,11 @@ def record_rnn_tanh(*args: Any, **kwargs: Any) -> list[Call] | Skip | None:
 def record_rnn_relu(*args: Any, **kwargs: Any) -> list[Call] | Skip | None:
     """``torch.rnn_relu`` (:func:`record_layer`)."""
     return record_layer("rnn_relu_step", args, kwargs)
+
+
+def record_gru(*args: Any, **kwargs: Any) -> list[Call] | Skip | None:
+    """``torch.gru`` (:func:`record_layer`)."""
+    return record_layer("gru_step", args, kwargs)
 
 
 def _cell_call(op: str, input: Any, w_hh: Any) -> Call | None:
@@ -136,6 +146,18 @@ def record_rnn_step(x: Any, h: Any, w_ih: Any, w_hh: Any, b_ih: Any = None, b_hh
     return _cell_call(op, x, w_hh) if op in CELL_GATES else None
 
 
+def record_gru_cell(input: Any, hx: Any, w_ih: Any, w_hh: Any, b_ih: Any = None,
+                    b_hh: Any = None) -> Call | None:
+    """``torch.gru_cell(input (B, I) or (I,), h, w_ih, w_hh, b_ih, b_hh)``."""
+    return _cell_call("gru_step", input, w_hh)
+
+
+def record_gru_step(x: Any, h: Any, w_ih: Any, w_hh: Any, b_ih: Any = None,
+                    b_hh: Any = None) -> Call | None:
+    """``oasr_recurrent.gru.gru_step``: the same point as the cell it computes."""
+    return _cell_call("gru_step", x, w_hh)
+
+
 def recorder_patches() -> list[RecorderPatch]:
     """The recurrent family's patches (``Family.recorder_patches``)."""
     return [
@@ -147,14 +169,20 @@ def recorder_patches() -> list[RecorderPatch]:
         RecorderPatch(family=FAMILY, target="torch:rnn_relu", record=record_rnn_relu,
                       description="nn.RNN (relu) over one time step: one rnn_relu_step per "
                                   "layer"),
+        RecorderPatch(family=FAMILY, target="torch:gru", record=record_gru,
+                      description="nn.GRU over one time step: one gru_step per layer"),
         RecorderPatch(family=FAMILY, target="torch:lstm_cell", record=record_lstm_cell,
                       description="torch.lstm_cell (nn.LSTMCell)"),
         RecorderPatch(family=FAMILY, target="torch:rnn_tanh_cell", record=record_rnn_tanh_cell,
                       description="torch.rnn_tanh_cell (nn.RNNCell, tanh)"),
         RecorderPatch(family=FAMILY, target="torch:rnn_relu_cell", record=record_rnn_relu_cell,
                       description="torch.rnn_relu_cell (nn.RNNCell, relu)"),
+        RecorderPatch(family=FAMILY, target="torch:gru_cell", record=record_gru_cell,
+                      description="torch.gru_cell (nn.GRUCell)"),
         RecorderPatch(family=FAMILY, target="oasr_recurrent.ops:lstm_step",
                       record=record_lstm_step, description="oasr_recurrent.lstm_step"),
         RecorderPatch(family=FAMILY, target="oasr_recurrent.rnn:rnn_step",
                       record=record_rnn_step, description="oasr_recurrent.rnn_step"),
+        RecorderPatch(family=FAMILY, target="oasr_recurrent.gru:gru_step",
+                      record=record_gru_step, description="oasr_recurrent.gru_step"),
     ]

@@ -1,7 +1,8 @@
 // oasr_recurrent: one step of one recurrent layer in one launch: an LSTM step
-// (torch.lstm_cell's semantics, LstmStep) or an Elman RNN step (torch.rnn_tanh_cell /
-// torch.rnn_relu_cell, RnnStep). One kernel template serves both; its Cell parameter holds
-// the gate rows per hidden unit and the pointwise epilogue.
+// (torch.lstm_cell's semantics, LstmStep), an Elman RNN step (torch.rnn_tanh_cell /
+// torch.rnn_relu_cell, RnnStep) or a GRU step (torch.gru_cell, GruStep). One kernel template
+// serves them all; its Cell parameter holds the gate rows per hidden unit, the dot products
+// accumulated per unit and the pointwise epilogue.
 //
 // A unit exports, beside the kit's call record (oasr_kit/launcher.cuh):
 //
@@ -38,6 +39,12 @@
 //
 // An RNN step is the same with one gate row per unit (w_ih (H, I), w_hh (H, H), biases (H)):
 // h1 = act(x w_ih^T + b_ih + h w_hh^T + b_hh), act tanh or relu (RnnAct); c0 and c1 are
+// unused (null).
+//
+// A GRU step has three gate rows per unit, r, z, n (w_ih (3H, I), w_hh (3H, H), biases (3H)),
+// and accumulates four dot products per unit: r and z over [x | h] as above, and the n gate's
+// input and hidden parts apart (n_x = x W_in^T + b_in, n_h = h W_hn^T + b_hn), since
+// n = tanh(n_x + r n_h); h1 = n + z (h - n), torch's form of (1 - z) n + z h. c0 and c1 are
 // unused (null).
 #pragma once
 
@@ -95,14 +102,25 @@ __device__ __forceinline__ void unpack8(uint4 v, float (&f)[kVector]) {
 
 __device__ __forceinline__ float sigmoid(float v) { return 1.f / (1.f + expf(-v)); }
 
+// A cell whose every accumulated row is one gate row over all of [x | h]: row q of a unit
+// reads gate row q of w_ih and of w_hh and adds both biases (the LSTM's and the RNN's).
+template <int Gates>
+struct WholeRows {
+  static constexpr int kGates = Gates;  // gate rows per unit in w_ih / w_hh
+  static constexpr int kRows = Gates;   // dot products accumulated per unit
+  __device__ __forceinline__ static int weight_row(int q) { return q; }
+  __device__ __forceinline__ static bool reads_input(int) { return true; }
+  __device__ __forceinline__ static bool reads_hidden(int) { return true; }
+};
+
 // The LSTM cell: gate rows i, f, g, o per unit; c1 = sigmoid(f) c0 + sigmoid(i) tanh(g),
 // h1 = sigmoid(o) tanh(c1).
-struct LstmCell {
-  static constexpr int kGates = 4;
+struct LstmCell : WholeRows<4> {
   static constexpr bool kCellState = true;
 
   template <class E, class T>
-  __device__ __forceinline__ static void update(const float (&g)[kGates], size_t at,
+  __device__ __forceinline__ static void update(const float (&g)[kRows], size_t at,
+                                                const T* __restrict__,
                                                 const T* __restrict__ c0, T* __restrict__ h1,
                                                 T* __restrict__ c1) {
     const float c_new = sigmoid(g[1]) * E::widen(c0[at]) + sigmoid(g[0]) * tanhf(g[2]);
@@ -118,16 +136,36 @@ enum RnnAct : int32_t { kTanh = 0, kRelu = 1 };
 __device__ __forceinline__ float relu_keeping_nan(float x) { return x < 0.f ? 0.f : x; }
 
 template <int Act>
-struct RnnCell {
+struct RnnCell : WholeRows<1> {
   static_assert(Act == kTanh || Act == kRelu, "an RnnAct code");
-  static constexpr int kGates = 1;
   static constexpr bool kCellState = false;
 
   template <class E, class T>
-  __device__ __forceinline__ static void update(const float (&g)[kGates], size_t at,
-                                                const T* __restrict__, T* __restrict__ h1,
-                                                T* __restrict__) {
+  __device__ __forceinline__ static void update(const float (&g)[kRows], size_t at,
+                                                const T* __restrict__, const T* __restrict__,
+                                                T* __restrict__ h1, T* __restrict__) {
     h1[at] = E::narrow(Act == kTanh ? tanhf(g[0]) : relu_keeping_nan(g[0]));
+  }
+};
+
+// The GRU cell: gate rows r, z, n per unit; accumulated rows r, z (over [x | h], both
+// biases), n_x (x and w_ih's n row, b_in) and n_h (h and w_hh's n row, b_hn);
+// n = tanh(n_x + r n_h), h1 = n + z (h - n).
+struct GruCell {
+  static constexpr int kGates = 3;
+  static constexpr int kRows = 4;
+  static constexpr bool kCellState = false;
+  __device__ __forceinline__ static int weight_row(int q) { return q < 2 ? q : 2; }
+  __device__ __forceinline__ static bool reads_input(int q) { return q != 3; }
+  __device__ __forceinline__ static bool reads_hidden(int q) { return q != 2; }
+
+  template <class E, class T>
+  __device__ __forceinline__ static void update(const float (&g)[kRows], size_t at,
+                                                const T* __restrict__ h, const T* __restrict__,
+                                                T* __restrict__ h1, T* __restrict__) {
+    const float r = sigmoid(g[0]), z = sigmoid(g[1]);
+    const float n = tanhf(g[2] + r * g[3]);
+    h1[at] = E::narrow(n + z * (E::widen(h[at]) - n));
   }
 };
 
@@ -155,7 +193,9 @@ __device__ __forceinline__ void dot_rows(const typename E::T* __restrict__ w, in
 
 // x (batch, input); h, c0, h1, c1 (batch, hidden); w_ih (G hidden, input), w_hh (G hidden,
 // hidden); b_ih, b_hh (G hidden) or null; G = Cell::kGates (c0, c1 unused without a cell
-// state).
+// state). Accumulated row q of a unit (Cell::kRows per unit) reads gate row
+// Cell::weight_row(q) of w_ih where Cell::reads_input(q) and of w_hh where
+// Cell::reads_hidden(q), with the same rows' biases.
 template <class Cell, int DType, int Units, int Rows, int Threads, int KSplit,
           class E = Element<DType>, class T = typename E::T>
 __global__ void __launch_bounds__(Threads)
@@ -165,8 +205,8 @@ __global__ void __launch_bounds__(Threads)
                      int input, int hidden) {
   constexpr int kWarps = Threads / 32;
   constexpr int kGroups = kWarps / KSplit;
-  constexpr int kGates = Cell::kGates;
-  constexpr int kGateRows = kGates * Units;
+  constexpr int kRows = Cell::kRows;
+  constexpr int kGateRows = kRows * Units;
   extern __shared__ __align__(16) unsigned char smem[];
 
   const int stride = input + hidden;  // one staged row: [x | h]
@@ -201,11 +241,15 @@ __global__ void __launch_bounds__(Threads)
       acc[r] = 0.f;
     }
     if (unit < hidden) {
-      const size_t row = size_t(gate) * hidden + unit;
-      dot_rows<E, Rows, KSplit>(w_ih + row * input, in_vectors, staged, stride, 0, s, lane,
-                                acc);
-      dot_rows<E, Rows, KSplit>(w_hh + row * hidden, hidden / kVector, staged, stride, input,
-                                s, lane, acc);
+      const size_t row = size_t(Cell::weight_row(gate)) * hidden + unit;
+      if (Cell::reads_input(gate)) {
+        dot_rows<E, Rows, KSplit>(w_ih + row * input, in_vectors, staged, stride, 0, s, lane,
+                                  acc);
+      }
+      if (Cell::reads_hidden(gate)) {
+        dot_rows<E, Rows, KSplit>(w_hh + row * hidden, hidden / kVector, staged, stride,
+                                  input, s, lane, acc);
+      }
     }
 #pragma unroll
     for (int r = 0; r < Rows; ++r) {
@@ -230,24 +274,24 @@ __global__ void __launch_bounds__(Threads)
     if (unit >= hidden || b >= batch) {
       continue;
     }
-    float g[kGates];
+    float g[kRows];
 #pragma unroll
-    for (int gate = 0; gate < kGates; ++gate) {
+    for (int gate = 0; gate < kRows; ++gate) {
       float sum = 0.f;
 #pragma unroll
       for (int k = 0; k < KSplit; ++k) {
         sum += partial[(k * kGateRows + gate * Units + u) * Rows + r];
       }
-      const int idx = gate * hidden + unit;
-      if (b_ih != nullptr) {
+      const int idx = Cell::weight_row(gate) * hidden + unit;
+      if (b_ih != nullptr && Cell::reads_input(gate)) {
         sum += E::widen(b_ih[idx]);
       }
-      if (b_hh != nullptr) {
+      if (b_hh != nullptr && Cell::reads_hidden(gate)) {
         sum += E::widen(b_hh[idx]);
       }
       g[gate] = sum;
     }
-    Cell::template update<E, T>(g, size_t(b) * hidden + unit, c0, h1, c1);
+    Cell::template update<E, T>(g, size_t(b) * hidden + unit, h, c0, h1, c1);
   }
 }
 
@@ -257,13 +301,15 @@ template <class Cell, int DType, int Units, int Rows, int Threads, int KSplit>
 struct CellStep {
   using T = typename Element<DType>::T;
   static constexpr int kGates = Cell::kGates;
+  static constexpr int kRows = Cell::kRows;
   static_assert(Threads % 32 == 0 && Threads <= 1024, "whole warps, at most 1024 threads");
   static_assert((Threads / 32) % KSplit == 0, "KSplit divides the warps");
-  static_assert(kGates * Units >= (Threads / 32) / KSplit, "every warp group owns a gate row");
+  static_assert(kRows * Units >= (Threads / 32) / KSplit,
+                "every warp group owns an accumulated row");
 
   static int64_t smem_bytes(int64_t input, int64_t hidden) {
     return int64_t(Rows) * (input + hidden) * int64_t(sizeof(T)) +
-           int64_t(KSplit) * kGates * Units * Rows * int64_t(sizeof(float));
+           int64_t(KSplit) * kRows * Units * Rows * int64_t(sizeof(float));
   }
 
   static bool runs(int64_t batch, int64_t input, int64_t hidden) {
@@ -325,5 +371,9 @@ using LstmStep = CellStep<LstmCell, DType, Units, Rows, Threads, KSplit>;
 // The Elman RNN step of one config, activation Act (an RnnAct code).
 template <int Act, int DType, int Units, int Rows, int Threads, int KSplit>
 using RnnStep = CellStep<RnnCell<Act>, DType, Units, Rows, Threads, KSplit>;
+
+// The GRU step of one config.
+template <int DType, int Units, int Rows, int Threads, int KSplit>
+using GruStep = CellStep<GruCell, DType, Units, Rows, Threads, KSplit>;
 
 }  // namespace oasr_recurrent

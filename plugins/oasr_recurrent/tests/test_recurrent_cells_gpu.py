@@ -1,12 +1,13 @@
-"""GPU tests of the Elman RNN steps (run on the H200 with ``pytest -m gpu``; the run's
+"""GPU tests of the Elman RNN and GRU steps (run on the H200 with ``pytest -m gpu``; the run's
 ``gpu-tests-recurrent`` phase collects them with the family's other GPU tests).
 
-Every config that builds for the RNN cells (the lane's whole-space module: one row per CTA, a
-K split, many rows) runs a tanh and a relu step at (I, H) in {(320, 320), (640, 640)} and B
-in {1, 16}, both dtypes, with and without biases, against the fp32 torch cell of the same
-operands and through the family's numerics gate against torch's own half-precision cell.
-Then the ops as served (torch untuned, the kernel a user-tier entry names, captured in a CUDA
-graph) and a routed ``nn.RNN`` decoding token by token against its torch self.
+Every config that builds for a cell (the lane's whole-space module: one row per CTA, a K
+split, many rows; 9 of the 14 for the RNN cells, all 14 for the GRU) runs a tanh, a relu and
+a GRU step at (I, H) in {(320, 320), (640, 640)} and B in {1, 16}, both dtypes, with and
+without biases, against the fp32 torch cell of the same operands and through the family's
+numerics gate against torch's own half-precision cell. Then the ops as served (torch
+untuned, the kernel a user-tier entry names, captured in a CUDA graph) and a routed
+``nn.RNN`` / ``nn.GRU`` decoding token by token against its torch self.
 """
 
 from __future__ import annotations
@@ -22,10 +23,12 @@ from oasr_recurrent.launch import pointers
 from oasr_recurrent.ops_names import LANE
 
 pytestmark = gpu_marks()
-CELLS = {"rnn_tanh_step": torch.rnn_tanh_cell, "rnn_relu_step": torch.rnn_relu_cell}
-KINDS = tuple(cid for cid in device_config_ids(jit.PRODUCTION, LANE)
-              if space.cell_feasible(lanes.config(LANE, cid), "rnn_tanh_step"))
-"""Every config of the device's space that builds for the RNN cells (9 of the 14)."""
+CELLS = {"rnn_tanh_step": torch.rnn_tanh_cell, "rnn_relu_step": torch.rnn_relu_cell,
+         "gru_step": torch.gru_cell}
+KINDS = [(cid, cell) for cell in CELLS for cid in device_config_ids(jit.PRODUCTION, LANE)
+         if space.cell_feasible(lanes.config(LANE, cid), cell)]
+"""Every (config, cell) of the device's space that builds (9 configs for each RNN cell, 14
+for the GRU)."""
 WIDTHS = ((320, 320), (640, 640))
 BATCHES = (1, 16)
 TOLERANCE = {"fp16": (2e-3, 2e-3), "bf16": (1.6e-2, 1e-2)}
@@ -40,14 +43,14 @@ def _kernels():
 
     module = core_jit.load(jit.MODULES.full_spec(LANE, device_arch()))
     return {(cid, cell): Kernel.bind(module, lanes.config(LANE, cid), cell)
-            for cid in KINDS for cell in CELLS}
+            for cid, cell in KINDS}
 
 
-def _operands(batch, input_size, hidden, dtype, bias, seed):
-    """``(x, h, w_ih, w_hh, b_ih, b_hh)`` of an RNN step on the GPU (the family's operands)."""
+def _operands(batch, input_size, hidden, dtype, bias, seed, cell):
+    """``(x, h, w_ih, w_hh, b_ih, b_hh)`` of ``cell``'s step on the GPU (the family's
+    operands)."""
     x, h, _c, w_ih, w_hh, b_ih, b_hh = numerics.make_operands(
-        batch, input_size, hidden, dtype, bias=bias, device="cuda", seed=seed,
-        op="rnn_tanh_step")
+        batch, input_size, hidden, dtype, bias=bias, device="cuda", seed=seed, op=cell)
     return x, h, w_ih, w_hh, b_ih, b_hh
 
 
@@ -55,8 +58,7 @@ def _f32(t):
     return None if t is None else t.float()
 
 
-@pytest.mark.parametrize("cell", list(CELLS))
-@pytest.mark.parametrize("cid", KINDS)
+@pytest.mark.parametrize(("cid", "cell"), KINDS)
 def test_every_kind_matches_the_fp32_torch_cell(cid, cell):
     kernel = _kernels()[(cid, cell)]
     ran = 0
@@ -65,7 +67,8 @@ def test_every_kind_matches_the_fp32_torch_cell(cid, cell):
             for dtype in ("fp16", "bf16"):
                 bias = (batch + len(dtype)) % 2 == 0
                 x, h, w_ih, w_hh, b_ih, b_hh = operands = _operands(
-                    batch, input_size, hidden, dtype, bias, seed=batch * 31 + hidden)
+                    batch, input_size, hidden, dtype, bias, seed=batch * 31 + hidden,
+                    cell=cell)
                 h1 = torch.empty_like(h)
                 plan = kernel.prepare(batch, input_size, hidden, dtype)
                 status = plan(x.get_device(),
@@ -85,10 +88,11 @@ def test_every_kind_matches_the_fp32_torch_cell(cid, cell):
 
 @pytest.mark.parametrize("cell", list(CELLS))
 def test_a_nan_input_row_stays_nan_as_in_torch(cell):
-    """A NaN in one batch row's input reaches every unit of that row's new state through both
-    activations (relu included: torch.relu keeps a NaN), and no other row."""
-    kernel = _kernels()[(KINDS[0], cell)]
-    x, h, w_ih, w_hh, b_ih, b_hh = operands = _operands(4, 320, 320, "fp16", True, seed=5)
+    """A NaN in one batch row's input reaches every unit of that row's new state through every
+    cell's activations (relu included: torch.relu keeps a NaN), and no other row."""
+    kernel = _kernels()[next(kind for kind in KINDS if kind[1] == cell)]
+    x, h, w_ih, w_hh, b_ih, b_hh = operands = _operands(4, 320, 320, "fp16", True, seed=5,
+                                                        cell=cell)
     x[1, 7] = float("nan")
     h1 = torch.empty_like(h)
     status = kernel.prepare(4, 320, 320, "fp16")(
@@ -116,19 +120,28 @@ def _user_tier(tmp_path, monkeypatch, op, signatures, config_id):
     oasr_core.reload()
 
 
+def _served(cell):
+    """The eager op of ``cell``: ``f(x, h, w_ih, w_hh, b_ih, b_hh) -> h1``."""
+    import oasr_recurrent
+
+    if cell == "gru_step":
+        return oasr_recurrent.gru_step
+    nonlinearity = cell.split("_")[1]
+    return lambda *args: oasr_recurrent.rnn_step(*args, nonlinearity=nonlinearity)
+
+
 @pytest.mark.parametrize("cell", list(CELLS))
 def test_the_op_serves_torch_untuned_and_the_tiers_kernel_when_tuned(tmp_path, monkeypatch,
                                                                      cell):
-    import oasr_recurrent
-
-    nonlinearity = cell.split("_")[1]
-    x, h, w_ih, w_hh, b_ih, b_hh = operands = _operands(16, 640, 640, "fp16", True, seed=9)
+    step = _served(cell)
+    x, h, w_ih, w_hh, b_ih, b_hh = operands = _operands(16, 640, 640, "fp16", True, seed=9,
+                                                        cell=cell)
     ops.reset_stats()
-    want = oasr_recurrent.rnn_step(*operands, nonlinearity=nonlinearity)
+    want = step(*operands)
     assert ops.stats() == {"torch:selected": 1}
     _user_tier(tmp_path, monkeypatch, cell, [(640, 640)], "u4_r4_t128_s1")
     ops.reset_stats()
-    h1 = oasr_recurrent.rnn_step(*operands, nonlinearity=nonlinearity)
+    h1 = step(*operands)
     assert ops.stats() == {}, "the tier's kernel served"
     torch.testing.assert_close(h1.float(), want.float(), atol=4e-3, rtol=4e-3)
     graph = torch.cuda.CUDAGraph()
@@ -138,27 +151,31 @@ def test_the_op_serves_torch_untuned_and_the_tiers_kernel_when_tuned(tmp_path, m
     torch.cuda.synchronize()
     assert torch.equal(captured, h1)
     ops.reset_stats()
-    oasr_recurrent.rnn_step(x.float(), h.float(), w_ih.float(), w_hh.float(), b_ih.float(),
-                            b_hh.float(), nonlinearity)
-    oasr_recurrent.rnn_step(x, h.t().contiguous().t(), w_ih, w_hh, b_ih, b_hh, nonlinearity)
+    step(x.float(), h.float(), w_ih.float(), w_hh.float(), b_ih.float(), b_hh.float())
+    step(x, h.t().contiguous().t(), w_ih, w_hh, b_ih, b_hh)
     assert ops.stats() == {"torch:dtype": 1, "torch:noncontiguous": 1}
 
 
-@pytest.mark.parametrize("nonlinearity", ["tanh", "relu"])
+def _layer(cell):
+    """A 2-layer batch-first ``nn.RNN`` / ``nn.GRU`` (320 -> 640) of ``cell``."""
+    if cell == "gru_step":
+        return torch.nn.GRU(320, 640, 2, batch_first=True)
+    return torch.nn.RNN(320, 640, 2, nonlinearity=cell.split("_")[1], batch_first=True)
+
+
+@pytest.mark.parametrize("cell", list(CELLS))
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_a_routed_rnn_decodes_like_torch(tmp_path, monkeypatch, dtype, nonlinearity):
+def test_a_routed_rnn_or_gru_decodes_like_torch(tmp_path, monkeypatch, dtype, cell):
     from oasr_core.routing import route, unroute
 
-    _user_tier(tmp_path, monkeypatch, f"rnn_{nonlinearity}_step", [(320, 640), (640, 640)],
-               "u4_r1_t128_s1")
+    _user_tier(tmp_path, monkeypatch, cell, [(320, 640), (640, 640)], "u4_r1_t128_s1")
     torch.manual_seed(0)
-    plain = torch.nn.RNN(320, 640, 2, nonlinearity=nonlinearity, batch_first=True)
-    plain = plain.cuda().to(dtype).eval()
-    routed = torch.nn.Sequential(torch.nn.RNN(320, 640, 2, nonlinearity=nonlinearity,
-                                              batch_first=True)).cuda().to(dtype).eval()
+    plain = _layer(cell).cuda().to(dtype).eval()
+    routed = torch.nn.Sequential(_layer(cell)).cuda().to(dtype).eval()
     routed[0].load_state_dict(plain.state_dict())
     name = "fp16" if dtype is torch.float16 else "bf16"
-    assert route(routed, dtype=name, linear=False, conv1d=False)["RNN"] == 1
+    kind = "GRU" if cell == "gru_step" else "RNN"
+    assert route(routed, dtype=name, linear=False, conv1d=False)[kind] == 1
     assert "forward" in routed[0].__dict__, "a tier serves its layers: routed"
     embed = torch.randn(100, 320, device="cuda", dtype=dtype)
     tokens = torch.zeros(4, 1, dtype=torch.long, device="cuda")

@@ -1,6 +1,7 @@
-"""The RNN steps served as ops of the family, on CPU: per-op feasibility, tiers naming RNN
-configs (selection, the production module's units per op, the op's plan), a routed nn.RNN
-stepping through the op and the census's points of nn.RNN, its cells and the op."""
+"""The RNN and GRU steps served as ops of the family, on CPU: per-op feasibility and units,
+tiers naming their configs (selection, the production module's units per op, the op's plan),
+a routed nn.RNN / nn.GRU stepping through the op and the census's points of the layers, their
+cells and the ops."""
 
 from __future__ import annotations
 
@@ -11,11 +12,12 @@ from oasr_core.routing import own_forwards, route, through_ops, unroute
 from oasr_core.testing import write_system_table
 
 import oasr_recurrent
-from oasr_recurrent import hooks, jit, lanes, launch, numerics, ops, recorder, space
+from oasr_recurrent import codegen, hooks, jit, lanes, launch, numerics, ops, recorder, space
 from oasr_recurrent.layer import layer_step, op_of, steps, torch_only
 from oasr_recurrent.ops_names import LANE
 
 TANH_KEY = "recurrent|op=rnn_tanh_step|dt=half|I=640|H=640"
+GRU_KEY = "recurrent|op=gru_step|dt=half|I=640|H=640"
 
 
 def _table(root, entries, ids):
@@ -37,12 +39,28 @@ def test_a_config_supports_an_rnn_step_where_its_warp_groups_each_own_a_unit(op)
     assert not space.supports(wide, space.make_problem(640, 640, 1, op="gemm"))
 
 
-def test_a_tier_naming_rnn_configs_serves_them_and_links_their_rnn_units(tmp_path,
-                                                                         monkeypatch):
+def test_the_gru_unit_and_its_shared_memory():
+    narrow = lanes.config(LANE, "u2_r1_t256_s2")
+    (unit,) = codegen.cell_units(narrow, "gru_step", ["fp16"])
+    assert unit.name == "gru_step_u2_r1_t256_s2"
+    assert "using K0 = oasr_recurrent::GruStep<0, 2, 1, 256, 2>;" in unit.source
+    assert "OASR_EXPORT int32_t oasr_recurrent_sm80_gru_step_u2_r1_t256_s2(" in unit.source
+    assert unit.exports == ("oasr_recurrent_sm80_gru_step_u2_r1_t256_s2",
+                            "oasr_recurrent_sm80_gru_step_u2_r1_t256_s2_workspace")
+    assert space.supports(narrow, space.make_problem(640, 640, 1, op="gru_step")), \
+        "8 accumulated rows (r, z, n_x, n_h of 2 units) for 4 warp groups"
+    assert space.smem(narrow, 640, 640, "gru_step") == space.smem(narrow, 640, 640), \
+        "four partial rows per unit, as the LSTM's"
+    assert codegen.unit_source(narrow) == codegen.jit_units(narrow)[0].source
+
+
+def test_a_tier_naming_rnn_and_gru_configs_serves_them_and_links_their_units(tmp_path,
+                                                                             monkeypatch):
     import oasr_core
 
-    _table(tmp_path, {TANH_KEY: {"regions": [[4, "u4_r1_t128_s1"], [None, "u8_r16_t256_s1"]]}},
-           ("u4_r1_t128_s1", "u8_r16_t256_s1"))
+    _table(tmp_path, {TANH_KEY: {"regions": [[4, "u4_r1_t128_s1"], [None, "u8_r16_t256_s1"]]},
+                      GRU_KEY: {"regions": [[None, "u2_r1_t256_s2"]]}},
+           ("u4_r1_t128_s1", "u8_r16_t256_s1", "u2_r1_t256_s2"))
     monkeypatch.setenv("OASR_TUNE_SYSTEM_DB", str(tmp_path / "system"))
     oasr_core.reload()
     picked = oasr_core.select("recurrent", "rnn_tanh_step", "fp16", (640, 640), 2, "sm90")
@@ -51,15 +69,20 @@ def test_a_tier_naming_rnn_configs_serves_them_and_links_their_rnn_units(tmp_pat
                             "sm90").config is None, "an untuned step is torch's"
     assert oasr_core.select("recurrent", "lstm_step", "fp16", (640, 640), 2,
                             "sm90").config is None
+    assert oasr_core.select("recurrent", "gru_step", "bf16", (640, 640), 64,
+                            "sm90").config.id == "u2_r1_t256_s2"
     referenced = jit.referenced(LANE, "sm90")
     assert referenced["rnn_tanh_step"] == {"u4_r1_t128_s1", "u8_r16_t256_s1"}
+    assert referenced["gru_step"] == {"u2_r1_t256_s2"}
     assert not referenced["lstm_step"] and not referenced["rnn_relu_step"]
     spec = jit.MODULES.production_spec(LANE, "sm90")
     assert [u.name for u in spec.units] == [space.DEFAULT, "rnn_tanh_step_u4_r1_t128_s1",
-                                            "rnn_tanh_step_u8_r16_t256_s1"]
+                                            "rnn_tanh_step_u8_r16_t256_s1",
+                                            "gru_step_u2_r1_t256_s2"]
     assert set(jit.wanted(LANE, "sm90")) == {("lstm_step", space.DEFAULT),
                                              ("rnn_tanh_step", "u4_r1_t128_s1"),
-                                             ("rnn_tanh_step", "u8_r16_t256_s1")}
+                                             ("rnn_tanh_step", "u8_r16_t256_s1"),
+                                             ("gru_step", "u2_r1_t256_s2")}
 
 
 def test_the_plan_serves_torch_where_the_module_lacks_the_ops_unit(tmp_path, monkeypatch):
@@ -79,7 +102,7 @@ def test_the_plan_serves_torch_where_the_module_lacks_the_ops_unit(tmp_path, mon
     assert ops._PLANS.table[key] == "torch"
 
 
-def test_the_bench_operands_and_reference_of_an_rnn_step():
+def test_the_bench_operands_and_reference_of_the_cells():
     x, h, c, w_ih, w_hh, b_ih, b_hh = numerics.make_operands(3, 16, 8, "fp32",
                                                              op="rnn_relu_step")
     assert c is None and w_ih.shape == (8, 16) and w_hh.shape == (8, 8) and b_hh.shape == (8,)
@@ -88,19 +111,28 @@ def test_the_bench_operands_and_reference_of_an_rnn_step():
     lstm = numerics.make_operands(3, 16, 8, "fp32")
     assert lstm[3].shape == (32, 16)
     assert numerics.reference(*lstm).shape == (2, 3, 8)
+    x, h, c, w_ih, w_hh, b_ih, b_hh = numerics.make_operands(3, 16, 8, "fp32", op="gru_step")
+    assert c is None and w_ih.shape == (24, 16) and b_ih.shape == (24,)
+    assert torch.equal(numerics.reference(x, h, c, w_ih, w_hh, b_ih, b_hh, op="gru_step"),
+                       torch.gru_cell(x, h, w_ih, w_hh, b_ih, b_hh))
 
 
 def _rnn(nonlinearity="tanh", layers=2, **kwargs):
     torch.manual_seed(0)
+    if nonlinearity == "gru":
+        return torch.nn.GRU(16, 24, layers, **kwargs).eval()
     return torch.nn.RNN(16, 24, layers, nonlinearity=nonlinearity, **kwargs).eval()
 
 
-@pytest.mark.parametrize("nonlinearity", ["tanh", "relu"])
+OP_OF = {"tanh": "rnn_tanh_step", "relu": "rnn_relu_step", "gru": "gru_step"}
+
+
+@pytest.mark.parametrize("nonlinearity", ["tanh", "relu", "gru"])
 @pytest.mark.parametrize("batch_first", [True, False])
 @pytest.mark.parametrize("with_state", [True, False])
-def test_one_rnn_step_equals_the_modules_forward(nonlinearity, batch_first, with_state):
+def test_one_rnn_or_gru_step_equals_the_modules_forward(nonlinearity, batch_first, with_state):
     rnn = _rnn(nonlinearity, batch_first=batch_first)
-    assert steps(rnn) and op_of(rnn) == f"rnn_{nonlinearity}_step"
+    assert steps(rnn) and op_of(rnn) == OP_OF[nonlinearity]
     x = torch.randn(5, 1, 16) if batch_first else torch.randn(1, 5, 16)
     state = torch.randn(2, 5, 24) if with_state else None
     ops.reset_stats()
@@ -116,10 +148,11 @@ def test_one_rnn_step_equals_the_modules_forward(nonlinearity, batch_first, with
     torch.testing.assert_close(h_n, h2, rtol=1e-5, atol=1e-6)
 
 
-def test_route_routes_an_rnn_and_through_ops_steps_it():
-    model = torch.nn.Sequential(_rnn(layers=2, batch_first=True))
-    plain = _rnn(layers=2, batch_first=True)
-    assert route(model, linear=False, conv1d=False) == {"Linear": 0, "Conv1d": 0, "RNN": 1}
+@pytest.mark.parametrize(("nonlinearity", "kind"), [("relu", "RNN"), ("gru", "GRU")])
+def test_route_routes_an_rnn_or_gru_and_through_ops_steps_it(nonlinearity, kind):
+    model = torch.nn.Sequential(_rnn(nonlinearity, layers=2, batch_first=True))
+    plain = _rnn(nonlinearity, layers=2, batch_first=True)
+    assert route(model, linear=False, conv1d=False) == {"Linear": 0, "Conv1d": 0, kind: 1}
     rnn = model[0]
     assert torch_only(rnn, "fp16"), "no device, no tier: every call is torch's"
     assert own_forwards(model) == 1
@@ -135,6 +168,7 @@ def test_route_routes_an_rnn_and_through_ops_steps_it():
     assert route(model, linear=False, conv1d=False, lstm=False) == {"Linear": 0, "Conv1d": 0}
     assert unroute(model) == 1
     assert torch_only(torch.nn.RNN(16, 24, bidirectional=True), "fp16")
+    assert torch_only(torch.nn.GRU(16, 24, bidirectional=True), "fp16")
 
 
 def _record(fn):
@@ -167,6 +201,28 @@ def test_the_census_sees_rnn_steps_cells_and_the_op():
     calls, _ = _record(run)
     assert calls == {("rnn_tanh_step", 16, 24, 3, "fp32"): 3,
                      ("rnn_tanh_step", 24, 24, 3, "fp32"): 1}
+
+
+def test_the_census_sees_gru_steps_cells_and_the_op():
+    layer = torch.nn.GRU(320, 640, 2).to("meta").half()
+    x = torch.empty((1, 4, 320), device="meta", dtype=torch.float16)
+    calls, _ = _record(lambda: layer(x))
+    assert calls == {("gru_step", 320, 640, 4, "fp16"): 1, ("gru_step", 640, 640, 4, "fp16"): 1}
+    call = recorder.step_call(torch.float16, 4, 320, 640, "gru_step")
+    assert call.label == "recurrent|op=gru_step|dt=fp16|I=320|H=640"
+    assert call.flops == 2 * 4 * 3 * 640 * (320 + 640)
+    x3, h, _c, w_ih, w_hh, b_ih, b_hh = numerics.make_operands(3, 16, 24, "fp32", op="gru_step")
+    cell = torch.nn.GRUCell(16, 24)
+
+    def run():
+        cell(x3)
+        oasr_recurrent.gru_step(x3, h, w_ih, w_hh, b_ih, b_hh)  # its torch path: a cell
+        _rnn("gru")(torch.randn(1, 3, 16))
+        _rnn("gru")(torch.randn(5, 3, 16))  # a sequence: a skip
+
+    calls, rec = _record(run)
+    assert calls == {("gru_step", 16, 24, 3, "fp32"): 3, ("gru_step", 24, 24, 3, "fp32"): 1}
+    assert "a GRU over more than one time step" in " | ".join(rec.skipped)
 
 
 def test_what_the_rnn_step_does_not_serve_is_a_counted_skip():
