@@ -1,17 +1,18 @@
-"""oasr_recurrent: the recurrent family of oasr (one LSTM step) and its lane.
+"""oasr_recurrent: the recurrent family of oasr (one LSTM, RNN or GRU cell step) and its lane.
 
 ``oasr_recurrent.lstm_step(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None)`` is one step of one
 LSTM layer, exactly ``torch.lstm_cell``: ``x (B, I)``, ``h, c (B, H)`` in, ``(h1, c1)``
 out. On CUDA in fp16/bf16 one kernel launch computes the four gates of every hidden unit and
 the pointwise update (fp32 math). ``oasr_recurrent.rnn_step(x, h, w_ih, w_hh, b_ih=None,
 b_hh=None, nonlinearity="tanh")`` is one step of one ``nn.RNN`` layer, exactly
-``torch.rnn_tanh_cell`` / ``torch.rnn_relu_cell``, and ``oasr_recurrent.gru_step(x, h, w_ih,
-w_hh, b_ih=None, b_hh=None)`` one ``nn.GRU`` step, exactly ``torch.gru_cell`` (torch's cells
-serve both).
-``oasr_recurrent.lstm_layer_step(lstm, x_t, state)`` runs an ``nn.LSTM`` one token step
-through ``lstm_step`` (the RNN-T prediction network while decoding). Each ``lstm_step`` call
-shape resolves once per tuning epoch, through ``oasr_core.select``, to a config of the
-device's lane or to torch (every shape no tuning entry covers).
+``torch.rnn_tanh_cell`` / ``torch.rnn_relu_cell`` (ops ``rnn_tanh_step``, ``rnn_relu_step``),
+and ``oasr_recurrent.gru_step(x, h, w_ih, w_hh, b_ih=None, b_hh=None)`` one ``nn.GRU`` step,
+exactly ``torch.gru_cell``; each is one kernel launch where it serves.
+``oasr_recurrent.lstm_layer_step(module, x_t, state)`` runs an ``nn.LSTM``, ``nn.RNN`` or
+``nn.GRU`` one token step through its cell's op (the RNN-T prediction network while
+decoding). Each op's call shape resolves once per tuning epoch, through
+``oasr_core.select``, to a config of the device's lane or to torch (every shape no tuning
+entry covers).
 
 Importing this package is cheap: it imports no torch and compiles nothing; the ops module
 loads on first attribute access.

@@ -1,4 +1,6 @@
-"""The recurrent family's op, eager and as a torch custom op.
+"""The recurrent family's LSTM step, eager and as a torch custom op, and the serving path of
+every cell op (:func:`serve`: also the RNN and GRU steps', :mod:`oasr_recurrent.rnn`,
+:mod:`oasr_recurrent.gru`).
 
 ``lstm_step(x, h, c, w_ih, w_hh, b_ih=None, b_hh=None) -> (h1, c1)`` is one step of one LSTM
 layer, ``torch.lstm_cell``'s semantics: ``x (B, I)``, ``h, c (B, H)``, ``w_ih (4H, I)``,
@@ -6,18 +8,18 @@ layer, ``torch.lstm_cell``'s semantics: ``x (B, I)``, ``h, c (B, H)``, ``w_ih (4
 chunked i, f, g, o; ``c1 = sigmoid(f) c + sigmoid(i) tanh(g)``, ``h1 = sigmoid(o) tanh(c1)``.
 Arguments whose sizes disagree raise one ``ValueError`` line naming the argument.
 
-A call shape resolves once per tuning epoch through ``oasr_core.select("recurrent",
-"lstm_step", dtype, (I, H), B)``; the plan (a prepared launcher, or the torch path) is
-memoised per (dtype, B, I, H, device) by the kit's :class:`~oasr_core.kit.Serving`
-(:data:`oasr_recurrent.launch.SERVING`). A served step is one kernel launch writing fresh
-``h1`` and ``c1``.
+A call shape resolves once per tuning epoch through ``oasr_core.select("recurrent", op,
+dtype, (I, H), B)``; the plan (a prepared launcher of the config's unit for the op, or the
+torch path) is memoised per (op, dtype, B, I, H, device) by the kit's
+:class:`~oasr_core.kit.Serving` (:data:`oasr_recurrent.launch.SERVING`). A served step is one
+kernel launch writing fresh ``h1`` (and ``c1`` for the LSTM).
 
-The torch path is ``torch.lstm_cell``. It serves what the kernels do not take (CPU tensors,
-fp32, mixed dtypes or devices, non-contiguous or misaligned tensors, widths
-not a multiple of 8, autograd) and every shape no tuning entry covers (``Family.untuned`` is
-torch: never slower than not installing oasr), counted by reason (:func:`stats`); a module
-that cannot be built, or a launcher that refuses, is warned about once per epoch and torch
-serves: slower, never wrong.
+The torch path is the op's torch cell (``torch.lstm_cell`` here). It serves what the kernels
+do not take (CPU tensors, fp32, mixed dtypes or devices, non-contiguous or misaligned
+tensors, widths not a multiple of 8, autograd) and every shape no tuning entry covers
+(``Family.untuned`` is torch: never slower than not installing oasr), counted by reason
+(:func:`stats`); a module that cannot be built, or a launcher that refuses, is warned about
+once per epoch and torch serves: slower, never wrong.
 
 ``torch.ops.oasr.lstm_step`` is the same op registered with ``torch.library`` (with a fake
 implementation), so it traces under ``torch.compile`` and runs in CUDA graphs; the Python
