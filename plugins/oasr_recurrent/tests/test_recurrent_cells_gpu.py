@@ -7,7 +7,7 @@ a GRU step at (I, H) in {(320, 320), (640, 640)} and B in {1, 16}, both dtypes, 
 without biases, against the fp32 torch cell of the same operands and through the family's
 numerics gate against torch's own half-precision cell. Then the ops as served (torch
 untuned, the kernel a user-tier entry names, captured in a CUDA graph) and a routed
-``nn.RNN`` / ``nn.GRU`` decoding token by token against its torch self.
+``nn.LSTM`` / ``nn.RNN`` / ``nn.GRU`` decoding token by token against its torch self.
 """
 
 from __future__ import annotations
@@ -156,16 +156,21 @@ def test_the_op_serves_torch_untuned_and_the_tiers_kernel_when_tuned(tmp_path, m
     assert ops.stats() == {"torch:dtype": 1, "torch:noncontiguous": 1}
 
 
+LAYERS = {"lstm_step": "LSTM", "rnn_tanh_step": "RNN", "rnn_relu_step": "RNN",
+          "gru_step": "GRU"}
+"""The module (and routed kind) stepping through each op."""
+
+
 def _layer(cell):
-    """A 2-layer batch-first ``nn.RNN`` / ``nn.GRU`` (320 -> 640) of ``cell``."""
-    if cell == "gru_step":
-        return torch.nn.GRU(320, 640, 2, batch_first=True)
-    return torch.nn.RNN(320, 640, 2, nonlinearity=cell.split("_")[1], batch_first=True)
+    """A 2-layer batch-first ``nn.LSTM`` / ``nn.RNN`` / ``nn.GRU`` (320 -> 640) of ``cell``."""
+    if cell.startswith("rnn_"):
+        return torch.nn.RNN(320, 640, 2, nonlinearity=cell.split("_")[1], batch_first=True)
+    return getattr(torch.nn, LAYERS[cell])(320, 640, 2, batch_first=True)
 
 
-@pytest.mark.parametrize("cell", list(CELLS))
+@pytest.mark.parametrize("cell", list(LAYERS))
 @pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_a_routed_rnn_or_gru_decodes_like_torch(tmp_path, monkeypatch, dtype, cell):
+def test_a_routed_layer_decodes_like_torch(tmp_path, monkeypatch, dtype, cell):
     from oasr_core.routing import route, unroute
 
     _user_tier(tmp_path, monkeypatch, cell, [(320, 640), (640, 640)], "u4_r1_t128_s1")
@@ -174,8 +179,7 @@ def test_a_routed_rnn_or_gru_decodes_like_torch(tmp_path, monkeypatch, dtype, ce
     routed = torch.nn.Sequential(_layer(cell)).cuda().to(dtype).eval()
     routed[0].load_state_dict(plain.state_dict())
     name = "fp16" if dtype is torch.float16 else "bf16"
-    kind = "GRU" if cell == "gru_step" else "RNN"
-    assert route(routed, dtype=name, linear=False, conv1d=False)[kind] == 1
+    assert route(routed, dtype=name, linear=False, conv1d=False)[LAYERS[cell]] == 1
     assert "forward" in routed[0].__dict__, "a tier serves its layers: routed"
     embed = torch.randn(100, 320, device="cuda", dtype=dtype)
     tokens = torch.zeros(4, 1, dtype=torch.long, device="cuda")

@@ -3,9 +3,9 @@
 Every config that runs on this device (the lane's whole-space module) runs one LSTM step at
 the prediction networks' widths (I, H) in {(320, 320), (640, 640), (640, 1024), (256, 320)}
 and batches {1, 3, 16, 64}, both dtypes, with and without biases, against the fp32 step of
-the same operands. Then refusals, CUDA-graph capture, the op as served (torch untuned, the
-kernel a user-tier entry names, captured), and a routed ``nn.LSTM`` decoding token by token
-against its torch self.
+the same operands. Then refusals, CUDA-graph capture and the op as served (torch untuned, the
+kernel a user-tier entry names, captured); a routed ``nn.LSTM`` decoding token by token
+against its torch self is ``test_recurrent_cells_gpu.py``'s, with the RNN and GRU.
 """
 
 from __future__ import annotations
@@ -131,39 +131,3 @@ def test_the_op_serves_torch_untuned_and_the_tiers_kernel_when_tuned(tmp_path, m
                   b_hh.float())
     ops.lstm_step(x, h.t().contiguous().t(), c, w_ih, w_hh, b_ih, b_hh)
     assert ops.stats() == {"torch:dtype": 1, "torch:noncontiguous": 1}
-
-
-@pytest.mark.parametrize("dtype", [torch.float16, torch.bfloat16])
-def test_a_routed_lstm_decodes_like_torch(tmp_path, monkeypatch, dtype):
-    import oasr_core
-    from oasr_core.routing import route, unroute
-
-    _user_tier(tmp_path, [(320, 640), (640, 640)], "u2_r1_t256_s2")
-    monkeypatch.setenv("OASR_TUNE_USER_DB", str(tmp_path))
-    oasr_core.reload()
-    torch.manual_seed(0)
-    plain = torch.nn.LSTM(320, 640, 2, batch_first=True).cuda().to(dtype).eval()
-    routed = torch.nn.Sequential(torch.nn.LSTM(320, 640, 2, batch_first=True)).cuda()
-    routed = routed.to(dtype).eval()
-    routed[0].load_state_dict(plain.state_dict())
-    name = "fp16" if dtype is torch.float16 else "bf16"
-    assert route(routed, dtype=name, linear=False, conv1d=False)["LSTM"] == 1
-    assert "forward" in routed[0].__dict__, "a tier serves its layers: routed"
-    embed = torch.randn(100, 320, device="cuda", dtype=dtype)
-    tokens = torch.zeros(4, 1, dtype=torch.long, device="cuda")
-    ours = theirs = None
-    ops.reset_stats()
-    atol = 2e-2 if dtype is torch.float16 else 6e-2
-    with torch.no_grad():
-        for step in range(12):
-            x = embed[tokens]
-            y, ours = routed[0](x, ours)
-            y2, theirs = plain(x, theirs)
-            torch.testing.assert_close(y, y2, atol=atol, rtol=atol,
-                                       msg=lambda m, s=step: f"step {s}: {m}")
-            tokens = (y2[:, 0, :100].argmax(-1, keepdim=True)) % 100
-        assert ops.stats() == {}, "every layer step launched the kernel"
-        seq = torch.randn(4, 9, 320, device="cuda", dtype=dtype)
-        torch.testing.assert_close(routed[0](seq)[0], plain(seq)[0])
-        assert ops.stats() == {}, "a sequence is the module's own forward, not the op's"
-    unroute(routed)

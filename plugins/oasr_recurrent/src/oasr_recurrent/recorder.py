@@ -87,24 +87,15 @@ def record_layer(op: str, args: Any, kwargs: Any) -> list[Call] | Skip | None:
     return calls
 
 
-def record_lstm(*args: Any, **kwargs: Any) -> list[Call] | Skip | None:
-    """``torch.lstm`` (:func:`record_layer`)."""
-    return record_layer("lstm_step", args, kwargs)
+def layer_recorder(op: str) -> Any:
+    """The record of a layer call of ``op``'s cell (``torch.lstm``, ``torch.rnn_tanh``,
+    ``torch.rnn_relu``, ``torch.gru``: :func:`record_layer`)."""
 
+    def record(*args: Any, **kwargs: Any) -> list[Call] | Skip | None:
+        return record_layer(op, args, kwargs)
 
-def record_rnn_tanh(*args: Any, **kwargs: Any) -> list[Call] | Skip | None:
-    """``torch.rnn_tanh`` (:func:`record_layer`)."""
-    return record_layer("rnn_tanh_step", args, kwargs)
-
-
-def record_rnn_relu(*args: Any, **kwargs: Any) -> list[Call] | Skip | None:
-    """``torch.rnn_relu`` (:func:`record_layer`)."""
-    return record_layer("rnn_relu_step", args, kwargs)
-
-
-def record_gru(*args: Any, **kwargs: Any) -> list[Call] | Skip | None:
-    """``torch.gru`` (:func:`record_layer`)."""
-    return record_layer("gru_step", args, kwargs)
+    record.__doc__ = f"A recurrent layer's call, recorded as {op} points (record_layer)."
+    return record
 
 
 def _cell_call(op: str, input: Any, w_hh: Any) -> Call | None:
@@ -114,28 +105,23 @@ def _cell_call(op: str, input: Any, w_hh: Any) -> Call | None:
     return step_call(input.dtype, batch, int(input.shape[-1]), int(w_hh.shape[-1]), op)
 
 
-def record_lstm_cell(input: Any, hx: Any, w_ih: Any, w_hh: Any, b_ih: Any = None,
-                     b_hh: Any = None) -> Call | None:
-    """``torch.lstm_cell(input (B, I) or (I,), (h, c), w_ih, w_hh, b_ih, b_hh)``."""
-    return _cell_call("lstm_step", input, w_hh)
+def cell_recorder(op: str) -> Any:
+    """The record of torch's cell of ``op`` (``torch.lstm_cell(input (B, I) or (I,), (h, c),
+    w_ih, w_hh, b_ih, b_hh)``, ``torch.rnn_tanh_cell`` / ``torch.rnn_relu_cell`` /
+    ``torch.gru_cell(input, h, ...)``): one point."""
+
+    def record(input: Any, hx: Any, w_ih: Any, w_hh: Any, b_ih: Any = None,
+               b_hh: Any = None) -> Call | None:
+        return _cell_call(op, input, w_hh)
+
+    record.__doc__ = f"torch's {op} cell, recorded as one {op} point."
+    return record
 
 
 def record_lstm_step(x: Any, h: Any, c: Any, w_ih: Any, w_hh: Any, b_ih: Any = None,
                      b_hh: Any = None) -> Call | None:
     """``oasr_recurrent.ops.lstm_step``: the same point as the cell it computes."""
     return _cell_call("lstm_step", x, w_hh)
-
-
-def record_rnn_tanh_cell(input: Any, hx: Any, w_ih: Any, w_hh: Any, b_ih: Any = None,
-                         b_hh: Any = None) -> Call | None:
-    """``torch.rnn_tanh_cell(input (B, I) or (I,), h, w_ih, w_hh, b_ih, b_hh)``."""
-    return _cell_call("rnn_tanh_step", input, w_hh)
-
-
-def record_rnn_relu_cell(input: Any, hx: Any, w_ih: Any, w_hh: Any, b_ih: Any = None,
-                         b_hh: Any = None) -> Call | None:
-    """``torch.rnn_relu_cell``: as :func:`record_rnn_tanh_cell`."""
-    return _cell_call("rnn_relu_step", input, w_hh)
 
 
 def record_rnn_step(x: Any, h: Any, w_ih: Any, w_hh: Any, b_ih: Any = None, b_hh: Any = None,
@@ -146,43 +132,30 @@ def record_rnn_step(x: Any, h: Any, w_ih: Any, w_hh: Any, b_ih: Any = None, b_hh
     return _cell_call(op, x, w_hh) if op in CELL_GATES else None
 
 
-def record_gru_cell(input: Any, hx: Any, w_ih: Any, w_hh: Any, b_ih: Any = None,
-                    b_hh: Any = None) -> Call | None:
-    """``torch.gru_cell(input (B, I) or (I,), h, w_ih, w_hh, b_ih, b_hh)``."""
-    return _cell_call("gru_step", input, w_hh)
-
-
 def record_gru_step(x: Any, h: Any, w_ih: Any, w_hh: Any, b_ih: Any = None,
                     b_hh: Any = None) -> Call | None:
     """``oasr_recurrent.gru.gru_step``: the same point as the cell it computes."""
     return _cell_call("gru_step", x, w_hh)
 
 
+_TORCH = (("lstm", "lstm_step", "nn.LSTM"), ("rnn_tanh", "rnn_tanh_step", "nn.RNN (tanh)"),
+          ("rnn_relu", "rnn_relu_step", "nn.RNN (relu)"), ("gru", "gru_step", "nn.GRU"))
+"""torch's layer function (``torch.<name>``, its cell ``torch.<name>_cell``), the op and the
+module calling it."""
+
+
 def recorder_patches() -> list[RecorderPatch]:
     """The recurrent family's patches (``Family.recorder_patches``)."""
-    return [
-        RecorderPatch(family=FAMILY, target="torch:lstm", record=record_lstm,
-                      description="nn.LSTM over one time step: one lstm_step per layer"),
-        RecorderPatch(family=FAMILY, target="torch:rnn_tanh", record=record_rnn_tanh,
-                      description="nn.RNN (tanh) over one time step: one rnn_tanh_step per "
-                                  "layer"),
-        RecorderPatch(family=FAMILY, target="torch:rnn_relu", record=record_rnn_relu,
-                      description="nn.RNN (relu) over one time step: one rnn_relu_step per "
-                                  "layer"),
-        RecorderPatch(family=FAMILY, target="torch:gru", record=record_gru,
-                      description="nn.GRU over one time step: one gru_step per layer"),
-        RecorderPatch(family=FAMILY, target="torch:lstm_cell", record=record_lstm_cell,
-                      description="torch.lstm_cell (nn.LSTMCell)"),
-        RecorderPatch(family=FAMILY, target="torch:rnn_tanh_cell", record=record_rnn_tanh_cell,
-                      description="torch.rnn_tanh_cell (nn.RNNCell, tanh)"),
-        RecorderPatch(family=FAMILY, target="torch:rnn_relu_cell", record=record_rnn_relu_cell,
-                      description="torch.rnn_relu_cell (nn.RNNCell, relu)"),
-        RecorderPatch(family=FAMILY, target="torch:gru_cell", record=record_gru_cell,
-                      description="torch.gru_cell (nn.GRUCell)"),
-        RecorderPatch(family=FAMILY, target="oasr_recurrent.ops:lstm_step",
-                      record=record_lstm_step, description="oasr_recurrent.lstm_step"),
-        RecorderPatch(family=FAMILY, target="oasr_recurrent.rnn:rnn_step",
-                      record=record_rnn_step, description="oasr_recurrent.rnn_step"),
-        RecorderPatch(family=FAMILY, target="oasr_recurrent.gru:gru_step",
-                      record=record_gru_step, description="oasr_recurrent.gru_step"),
-    ]
+    layers = [RecorderPatch(family=FAMILY, target=f"torch:{name}", record=layer_recorder(op),
+                            description=f"{module} over one time step: one {op} per layer")
+              for name, op, module in _TORCH]
+    cells = [RecorderPatch(family=FAMILY, target=f"torch:{name}_cell", record=cell_recorder(op),
+                           description=f"torch.{name}_cell: one {op}")
+             for name, op, _module in _TORCH]
+    return [*layers, *cells,
+            RecorderPatch(family=FAMILY, target="oasr_recurrent.ops:lstm_step",
+                          record=record_lstm_step, description="oasr_recurrent.lstm_step"),
+            RecorderPatch(family=FAMILY, target="oasr_recurrent.rnn:rnn_step",
+                          record=record_rnn_step, description="oasr_recurrent.rnn_step"),
+            RecorderPatch(family=FAMILY, target="oasr_recurrent.gru:gru_step",
+                          record=record_gru_step, description="oasr_recurrent.gru_step")]
