@@ -239,3 +239,13 @@ def test_what_the_rnn_step_does_not_serve_is_a_counted_skip():
     for why in ("an RNN over more than one time step", "a bidirectional RNN",
                 "an RNN over a packed sequence"):
         assert why in reasons, reasons
+
+
+@pytest.mark.parametrize("nonlinearity", ["relu", "gru"])
+def test_the_routed_step_of_an_rnn_or_gru_is_recorded_as_the_module_is(nonlinearity):
+    rnn = _rnn(nonlinearity, batch_first=True)
+    x = torch.randn(4, 1, 16)
+    direct, _ = _record(lambda: rnn(x))
+    stepped, _ = _record(lambda: layer_step(rnn, x))
+    op = OP_OF[nonlinearity]
+    assert direct == stepped == {(op, 16, 24, 4, "fp32"): 1, (op, 24, 24, 4, "fp32"): 1}

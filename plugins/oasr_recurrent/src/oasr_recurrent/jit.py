@@ -4,10 +4,10 @@ A config's units are one per cell op it builds for (:func:`oasr_recurrent.codege
 config_units`). The lane's **production module** links, per op, the units of the configs
 this epoch's tuning tiers name for that op (:func:`production_cells`): for ``lstm_step`` also
 the lane default (:data:`PRODUCTION`, the kit's :class:`oasr_core.kit.ProductionSet`, asked
-for that op's configs), for the RNN steps nothing more (an untuned RNN step is torch's). So a
-module serving LSTM tiers alone is the one it was before the RNN steps were ops, and an RNN
-tier adds its configs' RNN units only. ``OASR_RECURRENT_COMPILE_SET=all`` links every unit
-of the lane's whole space.
+for that op's configs), for the RNN and GRU steps nothing more (their untuned shapes are
+torch's). So a module serving LSTM tiers alone is the one it was before the other cells were
+ops, and a tier of another op adds its configs' units for that op only.
+``OASR_RECURRENT_COMPILE_SET=all`` links every unit of the lane's whole space.
 
 Nothing here runs at import; building happens in :func:`oasr_core.jit.load` calls made by
 :mod:`oasr_recurrent.launch`, the bench adapter, the benchmark and ``oasr tune prebuild``.
@@ -97,11 +97,9 @@ class CellModules(LaneModules):
         if PRODUCTION.compile_set() == "all":
             return self.full_spec(lane, arch)
         cells = production_cells(lane, arch, referenced_ids)
-        units = [u for op, configs in cells.items() for c in configs
-                 for u in codegen.cell_units(c, op, self.dtypes)]
-        return core_jit.JitSpec(name=self.prefix[lane], arch=core_jit.family_target(arch),
-                                units=tuple(units), include_dirs=(self.include_dir,),
-                                extra_flags=self.flags(lane))
+        return _spec(self.prefix[lane], arch, [u for op, configs in cells.items()
+                                               for c in configs
+                                               for u in codegen.cell_units(c, op, self.dtypes)])
 
 
 MODULES = CellModules(production=PRODUCTION, prefix=MODULE_PREFIX, units=codegen.config_units,
@@ -114,7 +112,13 @@ def cell_spec(configs, cells, arch: str, *, name: str, dtypes=codegen.DTYPES):
     """A :class:`oasr_core.jit.JitSpec` linking the units of ``configs`` for each of ``cells``
     (:func:`oasr_recurrent.codegen.cell_units`; a ``ValueError`` for a config a cell does not
     build for) on ``arch``: a few kinds' units of some cells (the GPU tests)."""
-    units = [u for c in configs for cell in cells for u in codegen.cell_units(c, cell, dtypes)]
+    return _spec(name, arch, [u for c in configs for cell in cells
+                              for u in codegen.cell_units(c, cell, dtypes)])
+
+
+def _spec(name: str, arch: str, units: list) -> Any:
+    """A :class:`oasr_core.jit.JitSpec` called ``name`` linking ``units`` for ``arch`` with
+    the family's include dir and flags."""
     return core_jit.JitSpec(name=name, arch=core_jit.family_target(arch), units=tuple(units),
                             include_dirs=(str(codegen.CSRC),), extra_flags=codegen.EXTRA_FLAGS)
 

@@ -64,25 +64,18 @@ def _seq_dim(module: Any, x: Any) -> int:
 
 
 def _cell_step(op: str) -> Any:
-    """``step(x, h, c, w_ih, w_hh, b_ih, b_hh) -> (h1, c1 or None)`` of ``op``."""
+    """``step(x, h, c, w_ih, w_hh, b_ih, b_hh) -> (h1, c1 or None)`` of ``op``; the op
+    functions are looked up when called, so the census's patches of them see a routed step."""
     ops = _ops()
     if op == "lstm_step":
         return ops.lstm_step
+    from oasr_recurrent import gru, rnn
+
     if op == "gru_step":
-        from oasr_recurrent.gru import gru_step
-
-        def gru(x: Any, h: Any, _c: Any, w_ih: Any, w_hh: Any, b_ih: Any, b_hh: Any) -> Any:
-            return gru_step(x, h, w_ih, w_hh, b_ih, b_hh), None
-
-        return gru
-    from oasr_recurrent.rnn import rnn_step
-
+        return lambda x, h, _c, *weights: (gru.gru_step(x, h, *weights), None)
     nonlinearity = op.split("_")[1]
-
-    def step(x: Any, h: Any, _c: Any, w_ih: Any, w_hh: Any, b_ih: Any, b_hh: Any) -> Any:
-        return rnn_step(x, h, w_ih, w_hh, b_ih, b_hh, nonlinearity), None
-
-    return step
+    return lambda x, h, _c, *weights: (rnn.rnn_step(x, h, *weights, nonlinearity=nonlinearity),
+                                       None)
 
 
 def layer_step(module: Any, x_t: Any, state: Any = None) -> Any:
