@@ -199,3 +199,25 @@ def test_a_routed_layer_decodes_like_torch(tmp_path, monkeypatch, dtype, cell):
         torch.testing.assert_close(routed[0](seq)[0], plain(seq)[0])
         assert ops.stats() == {}, "a sequence is the module's own forward, not the op's"
     unroute(routed)
+
+
+@pytest.mark.parametrize("cell", ["lstm_step", *CELLS])
+def test_the_bench_adapter_gates_every_arm_of_each_op(cell):
+    """A build's arms of one op: the configs it names (one that does not build for an RNN
+    cell rejected, never timed) and torch's cell, each passing the numerics gate."""
+    from oasr_core.bench import BenchOptions
+    from oasr_core.types import Sentinel
+
+    from oasr_recurrent import bench
+
+    problem = space.make_problem(640, 640, 16, "fp16", op=cell)
+    choices = [lanes.config(LANE, "u4_r4_t128_s1"), lanes.config(LANE, "u2_r1_t256_s2")]
+    case = bench.make_bench(problem, [*choices, Sentinel.TORCH],
+                            BenchOptions(device="cuda", lane=LANE))
+    builds = cell in ("lstm_step", "gru_step")
+    assert set(case.arms) == {"u4_r4_t128_s1", "torch"} | ({"u2_r1_t256_s2"} if builds
+                                                             else set()), case.rejected
+    assert builds or "u2_r1_t256_s2" in case.rejected
+    for name, arm in case.arms.items():
+        verdict = case.gate(arm(0))
+        assert verdict, f"{cell} {name}: {verdict.reason}"
