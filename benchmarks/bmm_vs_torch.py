@@ -166,30 +166,22 @@ def _point(kernels, lane, layout, batch, m, n, k, kind, args, rng, timer) -> dic
 def report(points: list[dict], header: list[str], gpu: str, back_to_back: bool = False) -> str:
     """The markdown report: environment and protocol first, then per kind of shape a table
     and a summary line (``- <kind>: ...``)."""
-    mode = ("back to back (launch overlap credited)" if back_to_back
-            else "separated (separator cost subtracted)")
     nan = float("nan")
-    lines = [f"# bmm vs torch.bmm on {gpu}", "", *header]
-    for kind in dict.fromkeys(p["kind"] for p in points):
-        rows = [p for p in points if p["kind"] == kind]
-        lines += ["", f"## {kind} shapes (us per call, median, {mode}; ratio = torch / best)",
-                  "", "| layout | L | M | N | K | torch us | best config | best us | torch/best "
-                  "| torch/default | TFLOP/s best |",
-                  "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"]
-        ratios = []
-        for p in rows:
-            r = vs_torch.ratio(p["torch_us"], p["best_us"])
-            d = vs_torch.ratio(p["torch_us"], p["default_us"])
-            flops = 2 * p["L"] * p["M"] * p["N"] * p["K"]
-            tflops = flops / (p["best_us"] * 1e6) if p["best_us"] else nan
-            ratios.append(r)
-            lines.append(
-                f"| {p['layout']} | {p['L']} | {p['M']} | {p['N']} | {p['K']} | "
+
+    def row(p: dict, r: float, d: float) -> str:
+        flops = 2 * p["L"] * p["M"] * p["N"] * p["K"]
+        tflops = flops / (p["best_us"] * 1e6) if p["best_us"] else nan
+        return (f"| {p['layout']} | {p['L']} | {p['M']} | {p['N']} | {p['K']} | "
                 f"{p['torch_us']:.2f} | {p['best']} | {(p['best_us'] or nan):.2f} | {r:.3f} | "
                 f"{d:.3f} | {tflops:.1f} |")
-        lines += vs_torch.summary_lines(kind, len(rows), ratios)
-    lines += vs_torch.failed_lines(points)
-    return "\n".join(lines) + "\n"
+
+    return vs_torch.kind_report(
+        points, title=f"bmm vs torch.bmm on {gpu}", header=header, back_to_back=back_to_back,
+        heading=lambda kind: f"{kind} shapes",
+        columns=("| layout | L | M | N | K | torch us | best config | best us | torch/best "
+                 "| torch/default | TFLOP/s best |",
+                 "|---|---:|---:|---:|---:|---:|---|---:|---:|---:|---:|"), row=row)
+
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -179,30 +179,22 @@ def _arch() -> str:
 def report(points: list[dict], header: list[str], gpu: str, back_to_back: bool = False) -> str:
     """The markdown report: environment and protocol first, then per kind of head a table
     and a summary."""
-    mode = ("back to back (launch overlap credited)" if back_to_back
-            else "separated (separator cost subtracted)")
     nan = float("nan")
-    lines = [f"# gemm_log_softmax vs torch (F.linear + log_softmax) on {gpu}", "", *header]
-    for kind in dict.fromkeys(p["kind"] for p in points):
-        rows = [p for p in points if p["kind"] == kind]
-        lines += ["", f"## {kind} heads (us per call, median, {mode}; ratio = torch / best)",
-                  "", "| V | K | M | torch us | best config | best us | torch/best "
-                  "| torch/default | best: gemm + rows us | torch: addmm + log_softmax us |",
-                  "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"]
-        ratios = []
-        for p in rows:
-            r = p["torch_us"] / p["best_us"] if p["best_us"] else nan
-            d = p["torch_us"] / p["default_us"] if p["default_us"] else nan
-            s = p["split_us"]
-            ratios.append(r)
-            lines.append(
-                f"| {p['V']} | {p['K']} | {p['M']} | {p['torch_us']:.2f} | {p['best']} | "
+
+    def row(p: dict, r: float, d: float) -> str:
+        s = p["split_us"]
+        return (f"| {p['V']} | {p['K']} | {p['M']} | {p['torch_us']:.2f} | {p['best']} | "
                 f"{(p['best_us'] or nan):.2f} | {r:.3f} | {d:.3f} | "
                 f"{s.get('gemm', nan):.2f} + {s.get('rows', nan):.2f} | "
                 f"{s.get('addmm', nan):.2f} + {s.get('log_softmax', nan):.2f} |")
-        lines += vs_torch.summary_lines(kind, len(rows), ratios)
-    lines += vs_torch.failed_lines(points)
-    return "\n".join(lines) + "\n"
+
+    return vs_torch.kind_report(
+        points, title=f"gemm_log_softmax vs torch (F.linear + log_softmax) on {gpu}",
+        header=header, back_to_back=back_to_back, heading=lambda kind: f"{kind} heads",
+        columns=("| V | K | M | torch us | best config | best us | torch/best "
+                 "| torch/default | best: gemm + rows us | torch: addmm + log_softmax us |",
+                 "|---:|---:|---:|---:|---|---:|---:|---:|---:|---:|"), row=row)
+
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -158,29 +158,21 @@ def _point(kernels, n, k, rows, kind, args, rng, timer) -> dict:
 def report(points: list[dict], header: list[str], gpu: str, back_to_back: bool = False) -> str:
     """The markdown report: environment and protocol first, then per kind of group a table
     and a summary line (``- <kind>: ...``)."""
-    mode = ("back to back (launch overlap credited)" if back_to_back
-            else "separated (separator cost subtracted)")
     nan = float("nan")
-    lines = [f"# group_gemm vs the loop of torch linears on {gpu}", "", *header]
-    for kind in dict.fromkeys(p["kind"] for p in points):
-        rows = [p for p in points if p["kind"] == kind]
-        lines += ["", f"## {kind} (us per call, median, {mode}; ratio = torch / best)", "",
-                  "| N | K | G | rows | torch us | best config | best us | torch/best | "
-                  "torch/default | TFLOP/s best |",
-                  "|---:|---:|---:|---|---:|---|---:|---:|---:|---:|"]
-        ratios = []
-        for p in rows:
-            r = vs_torch.ratio(p["torch_us"], p["best_us"])
-            d = vs_torch.ratio(p["torch_us"], p["default_us"])
-            tflops = 2 * p["M"] * p["N"] * p["K"] / (p["best_us"] * 1e6) if p["best_us"] else nan
-            ratios.append(r)
-            lines.append(
-                f"| {p['N']} | {p['K']} | {p['G']} | {'-'.join(map(str, p['rows']))} | "
+
+    def row(p: dict, r: float, d: float) -> str:
+        tflops = 2 * p["M"] * p["N"] * p["K"] / (p["best_us"] * 1e6) if p["best_us"] else nan
+        return (f"| {p['N']} | {p['K']} | {p['G']} | {'-'.join(map(str, p['rows']))} | "
                 f"{p['torch_us']:.2f} | {p['best']} | {(p['best_us'] or nan):.2f} | {r:.3f} | "
                 f"{d:.3f} | {tflops:.1f} |")
-        lines += vs_torch.summary_lines(kind, len(rows), ratios)
-    lines += vs_torch.failed_lines(points)
-    return "\n".join(lines) + "\n"
+
+    return vs_torch.kind_report(
+        points, title=f"group_gemm vs the loop of torch linears on {gpu}", header=header,
+        back_to_back=back_to_back, heading=lambda kind: kind,
+        columns=("| N | K | G | rows | torch us | best config | best us | torch/best | "
+                 "torch/default | TFLOP/s best |",
+                 "|---:|---:|---:|---|---:|---|---:|---:|---:|---:|"), row=row)
+
 
 
 def main(argv: list[str] | None = None) -> int:

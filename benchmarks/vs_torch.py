@@ -200,3 +200,28 @@ def failed_lines(points: Iterable[dict[str, Any]], most: int = 40) -> list[str]:
 def ratio(a: float | None, b: float | None) -> float:
     """``a / b``, NaN where either is missing or zero."""
     return a / b if a and b else float("nan")
+
+
+def kind_report(points: Sequence[dict[str, Any]], *, title: str, header: Sequence[str],
+                back_to_back: bool, heading: Callable[[str], str], columns: tuple[str, str],
+                row: Callable[[dict[str, Any], float, float], str]) -> str:
+    """The markdown report of a kernel-vs-torch script: ``# title``, the environment and
+    protocol lines ``header``, then per kind of point (in order of first appearance) a section
+    ``## heading(kind)`` with the timing mode, a table (``columns``: its header and alignment
+    rows) of one ``row(point, torch / best, torch / default)`` a point and the kind's
+    :func:`summary_lines`; last, :func:`failed_lines`."""
+    mode = ("back to back (launch overlap credited)" if back_to_back
+            else "separated (separator cost subtracted)")
+    lines = [f"# {title}", "", *header]
+    for kind in dict.fromkeys(p["kind"] for p in points):
+        rows = [p for p in points if p["kind"] == kind]
+        lines += ["", f"## {heading(kind)} (us per call, median, {mode}; ratio = torch / best)",
+                  "", *columns]
+        ratios = []
+        for p in rows:
+            r = ratio(p["torch_us"], p["best_us"])
+            ratios.append(r)
+            lines.append(row(p, r, ratio(p["torch_us"], p["default_us"])))
+        lines += summary_lines(kind, len(rows), ratios)
+    lines += failed_lines(points)
+    return "\n".join(lines) + "\n"

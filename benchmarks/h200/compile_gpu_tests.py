@@ -11,7 +11,9 @@ instead of run, so the GPU machine finds every library and only runs tests::
 
 ``benchmarks/h200/prepare.sh gpu-tests`` runs it on every family's GPU tests; ``pack`` then
 carries the libraries. A test that touches the device before loading a module fails here
-(no device); only the modules matter, and the summary line lists each one compiled.
+(no device); only the modules matter, and the summary line lists each one compiled. It
+compiles and times nothing, so no separator protocol applies; each test it skips is skipped
+on purpose (its module compiled, nothing to run without a device).
 """
 
 from __future__ import annotations

@@ -462,12 +462,12 @@ class RnntPredictor(nn.Module):
     The last token of each hypothesis through an embedding (``vocab`` x ``embed_dim``), an
     ``nn.LSTM`` (``embed_dim`` -> ``hidden``, ``layers``, batch first) over that one step from
     a zero state, and the projection to the joint network's width (``joint_dim``; a served
-    linear, :class:`GemmOps`). The input is ``[B, T]`` (what the census feeds, placeholders):
-    each row's token is the integer part of its last column modulo the vocabulary, so any
-    ``T`` is one decoding step at batch ``B``. The LSTM is torch's module, called with a
-    sequence of one step (what :func:`oasr_core.route` serves through a recurrent family and
-    what its recorder keys as one LSTM step per layer); ``served`` is accepted for the
-    reference factory's protocol and not read.
+    linear, :class:`GemmOps`). The input is ``[B, T]``, the shape the census feeds (its values
+    are arbitrary): each row's token is the integer part of its last column modulo the
+    vocabulary, so any ``T`` is one decoding step at batch ``B``. The LSTM is torch's module,
+    called with a sequence of one step (what :func:`oasr_core.route` serves through a
+    recurrent family and what its recorder keys as one LSTM step per layer); ``served`` is
+    accepted for the reference factory's protocol and not read.
     """
 
     def __init__(self, *, vocab: int = 1024, embed_dim: int = 640, hidden: int = 640,
