@@ -14,7 +14,7 @@ called.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Iterator, Sequence
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
 from typing import Any
 
 import pytest
@@ -47,6 +47,33 @@ def device_config_ids(production: Any, lane: str) -> list[str]:
     test's parameters collect on any machine."""
     arch = device_arch()
     return [] if arch is None else [c.id for c in production.lane_configs(lane, arch)]
+
+
+def subset_selection(subset: Mapping[str, Sequence[str]],
+                     lane_configs: Callable[[str, str], Iterable[Any]], env: str,
+                     keep: Callable[[Any], bool] = lambda config: True) -> dict[str, list[str]]:
+    """A GPU test's configs per lane on the current device: ``subset``'s ids of each lane
+    (``lane_configs(lane, arch)`` those that run on the arch, ``keep`` those the op under
+    test takes); the environment variable ``env`` names other ids (a comma list) or ``all``
+    (every such config of each lane). Empty without a device, so the tests' parameters
+    collect on any machine; a lane with no config on the arch is left out."""
+    import os
+
+    arch = device_arch()
+    if arch is None:
+        return {}
+    wanted = os.environ.get(env, "")
+    out = {}
+    for lane, ids in subset.items():
+        fitting = [c.id for c in lane_configs(lane, arch) if keep(c)]
+        if not fitting:
+            continue
+        if wanted == "all":
+            out[lane] = fitting
+            continue
+        chosen = [i.strip() for i in wanted.split(",") if i.strip()] or list(ids)
+        out[lane] = [i for i in chosen if i in fitting]
+    return out
 
 
 def assert_exports_only_launchers(spec: Any, report: Any) -> None:

@@ -22,7 +22,7 @@ import os
 import pytest
 import torch
 from oasr_core import stamps
-from oasr_core.kernel_testing import device_arch, gpu_marks
+from oasr_core.kernel_testing import device_arch, gpu_marks, subset_selection
 from oasr_core.runtime import get_runtime
 
 from oasr_gemm import codegen, jit, launch, numerics
@@ -46,25 +46,7 @@ K = T) at T = 1500 and 255, a small one, and aligned neighbours the kernels take
 LAYOUTS = ("tn", "nn")
 
 
-def _selection() -> dict[str, list[str]]:
-    arch = device_arch()
-    if arch is None:
-        return {}
-    wanted = os.environ.get("OASR_GEMM_BMM_GPU_CONFIGS", "")
-    out = {}
-    for lane, subset in SUBSET.items():
-        fitting = [c.id for c in jit.lane_configs(lane, arch) if cs.has_bmm(c)]
-        if not fitting:
-            continue
-        if wanted == "all":
-            out[lane] = fitting
-            continue
-        ids = [i.strip() for i in wanted.split(",") if i.strip()] or list(subset)
-        out[lane] = [i for i in ids if i in fitting]
-    return out
-
-
-SELECTION = _selection()
+SELECTION = subset_selection(SUBSET, jit.lane_configs, "OASR_GEMM_BMM_GPU_CONFIGS", cs.has_bmm)
 CASES = [(lane, cid) for lane, ids in SELECTION.items() for cid in ids]
 
 
