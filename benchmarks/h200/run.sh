@@ -79,9 +79,11 @@
 #                    selection and torch.compile, the counted torch path (V 29/257, refused);
 #                    compiles those 12 units -> one line a test (gpu_tests_logsoftmax.log,
 #                    junit XML beside it; GPU_TESTS_LIMIT, default 400 s)
-#   bench-logsoftmax benchmarks/gemm_log_softmax_vs_torch.py: every sm90 config composed with
+#   bench-logsoftmax benchmarks/gemm_log_softmax_vs_torch.py: sm90 configs composed with
 #                    the row log-softmax vs F.linear + log_softmax, separated, at the reference
-#                    CTC heads and a sweep -> h200_gemm_log_softmax.md, .jsonl
+#                    CTC heads and a sweep -> h200_gemm_log_softmax.md, .jsonl; LOGSM_CONFIGS picks
+#                    the configs (default: the GPU tests' 7 and 5 wider tiles, 12 configs whose
+#                    units the carried cache can hold; "all": the whole sm90 space, ~9 min here)
 #   gpu-tests-bmm    `pytest -m gpu` of gemm's op bmm (test_gemm_bmm_gpu.py): the batched
 #                    launchers of 11 split-free configs (7 sm90_wgmma, 4 sm80_mma), layouts TN
 #                    and NN, both dtypes, at attention's (L, M, N, K) vs fp32 (the unaligned
@@ -134,6 +136,13 @@
 #                    subsampling served by the conv2d family (--param conv2d_frontend=true),
 #                    then with a CTC head (--param ctc_vocab=1024: the gemm_log_softmax baseline);
 #                    CUDA graph and eager (h200_e2e_conformer_conv2d.md, h200_e2e_conformer_ctc.md)
+#   e2e-heads-tuned  the Conformer with both options (the conv2d front end and a CTC head of 1024
+#                    classes, batch 8 x 1024) and the Whisper-base encoder with the CTC head
+#                    (batch 8), fp16, CUDA graph and eager: out of the box, then with conv2d and
+#                    gemm (its gemm_log_softmax op included) built from their censuses
+#                    (benchmarks/census/{conformer_conv2d_ctc,whisper_encoder_ctc}_offline.json)
+#                    into a user tier (--e2e-budget each) -> h200_e2e_{conformer_heads,
+#                    whisper_encoder_ctc}{,_tuned}.md and the two tables
 #   bench-conv1d     benchmarks/conv1d_vs_torch.py: every config and the served op against torch
 #                    at the Conformer / Whisper / wav2vec2 shapes and a sweep (conv1d_vs_torch*.md,
 #                    .jsonl), served from the conv1d phase's table when it ran on this machine
@@ -221,6 +230,7 @@ for phase in "${PHASES[@]}"; do
     gpu-tests-fp8|bench-fp8|gpu-tests-quant|e2e-fp8|conv1d|bench-conv1d|conv2d|e2e-conv2d) ;;
     gpu-tests-residual|distributed|e2e-compile|e2e-compile-tuned|e2e-compile-fp8) ;;
     heldout-tuned|gpu-tests-families|gpu-tests-logsoftmax|bench-logsoftmax) ;;
+    e2e-heads-tuned) ;;
     gpu-tests-recurrent|bench-recurrent) ;;
     gpu-tests-bmm|bench-bmm|gpu-tests-group|bench-group) ;;
     *) die "unknown phase $phase (see --help)" ;;
@@ -458,7 +468,10 @@ phase_bench_bmm() {
 phase_bench_logsoftmax() {
   local dir=$1
   el "gemm_log_softmax vs torch: the reference CTC heads and a sweep (separated)"
+  local configs=${LOGSM_CONFIGS:-ws_64x128x64_c1x1_s4,ws_64x32x64_c1x1,pp_128x128x64_c1x1,co_128x256x64_c1x2,sk_128x64x64_c1x1,ws_64x16x128_c1x1_swap,co_128x144x64_c1x1_swap,ws_128x96x64_c1x1_s3,pp_128x192x64_c1x1,pp_128x96x64_c1x1,co_128x128x64_c1x1,co_256x128x64_c1x1}
+  [ "$configs" = all ] && configs=""
   timeout 540 python3 benchmarks/gemm_log_softmax_vs_torch.py --jobs 16 \
+    ${configs:+--configs "$configs"} \
     --out "$dir/h200_gemm_log_softmax.md" > "$dir/bench_log_softmax.log" 2>&1
   echo "  rc=$?"; grep -E "^- (reference|sweep):" "$dir/h200_gemm_log_softmax.md" 2>/dev/null
   tail -3 "$dir/bench_log_softmax.log"
@@ -622,6 +635,35 @@ phase_e2e_conv2d() {
   e2e_run "$dir" h200_e2e_conformer_ctc --workload conformer --batch 8 --frames 1024 \
     --param ctc_vocab=1024
   rm -f "$dir"/*.log
+}
+
+heads_models() {  # DIR TAG: the two models with their heads, one e2e run each
+  e2e_run "$1" "h200_e2e_conformer_heads$2" --workload conformer --batch 8 --frames 1024 \
+    --param conv2d_frontend=true --param ctc_vocab=1024
+  e2e_run "$1" "h200_e2e_whisper_encoder_ctc$2" --workload whisper_encoder --batch 8 \
+    --param ctc_vocab=1024
+}
+
+phase_e2e_heads_tuned() {
+  local dir=$1 user=$1/tier family
+  local censuses=(--census benchmarks/census/conformer_conv2d_ctc_offline.json
+                  --census benchmarks/census/whisper_encoder_ctc_offline.json)
+  mkdir -p "$user/sm90"
+  el "production modules of gemm, conv1d and conv2d"
+  timeout 300 python3 -m oasr_core.cli tune prebuild --family gemm --family conv1d \
+    --family conv2d --arch 9.0a --jobs 16 --json > "$dir/prebuild.json" 2>&1
+  echo "  prebuild rc=$?"
+  heads_models "$dir" ""
+  for family in conv2d gemm; do
+    el "$family built from the heads' censuses into $user (budget ${E2E_BUDGET} s)"
+    timeout $((E2E_BUDGET + 200)) python3 -m oasr_core.cli tune build --family $family \
+      "${censuses[@]}" --thin --max-points 6 --budget-s "$E2E_BUDGET" --fresh --no-progress \
+      --out "$user/sm90/$family.json" --log "$dir/${family}_heads.jsonl" \
+      --checkpoint "/tmp/oasr_ck_heads_$family.jsonl" 2>&1 | tail -4
+  done
+  OASR_TUNE_USER_DB=$user heads_models "$dir" _tuned
+  rm -f "$dir"/*.log
+  tidy "$dir"
 }
 
 phase_e2e_compile() {
@@ -921,8 +963,10 @@ phase_bench_recurrent() {
   local dir=$1
   local -x OASR_RECURRENT_COMPILE_SET=all
   el "recurrent_vs_torch (served = torch untuned: no table ships)"
-  OASR_TUNE_SYSTEM_DB=off timeout 1200 python3 benchmarks/recurrent_vs_torch.py --jobs 16 \
-    --out "$dir/recurrent_vs_torch.md" > "$dir/recurrent_vs_torch.log" 2>&1
+  # RECURRENT_ARGS: more options for the script (e.g. --ops, --batches); one device call
+  # holds 600 s, so the run is limited to 540 s and every point is in the JSONL as measured.
+  OASR_TUNE_SYSTEM_DB=off timeout 540 python3 benchmarks/recurrent_vs_torch.py --jobs 16 \
+    ${RECURRENT_ARGS:-} --out "$dir/recurrent_vs_torch.md" > "$dir/recurrent_vs_torch.log" 2>&1
   echo "  rc=$?"; sed -n '/^## Eager host cost/,/^## Build/p' "$dir/recurrent_vs_torch.md" \
     2>/dev/null
   tail -2 "$dir/recurrent_vs_torch.log"; rm -f "$dir/recurrent_vs_torch.log"
