@@ -138,11 +138,11 @@
 #                    CUDA graph and eager (h200_e2e_conformer_conv2d.md, h200_e2e_conformer_ctc.md)
 #   e2e-heads-tuned  the Conformer with both options (the conv2d front end and a CTC head of 1024
 #                    classes, batch 8 x 1024) and the Whisper-base encoder with the CTC head
-#                    (batch 8), fp16, CUDA graph and eager: out of the box, then with conv2d and
-#                    gemm (its gemm_log_softmax op included) built from their censuses
+#                    (batch 8), fp16, CUDA graph and eager: out of the box, then with a user tier
+#                    of conv2d built from their censuses
 #                    (benchmarks/census/{conformer_conv2d_ctc,whisper_encoder_ctc}_offline.json)
-#                    into a user tier (--e2e-budget each) -> h200_e2e_{conformer_heads,
-#                    whisper_encoder_ctc}{,_tuned}.md and the two tables
+#                    and gemm's gemm_log_softmax built at the heads' widths (--e2e-budget each)
+#                    -> h200_e2e_{conformer_heads,whisper_encoder_ctc}{,_tuned}.md, the tables
 #   bench-conv1d     benchmarks/conv1d_vs_torch.py: every config and the served op against torch
 #                    at the Conformer / Whisper / wav2vec2 shapes and a sweep (conv1d_vs_torch*.md,
 #                    .jsonl), served from the conv1d phase's table when it ran on this machine
@@ -654,13 +654,19 @@ phase_e2e_heads_tuned() {
     --family conv2d --arch 9.0a --jobs 16 --json > "$dir/prebuild.json" 2>&1
   echo "  prebuild rc=$?"
   heads_models "$dir" ""
-  for family in conv2d gemm; do
-    el "$family built from the heads' censuses into $user (budget ${E2E_BUDGET} s)"
-    timeout $((E2E_BUDGET + 200)) python3 -m oasr_core.cli tune build --family $family \
-      "${censuses[@]}" --thin --max-points 6 --budget-s "$E2E_BUDGET" --fresh --no-progress \
-      --out "$user/sm90/$family.json" --log "$dir/${family}_heads.jsonl" \
-      --checkpoint "/tmp/oasr_ck_heads_$family.jsonl" 2>&1 | tail -4
-  done
+  el "conv2d built from the heads' censuses into $user (budget ${E2E_BUDGET} s)"
+  timeout $((E2E_BUDGET + 200)) python3 -m oasr_core.cli tune build --family conv2d \
+    "${censuses[@]}" --thin --max-points 6 --budget-s "$E2E_BUDGET" --fresh --no-progress \
+    --out "$user/sm90/conv2d.json" --log "$dir/conv2d_heads.jsonl" \
+    --checkpoint /tmp/oasr_ck_heads_conv2d.jsonl 2>&1 | tail -4
+  # The shipped gemm table covers the encoders' other linears: the heads' op alone, at the
+  # censuses' widths and rows (Conformer 8 x 255 frames, Whisper 8 x 1500) and around them.
+  el "gemm_log_softmax built at the heads' widths into $user (budget ${E2E_BUDGET} s)"
+  timeout $((E2E_BUDGET + 200)) python3 -m oasr_core.cli tune build --family gemm \
+    --widths "1024,256;1024,512" --op gemm_log_softmax --m-ladder 255,1020,2040,4080,8160,12000 \
+    --budget-s "$E2E_BUDGET" --fresh --no-progress --out "$user/sm90/gemm.json" \
+    --log "$dir/gemm_log_softmax_heads.jsonl" --checkpoint /tmp/oasr_ck_heads_gemm.jsonl \
+    2>&1 | tail -4
   OASR_TUNE_USER_DB=$user heads_models "$dir" _tuned
   rm -f "$dir"/*.log
   tidy "$dir"

@@ -3,8 +3,9 @@
 A ``gemm_log_softmax`` call served by a kernel is two launches on one stream: the tuned gemm
 config writing the logits ``a @ w.T + bias`` into ``out`` (the same prepared call a ``gemm``
 with bias makes), then :data:`KERNEL`, the in-place row log-softmax over ``out``
-(``csrc/oasr_gemm_rows/row_log_softmax.cu``: fp32 online max and sum, the row in registers
-when it fits, two passes otherwise). :class:`LogSoftmaxCall` is that pair, launched and
+(``csrc/oasr_gemm_rows/row_log_softmax.cu``: fp32; the row in registers when it fits, its
+max then its sum of exps reduced across the row's threads; an online max and sum over two
+passes otherwise). :class:`LogSoftmaxCall` is that pair, launched and
 timed as one call (the op's plan, the build's arm).
 
 The row kernel is a kit :class:`~oasr_core.kit.helpers.HelperKernel`: one tiny module per

@@ -8,13 +8,17 @@
 //       8 or above kMaxN, rows not positive, x not 16-byte aligned; kErrDtype; kErrDevice: no
 //       current CUDA device; kErrLaunch).
 //
-// Numerics: every element is read once into fp32; each thread keeps an online (max, sum of
-// exp(x - max)) pair over its elements, the pairs are merged across the row's threads (warp
-// shuffles, then shared memory across warps), and the output is x - max - log(sum) in fp32,
-// rounded once to the input dtype. As torch's log_softmax: a NaN or a +inf anywhere in a row
-// makes the whole row NaN (exp(inf - inf) is NaN), a row of -inf alone is NaN, and other -inf
-// logits contribute nothing to the sum and come out -inf. A NaN rides in the sums: a pair whose
-// max is -inf scales its sum by 0, never replaces it, so 0 * NaN keeps it.
+// Numerics: every element is read into fp32 and the output is x - max - log(sum of exp(x -
+// max)) in fp32, rounded once to the input dtype. A row that fits the group's registers (the
+// CTC heads' vocabularies) takes the row's max first (a max over the thread's registers, then
+// across the row's threads), then the sum of exp(x - max) the same way: no data-dependent
+// branch and one exp an element. A longer row keeps an online (max, sum) pair per thread over
+// its first pass, merged across the threads, so it reads the row twice, not three times.
+// Either way, as torch's log_softmax: a NaN or a +inf anywhere in a row makes the whole row
+// NaN (exp(inf - inf) is NaN; fmaxf passes a NaN over, the sum then carries it), a row of -inf
+// alone is NaN (exp(-inf + inf)), and other -inf logits add nothing to the sum and come out
+// -inf. In the online pair a NaN rides in the sums: a pair whose max is -inf scales its sum by
+// 0, never replaces it, so 0 * NaN keeps it.
 //
 // Layout: a row belongs to one group of threads -- one warp for n <= 1024 (several rows per
 // CTA), a CTA of 256 threads above. Each thread loads 16-byte vectors of 8 elements. When the
@@ -142,11 +146,40 @@ __device__ __forceinline__ Online row_merge(Online v, Online* shared) {
   return v;
 }
 
+// A float reduced over the row's Group threads (Max: fmaxf, else +): a warp's shuffles, then,
+// for a CTA-wide group, one more across the warps through shared memory.
+template <int Group, bool Max>
+__device__ __forceinline__ float row_reduce(float v, float* shared) {
+  constexpr int kWidth = Group < 32 ? Group : 32;
+#pragma unroll
+  for (int offset = kWidth / 2; offset > 0; offset /= 2) {
+    float o = __shfl_xor_sync(0xffffffffu, v, offset, kWidth);
+    v = Max ? fmaxf(v, o) : v + o;
+  }
+  if constexpr (Group > 32) {
+    constexpr int kWarps = Group / 32;
+    int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
+    if (lane == 0) {
+      shared[warp] = v;
+    }
+    __syncthreads();
+    v = lane < kWarps ? shared[lane] : (Max ? -INFINITY : 0.f);
+#pragma unroll
+    for (int offset = 16; offset > 0; offset /= 2) {
+      float o = __shfl_xor_sync(0xffffffffu, v, offset);
+      v = Max ? fmaxf(v, o) : v + o;
+    }
+    __syncthreads();  // shared is reused by the next reduction
+  }
+  return v;
+}
+
 // Group threads per row (32: a warp; 256: the CTA), Rows rows per CTA.
 template <class T, int Group, int Rows>
 __global__ void __launch_bounds__(Group * Rows)
     row_log_softmax(T* __restrict__ x, int64_t rows, int n) {
-  __shared__ Online shared[Group > 32 ? Group / 32 : 1];
+  __shared__ Online shared[Group > 32 ? Group / 32 : 1];   // the long rows' pairs
+  __shared__ float partial[Group > 32 ? Group / 32 : 1];  // the short rows' max, then sum
   int64_t row = int64_t(blockIdx.x) * Rows + threadIdx.x / Group;
   if (row >= rows) {
     return;  // whole groups exit together: Group divides the CTA, and a CTA-wide group's
@@ -155,10 +188,9 @@ __global__ void __launch_bounds__(Group * Rows)
   int t = threadIdx.x % Group;
   uint4* base = reinterpret_cast<uint4*>(x + row * int64_t(n));
   int vectors = n / kVec;
-  Online acc{-INFINITY, 0.f};
-
   if (vectors <= Group * kItems) {
     float v[kItems][kVec];
+    float m = -INFINITY;
 #pragma unroll
     for (int i = 0; i < kItems; ++i) {
       int idx = t + i * Group;
@@ -166,12 +198,23 @@ __global__ void __launch_bounds__(Group * Rows)
         Pack<T>::load(base[idx], v[i]);
 #pragma unroll
         for (int j = 0; j < kVec; ++j) {
-          acc = push(acc, v[i][j]);
+          m = fmaxf(m, v[i][j]);
         }
       }
     }
-    acc = row_merge<Group>(acc, shared);
-    float shift = acc.m + __logf(acc.s);
+    m = row_reduce<Group, true>(m, partial);
+    float sum = 0.f;
+#pragma unroll
+    for (int i = 0; i < kItems; ++i) {
+      if (t + i * Group < vectors) {
+#pragma unroll
+        for (int j = 0; j < kVec; ++j) {
+          sum += __expf(v[i][j] - m);
+        }
+      }
+    }
+    sum = row_reduce<Group, false>(sum, partial);
+    float shift = m + __logf(sum);
 #pragma unroll
     for (int i = 0; i < kItems; ++i) {
       int idx = t + i * Group;
@@ -186,6 +229,7 @@ __global__ void __launch_bounds__(Group * Rows)
     return;
   }
 
+  Online acc{-INFINITY, 0.f};
   for (int idx = t; idx < vectors; idx += Group) {
     float v[kVec];
     Pack<T>::load(base[idx], v);
